@@ -1,0 +1,116 @@
+//! Bounded capture of a child's output.
+
+use std::os::fd::OwnedFd;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+
+/// Bytes kept up to a cap; the rest is read and discarded so the child never blocks on a
+/// full pipe.
+#[derive(Debug, Default, Clone)]
+pub struct Capture {
+    pub bytes: Vec<u8>,
+    pub cap: usize,
+    pub truncated: bool,
+}
+
+impl Capture {
+    pub fn new(cap: usize) -> Self {
+        Capture { bytes: Vec::new(), cap, truncated: false }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        let room = self.cap.saturating_sub(self.bytes.len());
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+        self.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// The text of the capture: cut back to a UTF-8 character boundary when truncation split
+    /// a character, with invalid sequences replaced (U+FFFD).
+    pub fn text(&self) -> String {
+        let mut bytes = self.bytes.as_slice();
+        if self.truncated {
+            if let Err(e) = std::str::from_utf8(bytes) {
+                // An incomplete sequence at the very end (error_len None) was split by the cap.
+                let valid = e.valid_up_to();
+                if e.error_len().is_none() && valid + 4 > bytes.len() {
+                    bytes = &bytes[..valid];
+                }
+            }
+        }
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+}
+
+/// The read end of a child's pipe, pumped into a [`Capture`].
+pub struct Collector {
+    rx: Option<pipe::Receiver>,
+    pub capture: Capture,
+}
+
+impl Collector {
+    pub fn new(fd: OwnedFd, cap: usize) -> std::io::Result<Self> {
+        let rx = pipe::Receiver::from_owned_fd(fd)?;
+        Ok(Collector { rx: Some(rx), capture: Capture::new(cap) })
+    }
+
+    pub fn at_eof(&self) -> bool {
+        self.rx.is_none()
+    }
+
+    /// Reads until EOF. Cancel-safe: bytes already read are kept in the capture.
+    pub async fn pump(&mut self) {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Some(rx) = self.rx.as_mut() {
+            match rx.read(&mut buf).await {
+                Ok(0) | Err(_) => self.rx = None,
+                Ok(n) => self.capture.push(&buf[..n]),
+            }
+        }
+    }
+
+    /// Reads until EOF, publishing every chunk into a shared capture.
+    pub async fn pump_into(&mut self, shared: &std::sync::Mutex<Capture>) {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Some(rx) = self.rx.as_mut() {
+            match rx.read(&mut buf).await {
+                Ok(0) | Err(_) => self.rx = None,
+                Ok(n) => shared.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
+            }
+        }
+    }
+
+    /// Gives up on the pipe (a holder outside the job keeps it open).
+    pub fn abandon(&mut self) {
+        self.rx = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_and_boundaries() {
+        let mut c = Capture::new(4);
+        c.push(b"abcd");
+        assert!(!c.truncated);
+        assert_eq!(c.text(), "abcd");
+        c.push(b"e");
+        assert!(c.truncated);
+
+        let mut c = Capture::new(5);
+        c.push("ab€".as_bytes()); // 2 + 3 bytes: fits exactly
+        assert_eq!(c.text(), "ab€");
+        let mut c = Capture::new(4);
+        c.push("ab€".as_bytes()); // the cap splits the euro sign
+        assert!(c.truncated);
+        assert_eq!(c.text(), "ab");
+
+        let mut c = Capture::new(10);
+        c.push(&[b'a', 0xff, b'b']);
+        assert_eq!(c.text(), "a\u{fffd}b");
+    }
+}

@@ -1,0 +1,160 @@
+//! Turning a checked [`ExecSpec`] into a [`SpawnPlan`]: argv rules, denylist, env gate, cwd
+//! through the jail, PATH lookup. Everything here is re-checked even though the broker
+//! already validated it.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use iii_shell_protocol::messages::ExecSpec;
+
+use crate::denylist::denied_message;
+use crate::env_policy;
+use crate::error::ExecError;
+use crate::jail::{fstat, open_beneath};
+use crate::policy::Policy;
+use crate::spawn::{dev_null, pipe, set_nonblocking, SpawnPlan};
+use crate::tree::JobCgroup;
+
+/// Search path used when the command's environment has no PATH.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A command ready to start, with the parent ends of its pipes.
+pub struct Prepared {
+    pub plan: SpawnPlan,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// Parent end of the stdin pipe and the bytes to write, when the call gave stdin.
+    pub stdin: Option<(OwnedFd, Vec<u8>)>,
+    pub cgroup: Option<JobCgroup>,
+}
+
+/// Checks argv, the denylist and env, then resolves cwd (the validation order of the seed).
+pub fn check(policy: &Policy, spec: &ExecSpec) -> Result<(), ExecError> {
+    check_argv(&spec.argv)?;
+    if let Some(p) = policy.denylist.matches(&spec.argv) {
+        return Err(ExecError::Plain(denied_message(p)));
+    }
+    env_policy::check_overrides(spec.env.iter().map(|(k, _)| k.as_str()))?;
+    for (k, v) in &spec.env {
+        if v.contains('\0') {
+            return Err(ExecError::Invalid(format!("env value of '{k}' contains a NUL byte")));
+        }
+    }
+    Ok(())
+}
+
+pub fn check_argv(argv: &[String]) -> Result<(), ExecError> {
+    match argv.first() {
+        None => return Err(ExecError::Plain("command is empty".into())),
+        Some(a) if a.trim().is_empty() => return Err(ExecError::Plain("command is empty".into())),
+        _ => {}
+    }
+    for (i, a) in argv.iter().enumerate() {
+        if a.contains('\0') {
+            return Err(ExecError::Plain(if i == 0 {
+                "'command' contains a NUL byte".to_string()
+            } else {
+                format!("'args[{}]' contains a NUL byte", i - 1)
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// The directory a command starts in, as an fd (None = the executor's own cwd).
+pub fn resolve_cwd(policy: &Policy, cwd: Option<&str>) -> Result<Option<OwnedFd>, ExecError> {
+    let resolved = match cwd {
+        Some(c) => policy.jail.resolve(c)?.fd,
+        None => match &policy.config.working_dir {
+            // The operator's working_dir is trusted configuration, not caller input.
+            Some(wd) => open_beneath(None, Path::new(wd), libc::O_PATH | libc::O_DIRECTORY, 0)
+                .map_err(|e| ExecError::Internal(format!("working_dir {wd}: {e}")))?,
+            None => return Ok(None),
+        },
+    };
+    let st = fstat(&resolved).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(ExecError::Invalid(format!(
+            "cwd is not a directory: {}",
+            cwd.unwrap_or_default()
+        )));
+    }
+    Ok(Some(resolved))
+}
+
+/// Finds `program` on `path_var` the way execvp would, skipping relative entries. A program
+/// containing `/` is used as given (relative to the command's cwd).
+pub fn lookup(program: &str, path_var: Option<&str>) -> Result<String, std::io::Error> {
+    if program.contains('/') {
+        return Ok(program.to_string());
+    }
+    let mut denied = false;
+    for dir in path_var.unwrap_or(DEFAULT_PATH).split(':') {
+        if !dir.starts_with('/') {
+            continue;
+        }
+        let cand = Path::new(dir).join(program);
+        if let Ok(md) = std::fs::metadata(&cand) {
+            if md.is_file() {
+                if md.permissions().mode() & 0o111 != 0 {
+                    return Ok(cand.to_string_lossy().into_owned());
+                }
+                denied = true;
+            }
+        }
+    }
+    Err(std::io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT }))
+}
+
+/// Builds the spawn plan: environment, program path, pipes, cgroup.
+pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
+    check(policy, spec)?;
+    let cwd = resolve_cwd(policy, spec.cwd.as_deref())?;
+    let env = env_policy::build_env(
+        policy.config.env.inherit,
+        &policy.config.env.allow,
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        &spec.env,
+    );
+    let program = lookup(&spec.argv[0], env.get("PATH").map(String::as_str))
+        .map_err(|e| spawn_error(&spec.argv[0], &e))?;
+    let io = |e: std::io::Error| ExecError::Internal(format!("spawn setup: {e}"));
+    let (out_r, out_w) = pipe().map_err(io)?;
+    let (err_r, err_w) = pipe().map_err(io)?;
+    let (stdin_child, stdin) = match &spec.stdin {
+        Some(bytes) => {
+            let (r, w) = pipe().map_err(io)?;
+            // pipe() made the read end non-blocking; the child reads it, so make it blocking
+            // again by swapping roles: the parent writes through a non-blocking write end.
+            let child_end = reopen_blocking(r).map_err(io)?;
+            set_nonblocking(&w).map_err(io)?;
+            (child_end, Some((w, bytes.clone())))
+        }
+        None => (dev_null().map_err(io)?, None),
+    };
+    let mut plan = SpawnPlan::new(&program, &spec.argv, env, stdin_child, out_w, err_w).map_err(io)?;
+    plan.cwd = cwd;
+    let cgroup = JobCgroup::create().map(|(cg, procs)| {
+        plan.cgroup_procs = Some(procs);
+        cg
+    });
+    Ok(Prepared { plan, stdout: out_r, stderr: err_r, stdin, cgroup })
+}
+
+fn reopen_blocking(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// The message of a failed spawn: the OS error text, naming the program.
+pub fn spawn_error(program: &str, e: &std::io::Error) -> ExecError {
+    ExecError::Internal(format!("failed to spawn '{program}': {e}"))
+}

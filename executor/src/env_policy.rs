@@ -1,0 +1,119 @@
+//! The per-call environment gate and the forwarded base environment.
+//!
+//! Per-call `env` is deny-only: any key may be set except one that would change *what runs*
+//! rather than how the requested program behaves — the program search path, the dynamic
+//! loader, and the startup files and option variables of shells and interpreters. Those are
+//! refused for the whole call (S210), so the argv an approver saw is the program that runs.
+
+use std::collections::BTreeMap;
+
+use crate::error::ExecError;
+
+/// Keys refused by exact name (compared case-insensitively).
+pub const DANGEROUS_KEYS: &[&str] = &[
+    // Program lookup and identity.
+    "PATH", "HOME", "SHELL", "IFS", "CDPATH",
+    // Dynamic loader and libc (LD_* / DYLD_* are matched as families below).
+    "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS",
+    "LOCALDOMAIN", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+    // Shells.
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "ZDOTDIR", "GLOBIGNORE",
+    // Python.
+    "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONWARNINGS",
+    "PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR",
+    // Perl, Ruby, Node, Java.
+    "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "RUBYSHELL",
+    "NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE", "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+    // Programs that other programs run on the caller's behalf.
+    "PAGER", "GIT_PAGER", "MANPAGER", "EDITOR", "VISUAL", "GIT_EDITOR", "BROWSER",
+    "LESSOPEN", "LESSCLOSE", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "GIT_ASKPASS",
+    "SSH_ASKPASS", "SUDO_ASKPASS", "GIT_PROXY_COMMAND", "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT", "GIT_TEMPLATE_DIR",
+];
+
+/// Key families refused by prefix (compared case-insensitively).
+pub const DANGEROUS_PREFIXES: &[&str] = &["LD_", "DYLD_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC_"];
+
+/// True when `key` is `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_var_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+pub fn is_dangerous(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    DANGEROUS_KEYS.contains(&upper.as_str()) || DANGEROUS_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// Checks every per-call key; the first offender fails the whole call with S210.
+pub fn check_overrides<'a, I>(keys: I) -> Result<(), ExecError>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    for key in keys {
+        if !is_var_name(key) {
+            return Err(ExecError::Invalid(format!(
+                "env key {key:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"
+            )));
+        }
+        if is_dangerous(key) {
+            return Err(ExecError::Invalid(format!(
+                "env key '{key}' is not allowed: it can change which program runs or how it starts (per-call env is deny-only; PATH, IFS, HOME, LD_*/DYLD_* and interpreter startup keys are always refused)"
+            )));
+        }
+        if key.contains('\0') {
+            return Err(ExecError::Invalid(format!("env key {key:?} contains a NUL byte")));
+        }
+    }
+    Ok(())
+}
+
+/// The environment a command starts with: the executor's own environment (all of it when
+/// `inherit`, else only the `allow` keys), then the per-call overrides on top.
+pub fn build_env(
+    inherit: bool,
+    allow: &[String],
+    base: impl Iterator<Item = (String, String)>,
+    overrides: &[(String, String)],
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = base
+        .filter(|(k, _)| inherit || allow.iter().any(|a| a == k))
+        .collect();
+    for (k, v) in overrides {
+        env.insert(k.clone(), v.clone());
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_families() {
+        assert!(is_var_name("NODE_ENV"));
+        assert!(is_var_name("_x1"));
+        assert!(!is_var_name("1X"));
+        assert!(!is_var_name("PATH=/tmp/evil"));
+        assert!(!is_var_name(""));
+        for k in ["PATH", "path", "LD_PRELOAD", "ld_audit", "LD_ANYTHING_NEW", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "GLIBC_TUNABLES"] {
+            assert!(is_dangerous(k), "{k}");
+        }
+        for k in ["NODE_ENV", "RUST_LOG", "LANG", "OLD_PATH"] {
+            assert!(!is_dangerous(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn base_env_and_overrides() {
+        let base = vec![("PATH".to_string(), "/bin".to_string()), ("SECRET".to_string(), "x".to_string())];
+        let env = build_env(false, &["PATH".to_string()], base.clone().into_iter(), &[("A".into(), "1".into())]);
+        assert_eq!(env.get("PATH").map(String::as_str), Some("/bin"));
+        assert!(!env.contains_key("SECRET"));
+        assert_eq!(env.get("A").map(String::as_str), Some("1"));
+        let env = build_env(true, &[], base.into_iter(), &[("SECRET".into(), "y".into())]);
+        assert_eq!(env.get("SECRET").map(String::as_str), Some("y"));
+    }
+}

@@ -1,0 +1,48 @@
+//! Executor failures, each carrying its wire code.
+
+use iii_shell_protocol::error::{escape_message, not_found_message};
+use iii_shell_protocol::{Code, WireError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// S210: the request is invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// S211: missing or denied; one wording for both.
+    #[error("{}", not_found_message(.0))]
+    NotFound(String),
+    /// S215: the path escapes the jail.
+    #[error("{}", escape_message(.0))]
+    Escape(String),
+    /// A plain-message failure (argv, denylist, job limits): code `invocation_failed`.
+    #[error("{0}")]
+    Plain(String),
+    /// S211 with a message of its own (e.g. "no such job").
+    #[error("{0}")]
+    Missing(String),
+    /// S216: an internal failure (spawn error, signal delivery, …).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ExecError {
+    pub fn code(&self) -> Code {
+        match self {
+            ExecError::Invalid(_) => Code::S210,
+            ExecError::NotFound(_) | ExecError::Missing(_) => Code::S211,
+            ExecError::Escape(_) => Code::S215,
+            ExecError::Plain(_) => Code::InvocationFailed,
+            ExecError::Internal(_) => Code::S216,
+        }
+    }
+
+    pub fn to_wire(&self) -> WireError {
+        WireError::new(self.code(), self.to_string())
+    }
+}
+
+impl From<ExecError> for WireError {
+    fn from(e: ExecError) -> Self {
+        e.to_wire()
+    }
+}

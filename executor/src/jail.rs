@@ -1,0 +1,277 @@
+//! Path policy: every caller path becomes an fd opened relative to a jail root.
+//!
+//! * **Jailed** (`fs.host_roots` set): a relative path resolves against the primary root; an
+//!   absolute path must lie lexically inside one of the roots. Resolution is
+//!   `openat2(root_fd, rest, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so a `..` or a symlink
+//!   that leads outside, anywhere in the path, fails in the kernel (EXDEV → S215), and a
+//!   directory swapped for a symlink mid-call cannot escape either.
+//! * **Unjailed** (`fs.allow_unjailed`, no roots): only absolute paths are accepted.
+//!
+//! After resolution the canonical path (read back from the fd) is checked against
+//! `fs.denylist_paths` and `code.non_accessible_globs`; a hit reads exactly like a missing
+//! path (S211).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+use crate::error::ExecError;
+
+#[derive(Debug)]
+pub struct Root {
+    pub path: PathBuf,
+    pub fd: OwnedFd,
+}
+
+#[derive(Debug)]
+pub struct Jail {
+    roots: Vec<Root>,
+    denylist: Vec<PathBuf>,
+    non_accessible: GlobSet,
+}
+
+/// A resolved path: an `O_PATH` fd and the canonical absolute path it names.
+#[derive(Debug)]
+pub struct Resolved {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+}
+
+impl Jail {
+    /// Opens the roots. A root that does not exist or is not a directory fails the policy.
+    pub fn new(host_roots: &[String], denylist_paths: &[String], non_accessible_globs: &[String]) -> Result<Jail, String> {
+        let mut roots = Vec::new();
+        for r in host_roots {
+            let canon = std::fs::canonicalize(r).map_err(|e| format!("fs.host_roots entry {r}: {e}"))?;
+            let fd = open_beneath(None, &canon, libc::O_PATH | libc::O_DIRECTORY, 0)
+                .map_err(|e| format!("fs.host_roots entry {r}: {e}"))?;
+            roots.push(Root { path: canon, fd });
+        }
+        let mut denylist = Vec::new();
+        for d in denylist_paths {
+            let lexical = normalize(Path::new(d));
+            if let Ok(canon) = std::fs::canonicalize(&lexical) {
+                if canon != lexical {
+                    denylist.push(canon);
+                }
+            }
+            denylist.push(lexical);
+        }
+        let mut b = GlobSetBuilder::new();
+        for g in non_accessible_globs {
+            b.add(Glob::new(g).map_err(|e| format!("glob {g}: {e}"))?);
+        }
+        let non_accessible = b.build().map_err(|e| e.to_string())?;
+        Ok(Jail { roots, denylist, non_accessible })
+    }
+
+    pub fn is_jailed(&self) -> bool {
+        !self.roots.is_empty()
+    }
+
+    pub fn roots(&self) -> &[Root] {
+        &self.roots
+    }
+
+    /// Resolves `input` to an `O_PATH` fd (following a final symlink only inside the jail).
+    pub fn resolve(&self, input: &str) -> Result<Resolved, ExecError> {
+        self.resolve_with(input, libc::O_PATH)
+    }
+
+    /// Resolves `input` and opens it with `flags` (`O_CLOEXEC` is always added).
+    pub fn resolve_with(&self, input: &str, flags: i32) -> Result<Resolved, ExecError> {
+        if input.is_empty() {
+            return Err(ExecError::Invalid("path is empty".into()));
+        }
+        if input.contains('\0') {
+            return Err(ExecError::Invalid("path contains a NUL byte".into()));
+        }
+        let lexical = if input.starts_with('/') {
+            normalize(Path::new(input))
+        } else if let Some(primary) = self.roots.first() {
+            normalize(&primary.path.join(input))
+        } else {
+            return Err(ExecError::Invalid(format!(
+                "path must be absolute when unjailed (fs.host_roots is empty; `~` is not expanded): {input}"
+            )));
+        };
+        if self.is_denied(&lexical) {
+            return Err(ExecError::NotFound(input.to_string()));
+        }
+        let fd = if self.roots.is_empty() {
+            open_beneath(None, &lexical, flags, libc::RESOLVE_NO_MAGICLINKS)
+        } else {
+            let (root, rest) = self.root_for(input)?;
+            open_beneath(Some(root), rest.as_path(), flags, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS)
+        };
+        let fd = fd.map_err(|e| match e.raw_os_error() {
+            Some(libc::EXDEV) => ExecError::Escape(input.to_string()),
+            Some(libc::ENOENT | libc::EACCES | libc::EPERM | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG) => {
+                ExecError::NotFound(input.to_string())
+            }
+            _ => ExecError::Internal(format!("resolve {input}: {e}")),
+        })?;
+        let path = fd_path(&fd).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
+        if self.is_denied(&path) {
+            return Err(ExecError::NotFound(input.to_string()));
+        }
+        Ok(Resolved { fd, path })
+    }
+
+    /// The root an input belongs to and the path relative to it.
+    fn root_for(&self, input: &str) -> Result<(&OwnedFd, PathBuf), ExecError> {
+        if !input.starts_with('/') {
+            // Relative: resolved beneath the primary root, `..` included, by the kernel.
+            return Ok((&self.roots[0].fd, PathBuf::from(input)));
+        }
+        let lexical = normalize(Path::new(input));
+        for root in &self.roots {
+            if let Ok(rest) = lexical.strip_prefix(&root.path) {
+                let rest = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest.to_path_buf() };
+                // Keep the caller's `..` components so the kernel judges them, not us.
+                let raw_rest = raw_rest_after_root(input, &root.path).unwrap_or(rest);
+                return Ok((&root.fd, raw_rest));
+            }
+        }
+        Err(ExecError::Escape(input.to_string()))
+    }
+
+    /// True when `path` (absolute) is a denylisted path, lies under one, or matches a
+    /// protected glob.
+    pub fn is_denied(&self, path: &Path) -> bool {
+        if self.denylist.iter().any(|d| path.starts_with(d)) {
+            return true;
+        }
+        if self.non_accessible.is_match(path) {
+            return true;
+        }
+        self.roots.iter().any(|r| {
+            path.strip_prefix(&r.path)
+                .map(|rel| !rel.as_os_str().is_empty() && self.non_accessible.is_match(rel))
+                .unwrap_or(false)
+        })
+    }
+}
+
+/// The part of an absolute `input` after `root`, with `..` components kept verbatim, when the
+/// input spells the root literally (after collapsing `//` and `.`).
+fn raw_rest_after_root(input: &str, root: &Path) -> Option<PathBuf> {
+    let mut comps = Path::new(input).components().filter(|c| !matches!(c, Component::CurDir));
+    for rc in root.components() {
+        let c = comps.next()?;
+        if c != rc {
+            return None;
+        }
+    }
+    let rest: PathBuf = comps.collect();
+    Some(if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest })
+}
+
+/// Lexical normalization: collapses `//` and `.`, and applies `..` textually.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            Component::Prefix(_) => {}
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push("/");
+    }
+    out
+}
+
+/// `openat2(dirfd, path, flags|O_CLOEXEC, resolve)`; `dirfd` None means AT_FDCWD.
+pub fn open_beneath(dirfd: Option<&OwnedFd>, path: &Path, flags: i32, resolve: u64) -> std::io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // open_how is non-exhaustive in libc; zero it and fill the fields we know (the kernel
+    // treats a zeroed tail as "no extension").
+    // SAFETY: open_how is plain integers, for which all-zero is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    let dir = dirfd.map(|f| f.as_raw_fd()).unwrap_or(libc::AT_FDCWD);
+    // SAFETY: `c` is a valid NUL-terminated string and `how` a properly initialised open_how
+    // that outlives the call; the kernel copies both. The returned fd is fresh and owned by us.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new, valid file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The absolute path an fd refers to, read from `/proc/self/fd`.
+pub fn fd_path(fd: &OwnedFd) -> std::io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// `fstat` of an fd.
+pub fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat fills the buffer on success; we only read it when it returned 0.
+    let rc = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstat returned 0, so the struct is initialised.
+    Ok(unsafe { st.assume_init() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jailed_resolution() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/.env"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
+        std::os::unix::fs::symlink("a/b", root.join("in")).unwrap();
+        let jail = Jail::new(&[root.to_string_lossy().into()], &[], &["**/.env".to_string()]).unwrap();
+        let canon_root = std::fs::canonicalize(&root).unwrap();
+
+        assert_eq!(jail.resolve("a/b").unwrap().path, canon_root.join("a/b"));
+        assert_eq!(jail.resolve("in").unwrap().path, canon_root.join("a/b"));
+        let abs = format!("{}//a/./b", root.display());
+        assert_eq!(jail.resolve(&abs).unwrap().path, canon_root.join("a/b"));
+        assert!(matches!(jail.resolve("out"), Err(ExecError::Escape(_))));
+        assert!(matches!(jail.resolve("out/hostname"), Err(ExecError::Escape(_))));
+        assert!(matches!(jail.resolve("../"), Err(ExecError::Escape(_))));
+        assert!(matches!(jail.resolve(&format!("{}/../x", root.display())), Err(ExecError::Escape(_))));
+        assert!(matches!(jail.resolve(&format!("{}-evil", root.display())), Err(ExecError::Escape(_))));
+        assert!(matches!(jail.resolve("/etc"), Err(ExecError::Escape(_))));
+        assert!(matches!(jail.resolve("missing"), Err(ExecError::NotFound(_))));
+        assert!(matches!(jail.resolve("a/.env"), Err(ExecError::NotFound(_))));
+        assert!(matches!(jail.resolve(""), Err(ExecError::Invalid(_))));
+    }
+
+    #[test]
+    fn unjailed_resolution() {
+        let jail = Jail::new(&[], &["/etc/shadow".to_string()], &[]).unwrap();
+        assert!(jail.resolve("/etc").is_ok());
+        assert!(matches!(jail.resolve("etc"), Err(ExecError::Invalid(_))));
+        assert!(matches!(jail.resolve("~/x"), Err(ExecError::Invalid(_))));
+        let a = jail.resolve("/etc/shadow").unwrap_err().to_string();
+        let b = jail.resolve("/etc/no-such-file").unwrap_err().to_string();
+        assert_eq!(a.replace("/etc/shadow", "P"), b.replace("/etc/no-such-file", "P"));
+    }
+}

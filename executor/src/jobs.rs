@@ -1,0 +1,277 @@
+//! Background jobs: `shell::exec_bg`, `status`, `list`, `kill`, retention and the hard cap.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use iii_shell_protocol::exec::{ExecBgResponse, JobRecord, JobStatus, JobSummary, KillResponse, ListResponse};
+use iii_shell_protocol::messages::{Event, ExecSpec};
+use tokio::sync::{broadcast, watch};
+
+use crate::capture::{Capture, Collector};
+use crate::command;
+use crate::error::ExecError;
+use crate::policy::Policy;
+use crate::running::{release_later, start, Running};
+use crate::tree::JobTree;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+struct JobState {
+    status: JobStatus,
+    exit_code: Option<i32>,
+    finished_at_ms: Option<u64>,
+    /// Set by the first kill (or the hard cap); later kills are no-ops.
+    kill_reason: Option<String>,
+}
+
+struct Job {
+    id: String,
+    argv: Vec<String>,
+    started_at_ms: u64,
+    retention_secs: u64,
+    state: Mutex<JobState>,
+    stdout: Arc<Mutex<Capture>>,
+    stderr: Arc<Mutex<Capture>>,
+    tree: Arc<JobTree>,
+    /// Flips to true when the job has left `running`.
+    done: watch::Receiver<bool>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Job {
+    fn record(&self) -> JobRecord {
+        let st = lock(&self.state);
+        let out = lock(&self.stdout);
+        let err = lock(&self.stderr);
+        JobRecord {
+            id: self.id.clone(),
+            argv: self.argv.clone(),
+            status: st.status,
+            exit_code: st.exit_code,
+            started_at_ms: self.started_at_ms,
+            finished_at_ms: st.finished_at_ms,
+            stdout: out.text(),
+            stderr: err.text(),
+            stdout_truncated: out.truncated,
+            stderr_truncated: err.truncated,
+        }
+    }
+
+    fn summary(&self) -> JobSummary {
+        let st = lock(&self.state);
+        JobSummary {
+            id: self.id.clone(),
+            status: st.status,
+            exit_code: st.exit_code,
+            started_at_ms: self.started_at_ms,
+            finished_at_ms: st.finished_at_ms,
+            stdout_truncated: lock(&self.stdout).truncated,
+            stderr_truncated: lock(&self.stderr).truncated,
+        }
+    }
+
+    fn expired(&self, now: u64) -> bool {
+        let st = lock(&self.state);
+        st.status != JobStatus::Running
+            && st.finished_at_ms.is_some_and(|f| now >= f.saturating_add(self.retention_secs.saturating_mul(1000)))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The process-wide job table.
+pub struct Jobs {
+    table: Mutex<HashMap<String, Arc<Job>>>,
+    /// Serialises the running-count check with the spawn, so the cap cannot be overshot.
+    spawn_lock: tokio::sync::Mutex<()>,
+    events: broadcast::Sender<Event>,
+}
+
+impl Jobs {
+    pub fn new(events: broadcast::Sender<Event>) -> Self {
+        Jobs { table: Mutex::new(HashMap::new()), spawn_lock: tokio::sync::Mutex::new(()), events }
+    }
+
+    fn prune(&self) {
+        let now = now_ms();
+        let mut t = lock(&self.table);
+        t.retain(|_, job| {
+            if job.expired(now) {
+                for r in &job.readers {
+                    r.abort();
+                }
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Job>, ExecError> {
+        self.prune();
+        lock(&self.table)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ExecError::Missing(format!("no such job: {id}")))
+    }
+
+    pub async fn spawn(&self, policy: Arc<Policy>, spec: ExecSpec) -> Result<ExecBgResponse, ExecError> {
+        self.prune();
+        let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
+        let limit = policy.config.max_concurrent_jobs as usize;
+        let _guard = self.spawn_lock.lock().await;
+        let running_now = lock(&self.table)
+            .values()
+            .filter(|j| lock(&j.state).status == JobStatus::Running)
+            .count();
+        if running_now >= limit {
+            return Err(ExecError::Plain(format!(
+                "max concurrent jobs reached ({limit} running): wait for one to finish or stop one with shell::kill"
+            )));
+        }
+        let prepared = command::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+        let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let stdout = Arc::new(Mutex::new(Capture::new(cap)));
+        let stderr = Arc::new(Mutex::new(Capture::new(cap)));
+        let readers = vec![pump_shared(out, stdout.clone()), pump_shared(err, stderr.clone())];
+        let (done_tx, done_rx) = watch::channel(false);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            argv: spec.argv.clone(),
+            started_at_ms: now_ms(),
+            retention_secs: policy.config.job_retention_secs,
+            state: Mutex::new(JobState { status: JobStatus::Running, exit_code: None, finished_at_ms: None, kill_reason: None }),
+            stdout,
+            stderr,
+            tree: running.tree.clone(),
+            done: done_rx,
+            readers,
+        });
+        lock(&self.table).insert(id.clone(), job.clone());
+        let hard_cap_ms = policy.config.max_bg_timeout_ms;
+        tokio::spawn(supervise(job, running, hard_cap_ms, done_tx, self.events.clone()));
+        Ok(ExecBgResponse { job_id: id, argv: spec.argv })
+    }
+
+    pub fn status(&self, id: &str) -> Result<JobRecord, ExecError> {
+        Ok(self.get(id)?.record())
+    }
+
+    pub fn list(&self) -> ListResponse {
+        self.prune();
+        let mut jobs: Vec<JobSummary> = lock(&self.table).values().map(|j| j.summary()).collect();
+        jobs.sort_by(|a, b| a.started_at_ms.cmp(&b.started_at_ms).then_with(|| a.id.cmp(&b.id)));
+        ListResponse { count: jobs.len(), jobs }
+    }
+
+    pub async fn kill(&self, id: &str) -> Result<KillResponse, ExecError> {
+        let job = self.get(id)?;
+        {
+            let mut st = lock(&job.state);
+            if st.status != JobStatus::Running {
+                let reason = format!("job already {}", st.status.as_str());
+                return Ok(KillResponse { job_id: job.id.clone(), killed: false, status: st.status, reason: Some(reason) });
+            }
+            if st.kill_reason.is_some() {
+                return Ok(KillResponse {
+                    job_id: job.id.clone(),
+                    killed: false,
+                    status: st.status,
+                    reason: Some("a kill of this job is already in progress".into()),
+                });
+            }
+            st.kill_reason = Some("killed by shell::kill".into());
+        }
+        job.tree.kill();
+        let mut done = job.done.clone();
+        let waited = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
+        if waited.is_err() {
+            return Err(ExecError::Internal(format!("job {id}: SIGKILL was sent but the process did not exit")));
+        }
+        let st = lock(&job.state);
+        Ok(KillResponse { job_id: job.id.clone(), killed: true, status: st.status, reason: None })
+    }
+
+    /// Kills every running job (executor shutdown).
+    pub fn kill_all(&self) {
+        for job in lock(&self.table).values() {
+            let running = lock(&job.state).status == JobStatus::Running;
+            if running {
+                lock(&job.state).kill_reason.get_or_insert_with(|| "executor shutting down".into());
+                job.tree.kill();
+            }
+        }
+    }
+}
+
+/// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy
+/// failures keep their codes.
+fn plain_spawn_error(e: ExecError) -> ExecError {
+    match e {
+        ExecError::Internal(m) => ExecError::Plain(m),
+        other => other,
+    }
+}
+
+fn pump_shared(mut c: Collector, into: Arc<Mutex<Capture>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move { c.pump_into(&into).await })
+}
+
+async fn supervise(job: Arc<Job>, mut running: Running, hard_cap_ms: u64, done: watch::Sender<bool>, events: broadcast::Sender<Event>) {
+    let status = if hard_cap_ms > 0 {
+        tokio::select! {
+            st = running.wait() => st,
+            _ = tokio::time::sleep(Duration::from_millis(hard_cap_ms)) => {
+                let first = {
+                    let mut st = lock(&job.state);
+                    st.kill_reason.is_none().then(|| st.kill_reason = Some("hard cap".into())).is_some()
+                };
+                if first {
+                    let note = format!(
+                        "\n[iii-shell] job killed: it hit the hard cap max_bg_timeout_ms = {hard_cap_ms} ms\n"
+                    );
+                    append_note(&job, &note);
+                }
+                job.tree.kill();
+                running.wait().await
+            }
+        }
+    } else {
+        running.wait().await
+    };
+    // Give the readers a moment to collect what the process wrote just before it exited.
+    let _ = tokio::time::timeout(Duration::from_millis(50), async {
+        for r in &job.readers {
+            while !r.is_finished() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await;
+    let (final_status, exit_code) = {
+        let mut st = lock(&job.state);
+        st.finished_at_ms = Some(now_ms());
+        if st.kill_reason.is_some() {
+            st.status = JobStatus::Killed;
+            st.exit_code = None;
+        } else {
+            st.status = JobStatus::Finished;
+            st.exit_code = status.code();
+        }
+        (st.status, st.exit_code)
+    };
+    release_later(job.tree.clone());
+    let _ = done.send(true);
+    let _ = events.send(Event::JobExited { job_id: job.id.clone(), status: final_status, exit_code });
+}
+
+/// Appends a worker note to a job's stderr, past the cap if need be so it is never lost.
+fn append_note(job: &Job, note: &str) {
+    lock(&job.stderr).bytes.extend_from_slice(note.as_bytes());
+}

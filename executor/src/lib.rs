@@ -1,0 +1,128 @@
+//! The executor: the half of iii-shell that acts.
+//!
+//! It accepts typed requests from the broker over a Unix socket, re-checks every one of them
+//! against the policy it was given (argv rules, denylist, dangerous env keys, the path jail),
+//! and only then runs commands and background jobs. It never talks to the network.
+
+pub mod capture;
+pub mod command;
+pub mod denylist;
+pub mod env_policy;
+pub mod error;
+pub mod jail;
+pub mod jobs;
+pub mod policy;
+pub mod procfs;
+pub mod run;
+pub mod running;
+pub mod server;
+pub mod spawn;
+pub mod tree;
+
+use std::sync::Arc;
+
+use iii_shell_protocol::exec::StatusResponse;
+use iii_shell_protocol::messages::{Event, Reply, Request};
+use iii_shell_protocol::{Code, WireError};
+use tokio::sync::{broadcast, Notify};
+
+use crate::error::ExecError;
+use crate::jobs::Jobs;
+use crate::policy::{Policy, PolicyStore};
+
+/// Shared state of one executor process.
+pub struct Executor {
+    pub policy: PolicyStore,
+    pub jobs: Jobs,
+    pub events: broadcast::Sender<Event>,
+}
+
+impl Default for Executor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Executor {
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(1024);
+        Executor { policy: PolicyStore::default(), jobs: Jobs::new(events.clone()), events }
+    }
+
+    fn current(&self) -> Result<Arc<Policy>, ExecError> {
+        self.policy
+            .get()
+            .ok_or_else(|| ExecError::Internal("executor has no policy yet".into()))
+    }
+
+    /// Handles one request against one policy snapshot.
+    pub async fn handle(&self, request: Request, cancel: Arc<Notify>) -> Result<Reply, WireError> {
+        let r = match request {
+            Request::Ping => Ok(Reply::Pong),
+            Request::SetPolicy { generation, config_json } => match Policy::build(generation, &config_json) {
+                Ok(p) => {
+                    tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
+                    self.policy.set(p);
+                    Ok(Reply::PolicyAccepted { generation })
+                }
+                Err(e) => {
+                    tracing::warn!(generation, error = %e, "policy refused");
+                    return Err(WireError::new(Code::S210, format!("policy refused by the executor: {e}")));
+                }
+            },
+            Request::Exec(spec) => match self.current() {
+                Ok(p) => run::run(p, spec, cancel).await.map(Reply::Exec),
+                Err(e) => Err(e),
+            },
+            Request::ExecBg(spec) => match self.current() {
+                Ok(p) => self.jobs.spawn(p, spec).await.map(Reply::ExecBg),
+                Err(e) => Err(e),
+            },
+            Request::JobStatus { job_id } => self.jobs.status(&job_id).map(|job| Reply::JobStatus(StatusResponse { job })),
+            Request::JobList => Ok(Reply::JobList(self.jobs.list())),
+            Request::JobKill { job_id } => self.jobs.kill(&job_id).await.map(Reply::JobKill),
+        };
+        r.map_err(|e| e.to_wire())
+    }
+
+    /// Kills every job and removes job cgroups (shutdown).
+    pub fn shutdown(&self) {
+        self.jobs.kill_all();
+        tree::kill_all_cgroups();
+    }
+}
+
+/// Process-level setup shared by every way of running the executor.
+pub fn prepare_process() {
+    if let Err(e) = tree::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper: orphans of jobs go to init");
+    }
+    ensure_std_fds();
+    let _ = tree::cgroup_base();
+}
+
+/// Makes sure fds 0, 1 and 2 are open, so no pipe we create can take one of those numbers
+/// (the spawn path relies on it when it dup2s the child's stdio).
+fn ensure_std_fds() {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only queries; opening /dev/null has no memory effects.
+        unsafe {
+            if libc::fcntl(fd, libc::F_GETFD) < 0 {
+                let flags = if fd == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
+                libc::open(c"/dev/null".as_ptr(), flags);
+            }
+        }
+    }
+}
+
+/// Reaps orphans re-parented to us whenever SIGCHLD arrives.
+pub fn spawn_orphan_reaper() {
+    tokio::spawn(async {
+        let Ok(mut sig) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) else {
+            return;
+        };
+        while sig.recv().await.is_some() {
+            tokio::task::spawn_blocking(tree::reap_orphans);
+        }
+    });
+}

@@ -1,0 +1,81 @@
+//! `shell::exec`: run one command in the foreground under a deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iii_shell_protocol::exec::ExecResponse;
+use iii_shell_protocol::messages::ExecSpec;
+use tokio::sync::Notify;
+
+use crate::command;
+use crate::error::ExecError;
+use crate::policy::Policy;
+use crate::running::{release_later, start};
+
+/// How long output is still collected after the tree was killed, for holders outside it.
+const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
+
+enum Outcome {
+    Completed,
+    TimedOut,
+    Cancelled,
+}
+
+/// Runs `spec` to completion, timeout or cancellation.
+///
+/// The call completes when the root process has exited **and** both output pipes reached
+/// EOF. A descendant that keeps a pipe open keeps the call going until the deadline; then the
+/// whole tree is killed and the result says `timed_out`.
+pub async fn run(policy: Arc<Policy>, spec: ExecSpec, cancel: Arc<Notify>) -> Result<ExecResponse, ExecError> {
+    let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
+    let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
+    let prepared = command::prepare(&policy, &spec)?;
+    if timeout_ms == 0 {
+        if let Some(cg) = &prepared.cgroup {
+            cg.remove();
+        }
+        return Ok(ExecResponse {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: None,
+            timed_out: true,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms: 0,
+        });
+    }
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
+    let (mut running, mut out, mut err) = start(prepared, &spec.argv[0], cap)?;
+
+    let outcome = tokio::select! {
+        _ = async { tokio::join!(running.wait(), out.pump(), err.pump()) } => Outcome::Completed,
+        _ = tokio::time::sleep_until(deadline) => Outcome::TimedOut,
+        _ = cancel.notified() => Outcome::Cancelled,
+    };
+    let mut duration = started.elapsed();
+    if !matches!(outcome, Outcome::Completed) {
+        running.tree.kill();
+        if running.wait_for(Duration::from_secs(5)).await.is_none() {
+            tracing::error!(pid = running.pid(), "process did not die after SIGKILL");
+        }
+        duration = started.elapsed();
+        let _ = tokio::time::timeout(DRAIN_AFTER_KILL, async { tokio::join!(out.pump(), err.pump()) }).await;
+        out.abandon();
+        err.abandon();
+    }
+    release_later(running.tree.clone());
+    if matches!(outcome, Outcome::Cancelled) {
+        return Err(ExecError::Internal("call cancelled".into()));
+    }
+    let timed_out = matches!(outcome, Outcome::TimedOut);
+    Ok(ExecResponse {
+        stdout: out.capture.text(),
+        stderr: err.capture.text(),
+        exit_code: if timed_out { None } else { running.status.and_then(|s| s.code()) },
+        timed_out,
+        stdout_truncated: out.capture.truncated,
+        stderr_truncated: err.capture.truncated,
+        duration_ms: duration.as_millis() as u64,
+    })
+}

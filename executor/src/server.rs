@@ -1,0 +1,141 @@
+//! The executor's side of the socket: peer check, handshake, request multiplexing.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use iii_shell_protocol::frame::{read_frame, write_frame, FrameError};
+use iii_shell_protocol::messages::{ClientFrame, Hello, ServerFrame, MAGIC};
+use iii_shell_protocol::PROTOCOL_VERSION;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, Notify};
+
+use crate::Executor;
+
+/// How long a new connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The uid of the process at the other end of a Unix socket (SO_PEERCRED).
+pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    let cred = nix::sys::socket::getsockopt(&stream.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(std::io::Error::from)?;
+    Ok(cred.uid())
+}
+
+/// Checks the peer's uid against the one the executor was told to expect.
+pub fn check_peer(stream: &UnixStream, expected_uid: u32) -> Result<(), String> {
+    match peer_uid(stream) {
+        Ok(uid) if uid == expected_uid => Ok(()),
+        Ok(uid) => Err(format!("peer uid {uid} is not the expected broker uid {expected_uid}")),
+        Err(e) => Err(format!("cannot read peer credentials: {e}")),
+    }
+}
+
+/// The refusal text for a version mismatch; both sides log it.
+pub fn version_mismatch(ours: u32, theirs: u32) -> String {
+    format!("protocol version mismatch: executor speaks {ours}, broker speaks {theirs}; run the broker and executor from the same iii-shell release")
+}
+
+/// Serves one broker connection until it closes. Never panics on bad input: a malformed or
+/// oversized frame is logged and closes the connection.
+pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
+    let (mut rd, mut wr) = stream.into_split();
+    match tokio::time::timeout(HELLO_TIMEOUT, read_frame::<_, ClientFrame>(&mut rd)).await {
+        Ok(Ok(ClientFrame::Hello(Hello { magic, version }))) if magic == MAGIC => {
+            if version != PROTOCOL_VERSION {
+                let reason = version_mismatch(PROTOCOL_VERSION, version);
+                tracing::error!("{reason}");
+                let _ = write_frame(&mut wr, &ServerFrame::Refused { reason }).await;
+                return;
+            }
+        }
+        Ok(Ok(_)) => {
+            tracing::warn!("connection refused: the first frame was not a hello");
+            let _ = write_frame(&mut wr, &ServerFrame::Refused { reason: "expected hello".into() }).await;
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "connection closed during handshake");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("connection closed: no hello within {HELLO_TIMEOUT:?}");
+            return;
+        }
+    }
+    if write_frame(&mut wr, &ServerFrame::HelloAck { version: PROTOCOL_VERSION, pid: std::process::id() })
+        .await
+        .is_err()
+    {
+        return;
+    }
+
+    let (tx, mut rx) = mpsc::channel::<ServerFrame>(256);
+    let mut events = exec.events.subscribe();
+    let writer = tokio::spawn(async move {
+        loop {
+            let frame = tokio::select! {
+                f = rx.recv() => match f { Some(f) => f, None => break },
+                ev = events.recv() => match ev {
+                    Ok(ev) => ServerFrame::Event(ev),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                },
+            };
+            if let Err(e) = write_frame(&mut wr, &frame).await {
+                tracing::warn!(error = %e, "write to broker failed");
+                break;
+            }
+        }
+    });
+
+    let inflight: Arc<Mutex<HashMap<u64, Arc<Notify>>>> = Arc::default();
+    loop {
+        match read_frame::<_, ClientFrame>(&mut rd).await {
+            Ok(ClientFrame::Request { id, request }) => {
+                let cancel = Arc::new(Notify::new());
+                if let Ok(mut m) = inflight.lock() {
+                    m.insert(id, cancel.clone());
+                }
+                let (exec, tx, inflight) = (exec.clone(), tx.clone(), inflight.clone());
+                tokio::spawn(async move {
+                    let kind = request.kind();
+                    let result = exec.handle(request, cancel).await;
+                    if let Err(e) = &result {
+                        tracing::debug!(id, kind, code = %e.code, "request failed: {}", e.message);
+                    }
+                    if let Ok(mut m) = inflight.lock() {
+                        m.remove(&id);
+                    }
+                    let _ = tx.send(ServerFrame::Reply { id, result }).await;
+                });
+            }
+            Ok(ClientFrame::Cancel { id }) => {
+                if let Some(n) = inflight.lock().ok().and_then(|m| m.get(&id).cloned()) {
+                    n.notify_one();
+                }
+            }
+            Ok(ClientFrame::Hello(_)) => {
+                tracing::warn!("unexpected second hello; closing the connection");
+                break;
+            }
+            Err(FrameError::Closed) => {
+                tracing::debug!("broker closed the connection");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "bad frame from broker; closing the connection");
+                break;
+            }
+        }
+    }
+    // The broker is gone: stop every foreground call it was waiting for.
+    if let Ok(m) = inflight.lock() {
+        for n in m.values() {
+            n.notify_one();
+        }
+    }
+    drop(tx);
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+}

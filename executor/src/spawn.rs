@@ -1,0 +1,348 @@
+//! Process creation without copying the executor: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)`.
+//!
+//! This is how `posix_spawn` works inside glibc, done here so that the child can also join a
+//! job cgroup and start a new session **before** `execve`, which `posix_spawn` cannot do.
+//! Because the child shares the parent's memory and the calling thread is suspended until the
+//! child execs or exits, the cost does not grow with the executor's size (a `fork` of a fat
+//! parent copies its page tables; see BENCHMARKS.md).
+//!
+//! Everything the child needs (C strings, pointer arrays, fds) is prepared in the parent. The
+//! child runs [`child_main`], which makes only raw, async-signal-safe system calls and never
+//! allocates, locks, or unwinds.
+
+use std::ffi::{c_void, CString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Everything a spawn needs, prepared in the parent.
+pub struct SpawnPlan {
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub cwd: Option<OwnedFd>,
+    /// An open `cgroup.procs` of the job cgroup; the child writes "0" to join it.
+    pub cgroup_procs: Option<OwnedFd>,
+}
+
+impl SpawnPlan {
+    pub fn new(
+        program: &str,
+        argv: &[String],
+        env: impl IntoIterator<Item = (String, String)>,
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    ) -> std::io::Result<SpawnPlan> {
+        let nul = |s: &str| CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+        let program = nul(program)?;
+        let argv = argv.iter().map(|a| nul(a)).collect::<Result<Vec<_>, _>>()?;
+        let envp = env
+            .into_iter()
+            .map(|(k, v)| nul(&format!("{k}={v}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SpawnPlan {
+            program,
+            argv,
+            envp,
+            stdin,
+            stdout,
+            stderr,
+            cwd: None,
+            cgroup_procs: None,
+        })
+    }
+}
+
+/// A started child: its pid and a pidfd that becomes readable when it exits.
+#[derive(Debug)]
+pub struct Child {
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+}
+
+/// Plain data the child reads; lives on the parent's stack for the duration of the clone.
+#[repr(C)]
+struct ChildCtx {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    fds: [RawFd; 3],
+    cwd: RawFd,
+    cgroup_procs: RawFd,
+    /// Written by the child when it fails before or at execve.
+    err: i32,
+}
+
+/// The kernel's `struct sigaction` (with `sa_restorer`, as on x86_64 and arm64).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Starts the child. Returns once it has exec'd (or failed to, with the errno it reported).
+pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
+    let mut argv_ptrs: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut envp_ptrs: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
+    envp_ptrs.push(std::ptr::null());
+    let mut ctx = ChildCtx {
+        program: plan.program.as_ptr(),
+        argv: argv_ptrs.as_ptr(),
+        envp: envp_ptrs.as_ptr(),
+        fds: [plan.stdin.as_raw_fd(), plan.stdout.as_raw_fd(), plan.stderr.as_raw_fd()],
+        cwd: plan.cwd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+        cgroup_procs: plan.cgroup_procs.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+        err: 0,
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down on every architecture Linux runs this on; align the top to 16.
+    let top = ((stack.as_mut_ptr() as usize + CHILD_STACK) & !15) as *mut c_void;
+    let mut pidfd: libc::c_int = -1;
+
+    // Block every signal around the clone so no handler of ours can run in the child while it
+    // shares our memory; the child resets dispositions and unblocks before execve.
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises `all`; pthread_sigmask stores the previous mask in `old`.
+    unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
+    }
+    // SAFETY: `child_main` only performs async-signal-safe system calls on data in `ctx`,
+    // which (with argv/envp and the strings they point to) outlives the call: with CLONE_VFORK
+    // this thread is suspended until the child has called execve or _exit. The child runs on
+    // `stack`, which nothing else uses meanwhile. `pidfd` receives the CLONE_PIDFD descriptor.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            &mut ctx as *mut ChildCtx as *mut c_void,
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    let clone_err = std::io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+    }
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_err);
+    }
+    // SAFETY: CLONE_PIDFD stored a fresh pidfd that only we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let child = Child { pid, pidfd };
+    if ctx.err != 0 {
+        // The child reported a failure and called _exit; reap it so it leaves no zombie.
+        let _ = reap(&child);
+        return Err(std::io::Error::from_raw_os_error(ctx.err));
+    }
+    Ok(child)
+}
+
+/// Runs in the child, on the child stack, sharing the parent's memory.
+extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
+    // SAFETY: `arg` is the ChildCtx the parent passed, alive until we exec or exit. Every call
+    // below is a raw system call wrapper listed as async-signal-safe; nothing allocates.
+    unsafe {
+        let ctx = &mut *(arg as *mut ChildCtx);
+        // Default dispositions for every signal (ignored ones survive execve otherwise: the
+        // Rust runtime ignores SIGPIPE). The raw system call is used because glibc's wrapper
+        // refuses the signals it reserves for itself (32 and 33).
+        let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+        for sig in 1..65 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &dfl as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    8usize,
+                );
+            }
+        }
+        // A new session (and process group) so the whole job can be signalled at once.
+        if libc::setsid() < 0 {
+            return fail(ctx);
+        }
+        if ctx.cgroup_procs >= 0 {
+            let zero = b"0";
+            if libc::write(ctx.cgroup_procs, zero.as_ptr() as *const c_void, 1) < 0 {
+                return fail(ctx);
+            }
+        }
+        for (target, &fd) in ctx.fds.iter().enumerate() {
+            if libc::dup2(fd, target as i32) < 0 {
+                return fail(ctx);
+            }
+        }
+        if ctx.cwd >= 0 && libc::fchdir(ctx.cwd) < 0 {
+            return fail(ctx);
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(ctx.program, ctx.argv, ctx.envp);
+        fail(ctx)
+    }
+}
+
+/// Records errno for the parent and exits without running any atexit handler.
+unsafe fn fail(ctx: &mut ChildCtx) -> libc::c_int {
+    // SAFETY (caller): runs in the child; __errno_location and _exit are async-signal-safe.
+    unsafe {
+        ctx.err = *libc::__errno_location();
+        if ctx.err == 0 {
+            ctx.err = libc::ECHILD;
+        }
+        libc::_exit(127)
+    }
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl ExitStatus {
+    pub fn code(self) -> Option<i32> {
+        match self {
+            ExitStatus::Exited(c) => Some(c),
+            ExitStatus::Signaled(_) => None,
+        }
+    }
+}
+
+/// Reaps the child through its pidfd (blocking if it has not exited yet).
+pub fn reap(child: &Child) -> std::io::Result<ExitStatus> {
+    reap_flags(&child.pidfd, 0).map(|s| s.unwrap_or(ExitStatus::Signaled(0)))
+}
+
+/// Reaps the child if it has exited; `None` if it is still running.
+pub fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<ExitStatus>> {
+    reap_flags(pidfd, libc::WNOHANG)
+}
+
+fn reap_flags(pidfd: &OwnedFd, extra: i32) -> std::io::Result<Option<ExitStatus>> {
+    loop {
+        let mut info: libc::siginfo_t = unsafe_zeroed_siginfo();
+        // SAFETY: waitid writes into `info`, which is a valid, zeroed siginfo_t.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | extra,
+            )
+        };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid succeeded; si_pid/si_status/si_code are valid for SIGCHLD infos.
+        let (pid, status, code) = unsafe { (info.si_pid(), info.si_status(), info.si_code) };
+        if pid == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(if code == libc::CLD_EXITED {
+            ExitStatus::Exited(status)
+        } else {
+            ExitStatus::Signaled(status)
+        }));
+    }
+}
+
+fn unsafe_zeroed_siginfo() -> libc::siginfo_t {
+    // SAFETY: siginfo_t is a plain C struct for which all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A pipe whose read end is non-blocking (for the async reader) and close-on-exec; the write
+/// end is handed to the child.
+pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    set_nonblocking(&r)?;
+    Ok((r, w))
+}
+
+pub fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `/dev/null` opened read-only, close-on-exec.
+pub fn dev_null() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::options().read(true).open("/dev/null")?.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn run(argv: &[&str]) -> std::io::Result<(ExitStatus, String)> {
+        let (r, w) = pipe()?;
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let plan = SpawnPlan::new(&argv[0], &argv, vec![("A".to_string(), "1".to_string())], dev_null()?, w.try_clone()?, w)?;
+        let child = spawn(&plan)?;
+        drop(plan);
+        let st = reap(&child)?;
+        let mut out = String::new();
+        let mut f = std::fs::File::from(r);
+        loop {
+            let mut buf = [0u8; 4096];
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((st, out))
+    }
+
+    #[test]
+    fn spawns_with_env_and_status() {
+        let (st, out) = run(&["/bin/sh", "-c", "echo $A; trap - PIPE; exit 3"]).unwrap();
+        assert_eq!(st, ExitStatus::Exited(3));
+        assert_eq!(out, "1\n");
+    }
+
+    #[test]
+    fn missing_program_reports_errno() {
+        let err = run(&["/nonexistent/prog"]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(err.to_string(), "No such file or directory (os error 2)");
+    }
+
+    #[test]
+    fn child_gets_default_sigpipe_and_own_session() {
+        let (_, out) = run(&["/bin/sh", "-c", "grep -E '^(SigIgn)' /proc/self/status; ps -o sid= -p $$ >/dev/null; echo sid=$(cut -d' ' -f6 /proc/self/stat)"]).unwrap();
+        assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
+    }
+}

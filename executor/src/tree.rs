@@ -1,0 +1,201 @@
+//! Owning and killing a job's whole process tree.
+//!
+//! Each command starts in a new session (so its process group and session id equal its pid)
+//! and, where a writable cgroup v2 hierarchy exists, in a cgroup of its own, joined before
+//! `execve`. Killing a job then means `cgroup.kill` (which also catches processes that called
+//! `setsid` to escape the session), plus SIGKILL to the session, the process group and every
+//! descendant still linked by parentage. The executor is a child subreaper, so orphans of a
+//! job are re-parented to it and reaped by [`reap_orphans`] instead of lingering as zombies.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::procfs;
+
+/// Where job cgroups are created, if anywhere.
+#[derive(Debug)]
+pub struct CgroupBase {
+    pub dir: PathBuf,
+}
+
+static BASE: OnceLock<Option<CgroupBase>> = OnceLock::new();
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// Pids of job roots, which their own supervisors reap (the orphan reaper leaves them alone).
+pub static ROOTS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Finds a writable cgroup v2 directory for job cgroups: a child of the executor's own cgroup.
+pub fn cgroup_base() -> Option<&'static CgroupBase> {
+    BASE.get_or_init(detect_cgroup_base).as_ref()
+}
+
+fn detect_cgroup_base() -> Option<CgroupBase> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        left.split_whitespace().nth(4).map(PathBuf::from)
+    })?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim_start_matches('/');
+    let dir = mount.join(rel).join(format!("iii-shell-{}", std::process::id()));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            tracing::info!(error = %e, path = %dir.display(), "no writable cgroup v2 hierarchy: job trees are tracked by session and parentage only");
+            return None;
+        }
+    }
+    if !dir.join("cgroup.kill").exists() {
+        tracing::info!("cgroup.kill unavailable (kernel < 5.14): job cgroups disabled");
+        let _ = std::fs::remove_dir(&dir);
+        return None;
+    }
+    tracing::debug!(path = %dir.display(), "job cgroups enabled");
+    Some(CgroupBase { dir })
+}
+
+/// The cgroup of one job.
+#[derive(Debug)]
+pub struct JobCgroup {
+    pub dir: PathBuf,
+}
+
+impl JobCgroup {
+    /// Creates a fresh job cgroup and opens its `cgroup.procs` for the child to join.
+    pub fn create() -> Option<(JobCgroup, OwnedFd)> {
+        let base = cgroup_base()?;
+        let dir = base.dir.join(format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir).ok()?;
+        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
+        match procs {
+            Ok(f) => Some((JobCgroup { dir }, f.into())),
+            Err(_) => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+
+    pub fn kill(&self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+    }
+
+    pub fn is_empty(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .map(|s| s.trim().is_empty())
+            .unwrap_or(true)
+    }
+
+    /// Removes the cgroup once it is empty; returns false while processes remain.
+    pub fn remove(&self) -> bool {
+        std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists()
+    }
+}
+
+/// The tree of one job: its root pid (= session and process group id) and its cgroup.
+#[derive(Debug)]
+pub struct JobTree {
+    pub root: i32,
+    pub cgroup: Option<JobCgroup>,
+    /// Set once the root has been reaped: its pid may then be reused by an unrelated process,
+    /// so it is no longer signalled by number.
+    pub reaped: std::sync::atomic::AtomicBool,
+}
+
+impl JobTree {
+    /// SIGKILLs everything that belongs to the job. Idempotent.
+    pub fn kill(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill();
+        }
+        // Repeat a few times: a process may fork between the scan and the signal.
+        for _ in 0..3 {
+            let table = procfs::all();
+            let mut victims: Vec<i32> = table
+                .iter()
+                .filter(|p| p.sid == self.root || p.pgid == self.root)
+                .map(|p| p.pid)
+                .collect();
+            let reaped = self.reaped.load(Ordering::SeqCst);
+            if !reaped {
+                victims.extend(procfs::descendants(self.root, &table));
+            }
+            victims.retain(|&p| p > 1 && p != std::process::id() as i32 && !(reaped && p == self.root));
+            victims.sort_unstable();
+            victims.dedup();
+            let alive: Vec<i32> = victims
+                .into_iter()
+                .filter(|&p| procfs::stat(p).is_some_and(|s| s.state != b'Z'))
+                .collect();
+            if alive.is_empty() {
+                break;
+            }
+            for p in alive {
+                // SAFETY: kill(2) with a positive pid and SIGKILL has no memory effects.
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
+        }
+    }
+
+    /// Tries to remove the cgroup; call after the root has been reaped.
+    pub fn release(&self) -> bool {
+        self.cgroup.as_ref().map(|c| c.is_empty() && c.remove()).unwrap_or(true)
+    }
+}
+
+/// Reaps zombies among our children that are not job roots (orphans re-parented to us).
+pub fn reap_orphans() {
+    let roots = ROOTS.lock().map(|r| r.clone()).unwrap_or_default();
+    for pid in procfs::own_children() {
+        if roots.contains(&pid) {
+            continue;
+        }
+        if procfs::stat(pid).is_some_and(|s| s.state == b'Z') {
+            // SAFETY: waitpid on a specific pid that is our zombie child; status is discarded.
+            unsafe {
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
+    }
+}
+
+/// Makes this process a child subreaper.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only changes a flag of this process.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Kills every job cgroup and removes the base (executor shutdown).
+pub fn kill_all_cgroups() {
+    let Some(base) = cgroup_base() else { return };
+    if let Ok(rd) = std::fs::read_dir(&base.dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                let _ = std::fs::write(p.join("cgroup.kill"), "1");
+                remove_when_empty(&p);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(&base.dir);
+}
+
+fn remove_when_empty(p: &Path) {
+    for _ in 0..50 {
+        if std::fs::remove_dir(p).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,463 @@
+//! The `shell` configuration document (ide 0.12.9 shape).
+//!
+//! Parsing is strict: keys removed in older releases are refused with a migration hint, and
+//! unknown keys are refused too, because serde would otherwise ignore a stale or misspelt key
+//! and boot with a weaker policy than the operator wrote.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// The shipped `config.yaml`, which is also the built-in zero-config default.
+pub const SHIPPED_CONFIG_YAML: &str = include_str!("../../config.yaml");
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// The whole configuration of the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+#[schemars(title = "ShellConfig")]
+pub struct Config {
+    /// Foreground exec hard cap in ms; a per-call `timeout_ms` is clamped to this.
+    pub max_timeout_ms: u64,
+    /// Host background job hard cap in ms; 0 = unbounded. A job that runs longer is killed and its status becomes `killed`.
+    pub max_bg_timeout_ms: u64,
+    /// Timeout applied when the caller omits `timeout_ms` (code default 10000).
+    pub default_timeout_ms: u64,
+    /// Cap on captured stdout and on captured stderr, each, in bytes; output past it sets `*_truncated`.
+    pub max_output_bytes: u64,
+    /// Which of the worker's environment variables reach commands.
+    pub env: EnvConfig,
+    /// Advisory regexes over `argv.join(" ")`: a tripwire for catastrophic mistakes, NOT a security boundary. Command-shaped patterns are anchored to argv[0] and tolerate sudo/doas/nohup/env/timeout wrappers.
+    pub denylist_patterns: Vec<String>,
+    /// `shell::exec_bg` past this many running jobs is rejected.
+    pub max_concurrent_jobs: u32,
+    /// Finished jobs are pruned this many seconds after they finish.
+    pub job_retention_secs: u64,
+    /// Filesystem jail, caps and path denylist for `shell::fs::*`, exec `cwd` and `coder::*`.
+    pub fs: FsConfig,
+    /// Globs shared by `coder::*` and `shell::fs::*`.
+    pub code: CodeConfig,
+    /// Per-session change history of the turns module.
+    pub turns: TurnsConfig,
+    /// Sandbox-target forwarding.
+    pub sandbox: SandboxConfig,
+    /// Default working directory of commands when a call gives no `cwd`; null = the executor's own working directory.
+    pub working_dir: Option<String>,
+}
+
+/// Environment forwarding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvConfig {
+    /// Forward the worker's whole environment to commands. Dangerous per-call keys stay blocked either way.
+    pub inherit: bool,
+    /// Variables forwarded from the worker's environment when `inherit` is false. Has no effect on the per-call `env` (deny-only).
+    pub allow: Vec<String>,
+}
+
+/// Filesystem policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct FsConfig {
+    /// Jail roots for `shell::fs::*`, exec/PTY `cwd`, `coder::*` and `shell::changed`; empty = unjailed (requires `allow_unjailed: true`). The first entry is the primary root.
+    #[serde(deserialize_with = "null_as_empty")]
+    pub host_roots: Vec<String>,
+    /// Explicit opt-in to running with no jail root; required whenever `host_roots` is empty.
+    pub allow_unjailed: bool,
+    /// Largest file `shell::fs::read` serves, in bytes; 0 = unlimited.
+    pub max_read_bytes: u64,
+    /// Largest file `shell::fs::write` accepts, in bytes; 0 = unlimited.
+    pub max_write_bytes: u64,
+    /// Paths that read exactly like missing ones (S211), with everything under them. The primary protection while unjailed.
+    #[serde(deserialize_with = "null_as_empty")]
+    pub denylist_paths: Vec<String>,
+    /// Permit setuid/setgid/sticky bits in `mode` fields.
+    pub allow_special_bits: bool,
+}
+
+/// Globs of the code surface, shared with `shell::fs::*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodeConfig {
+    /// Noise-exclusion globs hidden from `coder::search` and `coder::tree` results; no access protection.
+    #[serde(deserialize_with = "null_as_empty")]
+    pub default_exclude_globs: Vec<String>,
+    /// Root-relative globs of files that are listable but never readable or writable (S211 / C211).
+    #[serde(deserialize_with = "null_as_empty")]
+    pub non_accessible_globs: Vec<String>,
+}
+
+/// Turn change history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TurnsConfig {
+    /// Directory of the durable turn history and its blob store.
+    pub data_dir: String,
+    /// Cap on the pre-image blob store, in bytes.
+    pub max_blob_bytes: u64,
+}
+
+/// Sandbox forwarding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// When false, every `target: sandbox` call returns S210.
+    pub enabled: bool,
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// Prefix shared by the command-shaped denylist patterns: tolerates `env [K=V]…`, `sudo`,
+/// `doas`, `nohup` and `timeout [duration]` wrappers, each optionally path-qualified.
+pub const WRAPPER_PREFIX: &str = r"(?i)^(?:(?:\S*/)?env(?:\s+\S+=\S*)*\s+|(?:\S*/)?(?:sudo|doas|nohup)\s+|(?:\S*/)?timeout(?:\s+\S+)?\s+)*(\S*/)?";
+
+/// The catastrophic-only denylist of the newest seed, in order.
+pub fn default_denylist_patterns() -> Vec<String> {
+    let mut v = vec![r"rm\s+-rf\s+/".to_string(), r":\(\)\s*\{\s*:\|".to_string()];
+    for tail in ["mkfs", r"dd\s+if=", r"shutdown\b", r"reboot\b"] {
+        v.push(format!("{WRAPPER_PREFIX}{tail}"));
+    }
+    v.push("/etc/shadow".to_string());
+    v
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            inherit: true,
+            allow: strings(&["PATH", "HOME", "LANG", "LC_ALL", "TERM"]),
+        }
+    }
+}
+
+impl Default for FsConfig {
+    /// Code default: no roots and no opt-in, so a config that names neither fails closed.
+    fn default() -> Self {
+        FsConfig {
+            host_roots: Vec::new(),
+            allow_unjailed: false,
+            max_read_bytes: 16 * 1024 * 1024,
+            max_write_bytes: 16 * 1024 * 1024,
+            denylist_paths: strings(&["/etc/passwd", "/etc/shadow"]),
+            allow_special_bits: false,
+        }
+    }
+}
+
+impl Default for CodeConfig {
+    fn default() -> Self {
+        CodeConfig {
+            default_exclude_globs: strings(&[
+                "**/.git/**",
+                "**/node_modules/**",
+                "**/target/**",
+                "**/dist/**",
+                "**/.venv/**",
+                "**/__pycache__/**",
+            ]),
+            non_accessible_globs: strings(&[
+                "**/.env",
+                "**/.env.*",
+                "**/*.pem",
+                "**/*.key",
+                "**/secrets/**",
+            ]),
+        }
+    }
+}
+
+impl Default for TurnsConfig {
+    fn default() -> Self {
+        TurnsConfig {
+            data_dir: "data/shell/turns".to_string(),
+            max_blob_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig { enabled: true }
+    }
+}
+
+impl Default for Config {
+    /// Code defaults, used for keys a partial config leaves out.
+    fn default() -> Self {
+        Config {
+            max_timeout_ms: 120_000,
+            max_bg_timeout_ms: 0,
+            default_timeout_ms: 10_000,
+            max_output_bytes: 1024 * 1024,
+            env: EnvConfig::default(),
+            denylist_patterns: default_denylist_patterns(),
+            max_concurrent_jobs: 16,
+            job_retention_secs: 3600,
+            fs: FsConfig::default(),
+            code: CodeConfig::default(),
+            turns: TurnsConfig::default(),
+            sandbox: SandboxConfig::default(),
+            working_dir: None,
+        }
+    }
+}
+
+impl Config {
+    /// The built-in zero-config default: what the shipped `config.yaml` says. Unjailed (with the
+    /// explicit opt-in), env forwarded, catastrophic-only denylist.
+    pub fn builtin_default() -> Config {
+        let mut c = Config {
+            default_timeout_ms: 30_000,
+            ..Config::default()
+        };
+        c.fs.allow_unjailed = true;
+        c
+    }
+
+    /// Parses YAML (a `--config` file or `check-config` input) and validates it.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let value: Value = serde_norway::from_str(text)
+            .map_err(|e| ConfigError(format!("config is not valid YAML: {e}")))?;
+        Config::from_value(&value)
+    }
+
+    /// Parses a JSON value (the stored configuration) and validates it. A null value is
+    /// refused: a nulled store never falls back to a default.
+    pub fn from_value(value: &Value) -> Result<Config, ConfigError> {
+        if value.is_null() {
+            return Err(ConfigError(
+                "configuration value is null: refusing to fall back to a default".into(),
+            ));
+        }
+        if !value.is_object() {
+            return Err(ConfigError("configuration value must be an object".into()));
+        }
+        reject_removed_keys(value)?;
+        let config: Config = serde_json::from_value(value.clone())
+            .map_err(|e| ConfigError(format!("invalid configuration: {e}")))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the rules that serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.fs.host_roots.is_empty() && !self.fs.allow_unjailed {
+            return Err(ConfigError(
+                "fs.host_roots is empty and fs.allow_unjailed is not true: refusing to start \
+                 unjailed (set fs.host_roots to at least one directory, or set \
+                 fs.allow_unjailed: true)"
+                    .into(),
+            ));
+        }
+        for root in &self.fs.host_roots {
+            if !root.starts_with('/') {
+                return Err(ConfigError(format!(
+                    "fs.host_roots entry {root:?} must be an absolute path"
+                )));
+            }
+        }
+        for p in &self.fs.denylist_paths {
+            if !p.starts_with('/') {
+                return Err(ConfigError(format!(
+                    "fs.denylist_paths entry {p:?} must be an absolute path"
+                )));
+            }
+        }
+        for (i, p) in self.denylist_patterns.iter().enumerate() {
+            if p.is_empty() {
+                return Err(ConfigError(format!("denylist_patterns[{i}] is empty")));
+            }
+            regex::Regex::new(p).map_err(|e| {
+                ConfigError(format!("denylist_patterns[{i}] is not a valid regex: {e}"))
+            })?;
+        }
+        for (key, globs) in [
+            ("code.non_accessible_globs", &self.code.non_accessible_globs),
+            ("code.default_exclude_globs", &self.code.default_exclude_globs),
+        ] {
+            for g in globs {
+                globset::Glob::new(g)
+                    .map_err(|e| ConfigError(format!("{key} entry {g:?} is not a valid glob: {e}")))?;
+            }
+        }
+        for (i, k) in self.env.allow.iter().enumerate() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(ConfigError(format!("env.allow[{i}] {k:?} is not a variable name")));
+            }
+        }
+        if let Some(wd) = &self.working_dir {
+            if !wd.starts_with('/') {
+                return Err(ConfigError(format!("working_dir {wd:?} must be an absolute path")));
+            }
+        }
+        if self.max_timeout_ms == 0 {
+            return Err(ConfigError("max_timeout_ms must be greater than 0".into()));
+        }
+        Ok(())
+    }
+
+    /// True when `self` grants something `old` did not: fewer jail roots or none, unjailed,
+    /// special bits, fewer denied paths or patterns, larger caps. Used to log privilege changes.
+    pub fn widens(&self, old: &Config) -> Vec<String> {
+        let mut why = Vec::new();
+        if old.fs.host_roots.is_empty() != self.fs.host_roots.is_empty() && self.fs.host_roots.is_empty() {
+            why.push("fs.host_roots cleared: the filesystem is now unjailed".to_string());
+        }
+        for r in &self.fs.host_roots {
+            if !old.fs.host_roots.is_empty() && !old.fs.host_roots.contains(r) {
+                why.push(format!("fs.host_roots gained {r}"));
+            }
+        }
+        if self.fs.allow_unjailed && !old.fs.allow_unjailed {
+            why.push("fs.allow_unjailed enabled".to_string());
+        }
+        if self.fs.allow_special_bits && !old.fs.allow_special_bits {
+            why.push("fs.allow_special_bits enabled".to_string());
+        }
+        for p in &old.fs.denylist_paths {
+            if !self.fs.denylist_paths.contains(p) {
+                why.push(format!("fs.denylist_paths lost {p}"));
+            }
+        }
+        for p in &old.denylist_patterns {
+            if !self.denylist_patterns.contains(p) {
+                why.push(format!("denylist_patterns lost {p}"));
+            }
+        }
+        for g in &old.code.non_accessible_globs {
+            if !self.code.non_accessible_globs.contains(g) {
+                why.push(format!("code.non_accessible_globs lost {g}"));
+            }
+        }
+        if self.env.inherit && !old.env.inherit {
+            why.push("env.inherit enabled".to_string());
+        }
+        if !self.sandbox.enabled && old.sandbox.enabled {
+            // Narrowing, not widening; nothing to report.
+        }
+        why
+    }
+}
+
+/// Refuses keys removed in 0.7.0 and 0.8.0 with the seeds' migration hints.
+fn reject_removed_keys(v: &Value) -> Result<(), ConfigError> {
+    let obj = match v.as_object() {
+        Some(o) => o,
+        None => return Ok(()),
+    };
+    let mut env_moves = Vec::new();
+    if obj.contains_key("inherit_env") {
+        env_moves.push("`inherit_env` -> `env.inherit`");
+    }
+    if obj.contains_key("allowed_env") {
+        env_moves.push("`allowed_env` -> `env.allow`");
+    }
+    if !env_moves.is_empty() {
+        return Err(ConfigError(format!(
+            "config keys removed in 0.7.0: {} (nest them under one `env:` block; there are no legacy aliases)",
+            env_moves.join(", ")
+        )));
+    }
+    if let Some(env) = obj.get("env").and_then(Value::as_object) {
+        for old in ["inherit_env", "allowed_env"] {
+            if env.contains_key(old) {
+                return Err(ConfigError(format!(
+                    "config keys removed in 0.7.0: `env.{old}` is a half-migration; the `env` block takes `inherit` and `allow` (`inherit_env` -> `env.inherit`, `allowed_env` -> `env.allow`)"
+                )));
+            }
+        }
+    }
+    if obj
+        .get("fs")
+        .and_then(Value::as_object)
+        .is_some_and(|fs| fs.contains_key("host_root"))
+    {
+        return Err(ConfigError(
+            "config key removed in 0.7.0: `fs.host_root` -> `fs.host_roots` (one-entry list)".into(),
+        ));
+    }
+    if obj
+        .get("code")
+        .and_then(Value::as_object)
+        .is_some_and(|c| c.contains_key("base_path") || c.contains_key("base_paths"))
+    {
+        return Err(ConfigError(
+            "config keys removed in 0.7.0: `code.base_path` / `code.base_paths` (they never had an effect); set the jail once via `fs.host_roots`".into(),
+        ));
+    }
+    if obj.contains_key("migrated_from_coder") {
+        return Err(ConfigError(
+            "config key removed in 0.7.0: `migrated_from_coder` (the one-shot coder->shell migration marker is gone); delete it from the stored value".into(),
+        ));
+    }
+    if obj.contains_key("allowlist") {
+        return Err(ConfigError(
+            "`allowlist` (removed in 0.8.0, no replacement): the shell is deny-only and allow/ask policy lives in the approval-gate; delete the key from the stored value or seed file".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn shipped_config_is_the_builtin_default() {
+        let shipped = Config::from_yaml(SHIPPED_CONFIG_YAML).expect("shipped config parses");
+        assert_eq!(shipped, Config::builtin_default());
+        assert_eq!(shipped.denylist_patterns.len(), 7);
+    }
+
+    #[test]
+    fn code_defaults_fail_closed() {
+        let err = Config::from_value(&json!({})).unwrap_err();
+        assert!(err.0.starts_with("fs.host_roots is empty"), "{err}");
+        assert!(err.0.contains("refusing to start unjailed"), "{err}");
+        let ok = Config::from_value(&json!({"fs": {"host_roots": ["/tmp"]}})).unwrap();
+        assert_eq!(ok.default_timeout_ms, 10_000);
+    }
+
+    #[test]
+    fn removed_keys_are_rejected_with_hints() {
+        let unjailed = json!({"allow_unjailed": true});
+        let cases = [
+            (json!({"inherit_env": true, "fs": unjailed}), "config keys removed in 0.7.0: `inherit_env` -> `env.inherit`"),
+            (json!({"allowed_env": ["PATH"], "fs": unjailed}), "`allowed_env` -> `env.allow`"),
+            (json!({"env": {"inherit_env": true}, "fs": unjailed}), "half-migration"),
+            (json!({"fs": {"host_root": "/srv", "allow_unjailed": true}}), "config key removed in 0.7.0: `fs.host_root` -> `fs.host_roots` (one-entry list)"),
+            (json!({"code": {"base_path": "/x"}, "fs": unjailed}), "`code.base_path` / `code.base_paths`"),
+            (json!({"code": {"base_paths": ["/x"]}, "fs": unjailed}), "`fs.host_roots`"),
+            (json!({"migrated_from_coder": true, "fs": unjailed}), "`migrated_from_coder`"),
+            (json!({"allowlist": [], "fs": unjailed}), "`allowlist` (removed in 0.8.0, no replacement)"),
+        ];
+        for (value, want) in cases {
+            let err = Config::from_value(&value).unwrap_err();
+            assert!(err.0.contains(want), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_null_are_rejected() {
+        assert!(Config::from_value(&json!({"fs": {"allow_unjailed": true}, "max_timout_ms": 5})).is_err());
+        assert!(Config::from_value(&json!({"fs": {"allow_unjailed": true, "jail": "/"}})).is_err());
+        assert!(Config::from_value(&Value::Null).unwrap_err().0.contains("null"));
+        assert!(Config::from_value(&json!({"fs": {"allow_unjailed": true}, "denylist_patterns": ["("]})).is_err());
+    }
+
+    #[test]
+    fn yaml_null_lists_are_empty() {
+        let c = Config::from_yaml("fs:\n  host_roots:\n  allow_unjailed: true\n").unwrap();
+        assert!(c.fs.host_roots.is_empty());
+    }
+}

@@ -1,0 +1,22 @@
+//! Types shared by the two halves of iii-shell.
+//!
+//! * [`frame`]: the length-prefixed postcard framing used on the broker↔executor socket.
+//! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
+//! * [`error`]: the `{code, message}` wire error and the S-codes.
+//! * [`exec`]: the public JSON request/response types of the exec family.
+//! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape).
+
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod frame;
+pub mod messages;
+
+pub use error::{Code, WireError};
+
+/// Version of the broker↔executor protocol. Bumped on any incompatible change to
+/// [`messages`]; a peer that speaks another version is refused during the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Package version, reported by `--version` and registered with the engine.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

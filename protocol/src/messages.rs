@@ -1,0 +1,109 @@
+//! The closed set of messages on the broker↔executor socket.
+//!
+//! The broker sends [`ClientFrame`]s, the executor answers with [`ServerFrame`]s. Requests carry
+//! a broker-chosen id, so many calls can be in flight on one connection; replies and stream
+//! chunks name the id they belong to. Events (job exits, …) are pushed without a request.
+//!
+//! Nothing here is trusted by the executor: every request is checked again on arrival.
+
+use serde::{Deserialize, Serialize};
+
+use crate::exec::{ExecBgResponse, ExecResponse, KillResponse, ListResponse, StatusResponse};
+use crate::WireError;
+
+/// First frame of a connection, sent by the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Always [`MAGIC`]; guards against a stray client speaking something else.
+    pub magic: [u8; 8],
+    pub version: u32,
+}
+
+pub const MAGIC: [u8; 8] = *b"iiishell";
+
+/// Frames the broker sends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ClientFrame {
+    Hello(Hello),
+    Request { id: u64, request: Request },
+    /// Abandon a request: the executor stops work on it (kills a foreground exec).
+    Cancel { id: u64 },
+}
+
+/// Frames the executor sends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ServerFrame {
+    HelloAck { version: u32, pid: u32 },
+    /// The handshake was refused; the connection closes after this frame.
+    Refused { reason: String },
+    Reply { id: u64, result: Result<Reply, WireError> },
+    Event(Event),
+}
+
+/// A command after the broker has validated it. The executor re-checks every field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecSpec {
+    /// Final argv; `argv[0]` is the program (PATH-resolved by the executor when it has no `/`).
+    pub argv: Vec<String>,
+    /// Working directory as the caller wrote it; resolved through the jail by the executor.
+    pub cwd: Option<String>,
+    /// Per-call overrides, applied over the forwarded base environment.
+    pub env: Vec<(String, String)>,
+    /// Bytes written to stdin, then EOF. `None` means stdin is `/dev/null`.
+    pub stdin: Option<Vec<u8>>,
+    /// Timeout in ms, already resolved against the policy by the broker (re-clamped by the
+    /// executor). Ignored by host background jobs.
+    pub timeout_ms: u64,
+}
+
+/// Requests the executor accepts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// Replace the policy. `config_json` is the whole `shell` configuration document; the
+    /// executor parses and validates it itself.
+    SetPolicy { generation: u64, config_json: String },
+    Exec(ExecSpec),
+    ExecBg(ExecSpec),
+    JobStatus { job_id: String },
+    JobList,
+    JobKill { job_id: String },
+    Ping,
+}
+
+impl Request {
+    /// Short name for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::SetPolicy { .. } => "set_policy",
+            Request::Exec(_) => "exec",
+            Request::ExecBg(_) => "exec_bg",
+            Request::JobStatus { .. } => "job_status",
+            Request::JobList => "job_list",
+            Request::JobKill { .. } => "job_kill",
+            Request::Ping => "ping",
+        }
+    }
+}
+
+/// Successful replies, one variant per request kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    PolicyAccepted { generation: u64 },
+    Exec(ExecResponse),
+    ExecBg(ExecBgResponse),
+    JobStatus(StatusResponse),
+    JobList(ListResponse),
+    JobKill(KillResponse),
+    Pong,
+}
+
+/// Pushed by the executor without a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Event {
+    /// A background job left the `running` state.
+    JobExited {
+        job_id: String,
+        status: crate::exec::JobStatus,
+        exit_code: Option<i32>,
+    },
+}
