@@ -1,0 +1,646 @@
+//! Spawn-path benchmark: a raw `posix_spawn` of `/bin/true` against a full `shell::exec`
+//! through the broker library and a real executor process, measured interleaved in one run.
+//!
+//! Run with `cargo bench -p iii-shell-broker --bench spawn_path` (builds the `iii-shell`
+//! binary too); `BENCH_ITERS=200` makes a quick run. Results are recorded in BENCHMARKS.md.
+
+use std::ffi::CString;
+use std::future::Future;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iii_shell_broker::executor_client::ExecutorClient;
+use iii_shell_broker::functions::{dispatch, CallMeta};
+use iii_shell_broker::services::Services;
+use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_broker::validate::exec_request;
+use iii_shell_executor::command::prepare;
+use iii_shell_executor::denylist::Denylist;
+use iii_shell_executor::policy::Policy;
+use iii_shell_executor::spawn::{dev_null, reap, spawn, SpawnPlan};
+use iii_shell_executor::tree::{cgroup_base, kill_all_cgroups, JobCgroup};
+use iii_shell_protocol::config::Config;
+use iii_shell_protocol::messages::{ExecSpec, Request};
+use serde_json::{json, Value};
+
+const COMMAND: &str = "cargo bench -p iii-shell-broker --bench spawn_path";
+const EXE: &str = env!("CARGO_BIN_EXE_iii-shell");
+const TRUE: &str = "/bin/true";
+const WARMUP: usize = 200;
+const FAT_JOBS: usize = 16;
+const FAT_BYTES: usize = 1 << 20;
+const FAT_PARENT_MIB: usize = 256;
+const FORK_ITERS: usize = 50;
+const GOAL: f64 = 1.2;
+
+fn main() {
+    // Executor logs at warn unless the caller asked otherwise (set before any thread exists).
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "warn");
+    }
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(2000);
+    let warmup = WARMUP.min(iters);
+
+    println!("command: {COMMAND}   (BENCH_ITERS={iters}, warm-up {warmup})");
+    println!("iii-shell binary: {EXE}");
+    println!("machine: {}", machine_facts());
+    println!();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(bench(iters, warmup));
+    drop(rt);
+
+    fork_vs_posix_spawn();
+    println!();
+    println!("command: {COMMAND}");
+}
+
+async fn bench(iters: usize, warmup: usize) {
+    standalone_rss();
+
+    let config = Config::builtin_default();
+    let services = Services::new();
+    let rt = services.runtime.install(config.clone());
+    let (mut child, stream) = spawn_executor_with(Path::new(EXE), &[]).expect("start the executor");
+    let client = ExecutorClient::connect(stream)
+        .await
+        .expect("executor handshake");
+    let executor_pid = client.pid;
+    client
+        .call(Request::SetPolicy {
+            generation: rt.generation,
+            config_json: rt.config_json(),
+        })
+        .await
+        .expect("SetPolicy");
+    services.executor.set(client);
+    let mut rss = vec![(
+        "idle, right after start-up + SetPolicy",
+        vm_rss_kib(executor_pid),
+    )];
+    println!(
+        "executor pid {executor_pid}, job cgroups: {}",
+        job_cgroups(executor_pid)
+    );
+    println!();
+
+    let raw = RawSpawn::new(TRUE);
+    let payload = json!({"command": TRUE, "args": []});
+
+    let idle = compare(&services, &raw, &payload, iters, warmup).await;
+    idle.print(&format!(
+        "idle executor, {iters} iterations each, interleaved"
+    ));
+    rss.push(("after the idle run", vm_rss_kib(executor_pid)));
+
+    let jobs = start_fat_jobs(&services).await;
+    rss.push((
+        "with 16 jobs holding 1 MiB of stdout each",
+        vm_rss_kib(executor_pid),
+    ));
+    let fat = compare(&services, &raw, &payload, iters, warmup).await;
+    fat.print(&format!(
+        "executor holding {FAT_JOBS} jobs x 1 MiB output, {iters} iterations each, interleaved"
+    ));
+    for id in &jobs {
+        let r = call(&services, "shell::kill", json!({ "job_id": id })).await;
+        assert_eq!(r["killed"], json!(true), "kill {id}: {r}");
+    }
+    rss.push(("after shell::kill of the 16 jobs", vm_rss_kib(executor_pid)));
+
+    println!("executor RSS (VmRSS of pid {executor_pid}):");
+    for (what, kib) in &rss {
+        println!("  {what:<44} {}", fmt_kib(*kib));
+    }
+    println!();
+
+    let stage_iters = (iters / 4).max(50);
+    stages(&services, &config, &raw, &payload, stage_iters).await;
+
+    println!("summary (goal: iii/raw <= {GOAL:.2} at p50, idle and with the fat jobs):");
+    for (name, c) in [("idle", &idle), ("16 fat jobs", &fat)] {
+        let r50 = c.iii.p50 / c.raw.p50;
+        let verdict = if r50 <= GOAL { "MET" } else { "NOT MET" };
+        println!(
+            "  {name:<12} p50 {:.1} vs {:.1} us -> {r50:.2}x ({verdict}); p99 {:.1} vs {:.1} us -> {:.2}x",
+            c.iii.p50,
+            c.raw.p50,
+            c.iii.p99,
+            c.raw.p99,
+            c.iii.p99 / c.raw.p99
+        );
+    }
+    println!();
+
+    // Closing the connection makes the executor shut down.
+    drop(services);
+    wait_or_kill(&mut child, Duration::from_secs(5));
+}
+
+/// Raw posix_spawn of one program, no file actions, the bench's own environment.
+struct RawSpawn {
+    path: CString,
+}
+
+impl RawSpawn {
+    fn new(path: &str) -> RawSpawn {
+        RawSpawn {
+            path: CString::new(path).expect("path"),
+        }
+    }
+
+    fn argv(&self) -> [*mut libc::c_char; 2] {
+        [
+            self.path.as_ptr() as *mut libc::c_char,
+            std::ptr::null_mut(),
+        ]
+    }
+
+    /// posix_spawn + waitpid; returns the elapsed time.
+    fn run(&self) -> Duration {
+        let argv = self.argv();
+        let mut pid: libc::pid_t = 0;
+        let start = Instant::now();
+        // SAFETY: path and argv are NUL-terminated and outlive the call; environ is the
+        // process environment; null file actions and attributes mean the defaults.
+        let rc = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                self.path.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                argv.as_ptr(),
+                libc::environ as *const *mut libc::c_char,
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "posix_spawn: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+        wait_success(pid);
+        start.elapsed()
+    }
+
+    /// fork + execve + waitpid; returns the elapsed time.
+    fn run_fork(&self) -> Duration {
+        let argv = self.argv();
+        let start = Instant::now();
+        // SAFETY: the child only calls execve and _exit, both async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above; the pointers were prepared before the fork.
+            unsafe {
+                libc::execve(
+                    self.path.as_ptr(),
+                    argv.as_ptr() as *const *const libc::c_char,
+                    libc::environ as *const *const libc::c_char,
+                );
+                libc::_exit(127);
+            }
+        }
+        assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+        wait_success(pid);
+        start.elapsed()
+    }
+}
+
+fn wait_success(pid: libc::pid_t) {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child, writing into a local int.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EINTR), "waitpid: {e}");
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x}"
+    );
+}
+
+/// One `shell::exec` through the full broker → executor path.
+async fn iii_exec(services: &Arc<Services>, payload: &Value) -> Duration {
+    let start = Instant::now();
+    let r = dispatch(
+        services,
+        "shell::exec",
+        payload.clone(),
+        CallMeta::default(),
+    )
+    .await;
+    let elapsed = start.elapsed();
+    match r {
+        Ok(v) if v["exit_code"] == json!(0) => elapsed,
+        other => panic!("shell::exec /bin/true: {other:?}"),
+    }
+}
+
+async fn call(services: &Arc<Services>, function: &str, payload: Value) -> Value {
+    match dispatch(services, function, payload, CallMeta::default()).await {
+        Ok(v) => v,
+        Err(e) => panic!("{function}: {} {}", e.code, e.message),
+    }
+}
+
+struct Comparison {
+    raw: Stats,
+    iii: Stats,
+}
+
+impl Comparison {
+    fn print(&self, title: &str) {
+        println!("{title}:");
+        print_header();
+        print_row("raw posix_spawn + waitpid", &self.raw);
+        print_row("iii-shell shell::exec", &self.iii);
+        println!(
+            "  ratio iii/raw: p50 {:.2}x, p99 {:.2}x   (goal <= {GOAL:.2}x at p50)",
+            self.iii.p50 / self.raw.p50,
+            self.iii.p99 / self.raw.p99
+        );
+        println!();
+    }
+}
+
+/// Raw and iii alternately, the order flipping every pair (ABBA…), after a shared warm-up.
+async fn compare(
+    services: &Arc<Services>,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+    warmup: usize,
+) -> Comparison {
+    for _ in 0..warmup {
+        raw.run();
+        iii_exec(services, payload).await;
+    }
+    let (mut r, mut i) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for n in 0..iters {
+        if n % 2 == 0 {
+            r.push(raw.run());
+            i.push(iii_exec(services, payload).await);
+        } else {
+            i.push(iii_exec(services, payload).await);
+            r.push(raw.run());
+        }
+    }
+    Comparison {
+        raw: Stats::of(r),
+        iii: Stats::of(i),
+    }
+}
+
+/// Starts the fat background jobs and waits until each holds exactly 1 MiB of stdout.
+async fn start_fat_jobs(services: &Arc<Services>) -> Vec<String> {
+    let script = format!("head -c {FAT_BYTES} /dev/zero | tr '\\0' a; exec sleep 100000");
+    let mut ids = Vec::new();
+    for _ in 0..FAT_JOBS {
+        let r = call(
+            services,
+            "shell::exec_bg",
+            json!({"command": "sh", "args": ["-c", script]}),
+        )
+        .await;
+        ids.push(r["job_id"].as_str().expect("job_id").to_string());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for id in &ids {
+        loop {
+            let r = call(services, "shell::status", json!({ "job_id": id })).await;
+            let job = &r["job"];
+            let len = job["stdout"].as_str().map(str::len).unwrap_or(0);
+            if len == FAT_BYTES {
+                assert_eq!(job["stdout_truncated"], json!(false), "job {id}");
+                assert_eq!(job["status"], json!("running"), "job {id}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} has only {len} bytes of stdout"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    println!("{FAT_JOBS} background jobs running, each verified via shell::status: stdout = {FAT_BYTES} bytes, stdout_truncated = false");
+    println!();
+    ids
+}
+
+/// Where the time of one `shell::exec` goes: each stage alone, round-robin with raw spawns.
+async fn stages(
+    services: &Arc<Services>,
+    config: &Config,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+) {
+    let policy = Arc::new(
+        Policy::build(1, &serde_json::to_string(config).expect("config json")).expect("policy"),
+    );
+    let spec = ExecSpec {
+        argv: vec![TRUE.into()],
+        cwd: None,
+        env: Vec::new(),
+        stdin: None,
+        timeout_ms: 30_000,
+    };
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let dn = || dev_null().expect("/dev/null");
+    let mut plan = SpawnPlan::new(TRUE, &[TRUE.to_string()], env, dn(), dn(), dn()).expect("plan");
+    let cgroups = cgroup_base().is_some();
+
+    let names = [
+        "raw posix_spawn + waitpid (reference)",
+        "iii-shell shell::exec, full path",
+        "broker: validate::exec_request (JSON -> ExecSpec)",
+        "  of which Denylist::compile (per call)",
+        "socket round trip: Request::Ping",
+        "executor: run::run(/bin/true) in-process",
+        "  command::prepare (env, pipes, cgroup mkdir)",
+        "  JobCgroup create + remove (mkdir/open/rmdir)",
+        "  spawn::spawn + reap, no cgroup",
+        "  spawn::spawn + reap, child joins a cgroup",
+    ];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(iters); names.len()];
+    for round in 0..(iters + iters / 10) {
+        let mut t: Vec<Option<Duration>> = vec![None; names.len()];
+        t[0] = Some(raw.run());
+        t[1] = Some(iii_exec(services, payload).await);
+        t[2] = Some(time(|| {
+            exec_request(payload, config).map(|_| ()).expect("validate")
+        }));
+        t[3] = Some(time(|| {
+            drop(Denylist::compile(&config.denylist_patterns).expect("denylist"))
+        }));
+        t[4] = Some(
+            time_async(async { services.executor.call(Request::Ping).await.expect("ping") }).await,
+        );
+        t[5] = Some(
+            time_async(async {
+                let r =
+                    iii_shell_executor::run::run(policy.clone(), spec.clone(), Default::default())
+                        .await;
+                assert_eq!(r.expect("run").exit_code, Some(0));
+            })
+            .await,
+        );
+        let start = Instant::now();
+        let prepared = prepare(&policy, &spec).expect("prepare");
+        t[6] = Some(start.elapsed());
+        if let Some(cg) = &prepared.cgroup {
+            cg.remove();
+        }
+        drop(prepared);
+        if cgroups {
+            t[7] = Some(time(|| {
+                let (cg, procs) = JobCgroup::create().expect("cgroup");
+                drop(procs);
+                cg.remove();
+            }));
+        }
+        t[8] = Some(time(|| {
+            reap(&spawn(&plan).expect("spawn")).expect("reap");
+        }));
+        if let Some((cg, procs)) = cgroups.then(JobCgroup::create).flatten() {
+            plan.cgroup_procs = Some(procs);
+            t[9] = Some(time(|| {
+                reap(&spawn(&plan).expect("spawn")).expect("reap");
+            }));
+            plan.cgroup_procs = None;
+            cg.remove();
+        }
+        // The first tenth of the rounds is warm-up.
+        if round >= iters / 10 {
+            for (s, d) in samples.iter_mut().zip(t) {
+                s.extend(d);
+            }
+        }
+    }
+    if cgroups {
+        kill_all_cgroups();
+    }
+
+    println!("where the time goes ({iters} rounds, stages round-robin; executor stages run in this process):");
+    print_header();
+    for (name, s) in names.iter().zip(samples) {
+        if s.is_empty() {
+            println!("  {name:<50} n/a (no writable cgroup v2 hierarchy)");
+        } else {
+            print_row(name, &Stats::of(s));
+        }
+    }
+    println!();
+}
+
+fn time(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+async fn time_async<T>(f: impl Future<Output = T>) -> Duration {
+    let start = Instant::now();
+    f.await;
+    start.elapsed()
+}
+
+/// Context: fork vs posix_spawn from a parent that holds (and has touched) 256 MiB.
+fn fork_vs_posix_spawn() {
+    let raw = RawSpawn::new(TRUE);
+    let mut lean = (Vec::new(), Vec::new());
+    for _ in 0..FORK_ITERS {
+        lean.0.push(raw.run_fork());
+        lean.1.push(raw.run());
+    }
+    // vec![1; n] writes every byte, so every page is resident (THP is madvise-only here).
+    let fat = std::hint::black_box(vec![1u8; FAT_PARENT_MIB << 20]);
+    let mut heavy = (Vec::new(), Vec::new());
+    for n in 0..FORK_ITERS {
+        if n % 2 == 0 {
+            heavy.0.push(raw.run_fork());
+            heavy.1.push(raw.run());
+        } else {
+            heavy.1.push(raw.run());
+            heavy.0.push(raw.run_fork());
+        }
+    }
+    let rss = vm_rss_kib(std::process::id());
+    drop(fat);
+    println!(
+        "context: fork+execve+waitpid vs posix_spawn+waitpid of /bin/true, {FORK_ITERS} each (bench process, VmRSS {} with the {FAT_PARENT_MIB} MiB touched):",
+        fmt_kib(rss)
+    );
+    print_header();
+    print_row("lean parent: fork + execve", &Stats::of(lean.0));
+    print_row("lean parent: posix_spawn", &Stats::of(lean.1));
+    let (f, p) = (Stats::of(heavy.0), Stats::of(heavy.1));
+    print_row(&format!("{FAT_PARENT_MIB} MiB parent: fork + execve"), &f);
+    print_row(&format!("{FAT_PARENT_MIB} MiB parent: posix_spawn"), &p);
+    println!(
+        "  fork/posix_spawn with the fat parent: p50 {:.1}x",
+        f.p50 / p.p50
+    );
+}
+
+/// Idle RSS of a freshly started standalone executor and of the broker (`serve`).
+fn standalone_rss() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("x.sock");
+    let mut ex = Command::new(EXE)
+        .arg("executor")
+        .arg("--socket")
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iii-shell executor --socket");
+    std::thread::sleep(Duration::from_millis(500));
+    let alive = matches!(ex.try_wait(), Ok(None));
+    let rss = if alive { vm_rss_kib(ex.id()) } else { None };
+    println!(
+        "executor idle RSS (iii-shell executor --socket <tmp>/x.sock, after 500 ms): {}",
+        fmt_kib(rss)
+    );
+    terminate(&mut ex);
+
+    let mut serve = Command::new(EXE)
+        .args(["serve", "--url", "ws://127.0.0.1:1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iii-shell serve");
+    std::thread::sleep(Duration::from_millis(500));
+    match serve.try_wait() {
+        Ok(None) => {
+            println!(
+                "broker idle RSS (iii-shell serve --url ws://127.0.0.1:1, after 500 ms): {}",
+                fmt_kib(vm_rss_kib(serve.id()))
+            );
+            terminate(&mut serve);
+        }
+        _ => println!("broker idle RSS: n/a (serve lands with the engine link)"),
+    }
+    println!();
+}
+
+fn terminate(child: &mut Child) {
+    // SAFETY: kill(2) on the pid of a child we started and have not reaped yet.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    wait_or_kill(child, Duration::from_secs(5));
+}
+
+fn wait_or_kill(child: &mut Child, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// VmRSS of a process, in KiB.
+fn vm_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn fmt_kib(kib: Option<u64>) -> String {
+    match kib {
+        Some(k) => format!("{:.1} MiB ({k} KiB)", k as f64 / 1024.0),
+        None => "n/a".into(),
+    }
+}
+
+/// Whether the executor made a job-cgroup base (a child of its cgroup named after its pid).
+fn job_cgroups(executor_pid: u32) -> String {
+    match cgroup_base().and_then(|b| {
+        b.dir
+            .parent()
+            .map(|p| p.join(format!("iii-shell-{executor_pid}")))
+    }) {
+        Some(dir) if dir.is_dir() => format!("enabled ({})", dir.display()),
+        _ => "disabled (no writable cgroup v2 hierarchy)".into(),
+    }
+}
+
+fn machine_facts() -> String {
+    let nproc = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    format!("nproc {nproc}, kernel {}, CPU {cpu}", kernel.trim())
+}
+
+/// Percentiles in microseconds.
+struct Stats {
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    mean: f64,
+    min: f64,
+    n: usize,
+}
+
+impl Stats {
+    fn of(samples: Vec<Duration>) -> Stats {
+        let mut us: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+        us.sort_by(f64::total_cmp);
+        let n = us.len();
+        // Nearest-rank percentile.
+        let pct = |p: f64| us[((p / 100.0 * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Stats {
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p99: pct(99.0),
+            mean: us.iter().sum::<f64>() / n as f64,
+            min: us[0],
+            n,
+        }
+    }
+}
+
+fn print_header() {
+    println!(
+        "  {:<50} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "variant", "p50 us", "p90 us", "p99 us", "mean us", "min us", "n"
+    );
+}
+
+fn print_row(name: &str, s: &Stats) {
+    println!(
+        "  {name:<50} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6}",
+        s.p50, s.p90, s.p99, s.mean, s.min, s.n
+    );
+}

@@ -1,0 +1,64 @@
+//! The command line of `iii-shell`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "iii-shell", version = iii_shell_protocol::VERSION, about = "Privilege-separated shell and filesystem worker for the iii engine")]
+pub struct Cli {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Options of `serve` (also accepted without the subcommand, as `iii worker add` runs it).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// WebSocket URL of the iii engine [env: III_URL, then III_ENGINE_URL; default ws://127.0.0.1:49134]
+    #[arg(long, global = true)]
+    pub url: Option<String>,
+    /// Seed configuration sent as `initial_value` on first registration only
+    #[arg(long, global = true, default_value = "./config.yaml")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Connect to the engine and serve (the default)
+    Serve,
+    /// Run only the executor
+    Executor(ExecutorArgs),
+    /// Make one call through the full validate → executor path and print the JSON result
+    Call(CallArgs),
+    /// Parse and validate a configuration file
+    CheckConfig {
+        /// The YAML file to check
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ExecutorArgs {
+    /// Listen on this Unix socket path
+    #[arg(long, conflicts_with = "fd", required_unless_present = "fd")]
+    pub socket: Option<PathBuf>,
+    /// Serve the one connection on this inherited socket fd (used by `serve` and `call`)
+    #[arg(long)]
+    pub fd: Option<i32>,
+    /// The only uid allowed to connect (default: the executor's own uid)
+    #[arg(long)]
+    pub peer_uid: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// Talk to a running executor on this socket instead of spawning one
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Function id, e.g. shell::exec
+    pub function: String,
+    /// JSON payload (default {})
+    pub json: Option<String>,
+}

@@ -1,0 +1,91 @@
+//! `iii-shell executor`: run the executor half.
+
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use iii_shell_executor::server::{check_peer, serve_connection};
+use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
+
+use crate::cli::ExecutorArgs;
+
+pub async fn run(args: ExecutorArgs) -> i32 {
+    prepare_process();
+    spawn_orphan_reaper();
+    let exec = Arc::new(Executor::new());
+    let own_uid = nix::unistd::getuid().as_raw();
+    let expected = args.peer_uid.unwrap_or(own_uid);
+
+    if let Some(fd) = args.fd {
+        // SAFETY: the parent handed us this descriptor number as the inherited socket; we take
+        // sole ownership of it here and nothing else in this process uses that number.
+        let std_stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+        let stream = match std_stream.set_nonblocking(true).and_then(|_| tokio::net::UnixStream::from_std(std_stream)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(fd, error = %e, "--fd is not a usable socket");
+                return 2;
+            }
+        };
+        if let Err(e) = check_peer(&stream, expected) {
+            tracing::error!("refusing the inherited connection: {e}");
+            return 2;
+        }
+        tokio::select! {
+            _ = serve_connection(exec.clone(), stream) => tracing::debug!("broker connection ended; shutting down"),
+            _ = shutdown_signal() => tracing::info!("signal received; shutting down"),
+        }
+        exec.shutdown();
+        return 0;
+    }
+
+    let Some(path) = args.socket else { return 2 };
+    let _ = std::fs::remove_file(&path);
+    let listener = match tokio::net::UnixListener::bind(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot bind the executor socket");
+            return 2;
+        }
+    };
+    // Only the named peer may connect: owner = peer uid, mode 0600.
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    if expected != own_uid {
+        if let Err(e) = nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(expected)), None) {
+            tracing::error!(error = %e, "cannot hand the socket to uid {expected}");
+            return 2;
+        }
+    }
+    tracing::info!(path = %path.display(), peer_uid = expected, "executor listening");
+    let code = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if let Err(e) = check_peer(&stream, expected) {
+                        tracing::warn!("refused a connection: {e}");
+                        continue;
+                    }
+                    tokio::spawn(serve_connection(exec.clone(), stream));
+                }
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            },
+            _ = shutdown_signal() => break 0,
+        }
+    };
+    exec.shutdown();
+    let _ = std::fs::remove_file(&path);
+    code
+}
+
+/// SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,114 @@
+//! `shell::exec`, `shell::exec_bg`, `shell::status`, `shell::list`, `shell::kill`.
+
+use std::sync::Arc;
+
+use iii_shell_protocol::exec::{
+    ExecBgRequest, ExecBgResponse, ExecRequest, ExecResponse, KillRequest, KillResponse, ListRequest,
+    ListResponse, StatusRequest, StatusResponse,
+};
+use iii_shell_protocol::messages::{Reply, Request};
+use iii_shell_protocol::{Code, WireError};
+use serde_json::Value;
+
+use super::{meta, to_value, FunctionDef};
+use crate::runtime::Runtime;
+use crate::schema::schema_for;
+use crate::services::{unexpected_reply, Services};
+use crate::validate::{exec_request, parse, CheckedExec};
+
+pub fn definitions() -> Vec<FunctionDef> {
+    vec![
+        FunctionDef {
+            id: "shell::exec",
+            description: "Run a command in the foreground and return its full output. Put the program in `command` (string) and arguments in `args` (string[]), never argv in `command`. Host-only cwd/env/stdin reject S210 on a sandbox target. Errors return { code, message }; common: S216 host exec error, S300 VM boot failed, S200 in-VM failure.",
+            metadata: meta(false, false, false),
+            request_format: schema_for::<ExecRequest>(),
+            response_format: schema_for::<ExecResponse>(),
+        },
+        FunctionDef {
+            id: "shell::exec_bg",
+            description: "Spawn a background job; returns { job_id, argv } immediately. Same payload as shell::exec. Host jobs ignore timeout_ms and run until exit or shell::kill; poll with shell::status, list with shell::list. Spawn-time failures are plain-string messages; later failures surface in shell::status, not here.",
+            metadata: meta(false, false, false),
+            request_format: schema_for::<ExecBgRequest>(),
+            response_format: schema_for::<ExecBgResponse>(),
+        },
+        FunctionDef {
+            id: "shell::status",
+            description: "Fetch the full record (status, exit_code, timing) of a background job by job_id. Errors return { code, message }; common: S211 no such job.",
+            metadata: meta(false, false, false),
+            request_format: schema_for::<StatusRequest>(),
+            response_format: schema_for::<StatusResponse>(),
+        },
+        FunctionDef {
+            id: "shell::list",
+            description: "List background jobs (running + recently completed). Takes no arguments.",
+            metadata: meta(false, false, false),
+            request_format: schema_for::<ListRequest>(),
+            response_format: schema_for::<ListResponse>(),
+        },
+        FunctionDef {
+            id: "shell::kill",
+            description: "Terminate a running background job by job_id (the UUID from shell::exec_bg). Errors return { code, message }; common: S211 no such job, S216 kill/signal delivery failure.",
+            metadata: meta(false, false, false),
+            request_format: schema_for::<KillRequest>(),
+            response_format: schema_for::<KillResponse>(),
+        },
+    ]
+}
+
+fn runtime(services: &Services) -> Result<Arc<Runtime>, WireError> {
+    services
+        .runtime
+        .get()
+        .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))
+}
+
+fn checked(services: &Services, payload: &Value) -> Result<CheckedExec, WireError> {
+    let rt = runtime(services)?;
+    exec_request(payload, &rt.config)
+}
+
+fn sandbox_unavailable() -> WireError {
+    WireError::new(Code::S216, "sandbox forwarding is not available in this build")
+}
+
+pub async fn exec(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
+    let c = checked(services, &payload)?;
+    let Some(spec) = c.spec else { return Err(sandbox_unavailable()) };
+    match services.executor.call(Request::Exec(spec)).await? {
+        Reply::Exec(r) => to_value(&r),
+        _ => Err(unexpected_reply()),
+    }
+}
+
+pub async fn exec_bg(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
+    let c = checked(services, &payload)?;
+    let Some(spec) = c.spec else { return Err(sandbox_unavailable()) };
+    match services.executor.call(Request::ExecBg(spec)).await? {
+        Reply::ExecBg(r) => to_value(&r),
+        _ => Err(unexpected_reply()),
+    }
+}
+
+pub async fn status(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
+    let req: StatusRequest = parse(&payload)?;
+    match services.executor.call(Request::JobStatus { job_id: req.job_id }).await? {
+        Reply::JobStatus(r) => to_value(&r),
+        _ => Err(unexpected_reply()),
+    }
+}
+
+pub async fn list(services: &Arc<Services>) -> Result<Value, WireError> {
+    match services.executor.call(Request::JobList).await? {
+        Reply::JobList(r) => to_value::<ListResponse>(&r),
+        _ => Err(unexpected_reply()),
+    }
+}
+
+pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
+    let req: KillRequest = parse(&payload)?;
+    match services.executor.call(Request::JobKill { job_id: req.job_id }).await? {
+        Reply::JobKill(r) => to_value::<KillResponse>(&r),
+        _ => Err(unexpected_reply()),
+    }
+}

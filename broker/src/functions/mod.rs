@@ -1,0 +1,69 @@
+//! The functions this worker serves: their registration data and their handlers.
+
+pub mod config_status;
+pub mod exec;
+
+use std::sync::Arc;
+
+use iii_shell_protocol::{Code, WireError};
+use serde_json::{json, Value};
+
+use crate::services::Services;
+
+/// What the engine is told about a function.
+#[derive(Debug, Clone)]
+pub struct FunctionDef {
+    pub id: &'static str,
+    pub description: &'static str,
+    pub metadata: Value,
+    pub request_format: Value,
+    pub response_format: Value,
+}
+
+/// Every function this build serves, in registration order.
+pub fn catalogue() -> Vec<FunctionDef> {
+    let mut v = exec::definitions();
+    v.extend(config_status::definitions());
+    v
+}
+
+/// Per-invocation context.
+#[derive(Clone, Default)]
+pub struct CallMeta {
+    /// The invocation's metadata sidecar, if the caller or trigger sent one.
+    pub metadata: Option<Value>,
+}
+
+/// Runs the handler of `function_id`.
+pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Value, meta: CallMeta) -> Result<Value, WireError> {
+    let _ = meta;
+    match function_id {
+        "shell::exec" => exec::exec(services, payload).await,
+        "shell::exec_bg" => exec::exec_bg(services, payload).await,
+        "shell::status" => exec::status(services, payload).await,
+        "shell::list" => exec::list(services).await,
+        "shell::kill" => exec::kill(services, payload).await,
+        "shell::config-status" => config_status::status(services),
+        other => Err(WireError::new(Code::S210, format!("unknown function: {other}"))),
+    }
+}
+
+/// Metadata flags as the seed publishes them.
+pub fn meta(internal: bool, trace_hidden: bool, display: bool) -> Value {
+    let mut m = serde_json::Map::new();
+    if display {
+        m.insert("display".into(), json!(true));
+    }
+    if internal {
+        m.insert("internal".into(), json!(true));
+    }
+    if trace_hidden {
+        m.insert("trace_hidden".into(), json!(true));
+    }
+    Value::Object(m)
+}
+
+/// Serializes a response.
+pub fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
+    serde_json::to_value(v).map_err(|e| WireError::new(Code::S216, format!("serialize response: {e}")))
+}

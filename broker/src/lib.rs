@@ -1,0 +1,16 @@
+//! iii-shell's broker: the unprivileged, network-facing half.
+//!
+//! It validates every request into a typed value and forwards it to the executor over a Unix
+//! socket. It never touches the host filesystem or runs programs itself.
+
+pub mod cli;
+pub mod cmd_call;
+pub mod cmd_executor;
+pub mod executor_client;
+pub mod functions;
+pub mod logging;
+pub mod runtime;
+pub mod schema;
+pub mod services;
+pub mod spawn_executor;
+pub mod validate;

@@ -1,0 +1,62 @@
+use clap::Parser;
+use iii_shell_broker::cli::{Cli, Command};
+use iii_shell_broker::{cmd_call, cmd_executor, logging};
+use iii_shell_protocol::config::Config;
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Some(Command::CheckConfig { file }) => check_config(&file),
+        Some(Command::Executor(args)) => {
+            logging::init("info");
+            runtime(2).block_on(cmd_executor::run(args))
+        }
+        Some(Command::Call(args)) => {
+            logging::init("warn");
+            let explicit = std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
+            let path = explicit.then_some(cli.serve.config.as_path());
+            runtime(2).block_on(cmd_call::run(args, path))
+        }
+        Some(Command::Serve) | None => {
+            logging::init("info");
+            eprintln!("iii-shell serve: the engine link is not available in this build");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("iii-shell: cannot start the async runtime: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn check_config(file: &std::path::Path) -> i32 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            return 1;
+        }
+    };
+    match Config::from_yaml(&text) {
+        Ok(c) => {
+            let mode = if c.fs.host_roots.is_empty() {
+                "unjailed".to_string()
+            } else {
+                format!("jailed to {}", c.fs.host_roots.join(", "))
+            };
+            println!("{}: ok ({mode}, {} denylist patterns)", file.display(), c.denylist_patterns.len());
+            0
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            1
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The live configuration snapshot and the reload status.
+//!
+//! A call takes one [`Runtime`] at its start and keeps it to the end, so a reload never
+//! changes the rules in the middle of a call.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use iii_shell_protocol::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug)]
+pub struct Runtime {
+    pub generation: u64,
+    pub config: Config,
+}
+
+impl Runtime {
+    /// The document sent to the executor.
+    pub fn config_json(&self) -> String {
+        serde_json::to_string(&self.config).unwrap_or_else(|_| "null".into())
+    }
+}
+
+/// Outcome of the most recent hot-reload attempt, exposed via `shell::config-status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReloadOutcome {
+    /// The live runtime reflects the most recent configuration the worker loaded.
+    Applied,
+    /// The most recent configuration:updated delivered a value the worker could NOT build; the previous valid policy is still active and the central store has DIVERGED from what shell is enforcing.
+    Rejected,
+}
+
+/// Operator-visible hot-reload status. `rejected_reloads > 0` (or `last_outcome == Rejected`) means a stored config was refused and shell is enforcing an older policy than the central store — actionable divergence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "ReloadStatus")]
+pub struct ReloadStatus {
+    /// Outcome of the most recent hot-reload attempt.
+    pub last_outcome: ReloadOutcome,
+    /// Build error from the most recent rejected reload (why it was refused).
+    pub last_error: Option<String>,
+    /// Cumulative count of rejected reloads since boot (never reset).
+    pub rejected_reloads: u64,
+}
+
+#[derive(Debug)]
+pub struct RuntimeCell {
+    current: RwLock<Option<Arc<Runtime>>>,
+    status: Mutex<ReloadStatus>,
+}
+
+impl Default for RuntimeCell {
+    fn default() -> Self {
+        RuntimeCell {
+            current: RwLock::new(None),
+            status: Mutex::new(ReloadStatus { last_outcome: ReloadOutcome::Applied, last_error: None, rejected_reloads: 0 }),
+        }
+    }
+}
+
+impl RuntimeCell {
+    pub fn get(&self) -> Option<Arc<Runtime>> {
+        self.current.read().ok().and_then(|g| g.clone())
+    }
+
+    /// Installs a new runtime and records the outcome `applied`. Returns the new generation.
+    pub fn install(&self, config: Config) -> Arc<Runtime> {
+        let mut g = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let generation = g.as_ref().map(|r| r.generation + 1).unwrap_or(1);
+        let rt = Arc::new(Runtime { generation, config });
+        *g = Some(rt.clone());
+        drop(g);
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.last_outcome = ReloadOutcome::Applied;
+        s.last_error = None;
+        rt
+    }
+
+    /// Records a rejected reload; the current runtime stays.
+    pub fn reject(&self, error: String) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.last_outcome = ReloadOutcome::Rejected;
+        s.last_error = Some(error);
+        s.rejected_reloads += 1;
+    }
+
+    pub fn status(&self) -> ReloadStatus {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

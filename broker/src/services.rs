@@ -1,0 +1,48 @@
+//! What every handler can reach: the live runtime and the executor.
+
+use std::sync::{Arc, RwLock};
+
+use iii_shell_protocol::messages::{Reply, Request};
+use iii_shell_protocol::{Code, WireError};
+
+use crate::executor_client::{executor_lost, ExecutorClient};
+use crate::runtime::RuntimeCell;
+
+/// The executor connection in use; replaced when a respawned executor comes up.
+#[derive(Default)]
+pub struct ExecutorSlot {
+    client: RwLock<Option<ExecutorClient>>,
+}
+
+impl ExecutorSlot {
+    pub fn set(&self, c: ExecutorClient) {
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(c);
+    }
+
+    pub fn get(&self) -> Option<ExecutorClient> {
+        self.client.read().ok().and_then(|g| g.clone())
+    }
+
+    pub async fn call(&self, request: Request) -> Result<Reply, WireError> {
+        match self.get() {
+            Some(c) if !c.is_closed() => c.call(request).await,
+            _ => Err(executor_lost()),
+        }
+    }
+}
+
+pub struct Services {
+    pub runtime: Arc<RuntimeCell>,
+    pub executor: Arc<ExecutorSlot>,
+}
+
+impl Services {
+    pub fn new() -> Arc<Services> {
+        Arc::new(Services { runtime: Arc::default(), executor: Arc::default() })
+    }
+}
+
+/// The reply kind did not match the request: the executor is not speaking our protocol.
+pub fn unexpected_reply() -> WireError {
+    WireError::new(Code::S216, "unexpected reply from the executor")
+}

@@ -1,0 +1,140 @@
+//! Shared test harness: a real executor process behind the real broker library.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iii_shell_broker::executor_client::ExecutorClient;
+use iii_shell_broker::functions::{dispatch, CallMeta};
+use iii_shell_broker::services::Services;
+use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_protocol::config::Config;
+use iii_shell_protocol::messages::Request;
+use iii_shell_protocol::WireError;
+use serde_json::Value;
+
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_iii-shell"))
+}
+
+pub struct Harness {
+    pub services: Arc<Services>,
+    pub child: std::process::Child,
+    pub executor_pid: u32,
+}
+
+impl Harness {
+    pub async fn new(config: Config) -> Harness {
+        let services = Services::new();
+        let rt = services.runtime.install(config);
+        let (child, stream) = spawn_executor_with(bin(), &[]).expect("spawn executor");
+        let client = ExecutorClient::connect(stream).await.expect("handshake");
+        let executor_pid = client.pid;
+        client
+            .call(Request::SetPolicy { generation: rt.generation, config_json: rt.config_json() })
+            .await
+            .expect("policy accepted");
+        services.executor.set(client);
+        Harness { services, child, executor_pid }
+    }
+
+    pub async fn default() -> Harness {
+        Harness::new(Config::builtin_default()).await
+    }
+
+    pub async fn call(&self, function: &str, payload: Value) -> Result<Value, WireError> {
+        dispatch(&self.services, function, payload, CallMeta::default()).await
+    }
+
+    pub async fn ok(&self, function: &str, payload: Value) -> Value {
+        match self.call(function, payload.clone()).await {
+            Ok(v) => v,
+            Err(e) => panic!("{function} {payload} failed: {e:?}"),
+        }
+    }
+
+    pub async fn err(&self, function: &str, payload: Value) -> WireError {
+        match self.call(function, payload.clone()).await {
+            Ok(v) => panic!("{function} {payload} succeeded: {v}"),
+            Err(e) => e,
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config jailed to `root`.
+pub fn jailed(root: &Path) -> Config {
+    let mut c = Config::builtin_default();
+    c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
+    c.fs.allow_unjailed = false;
+    c
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `needle`.
+pub fn procs_with(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !cmd.contains(needle) {
+            continue;
+        }
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim().chars().next().unwrap_or('?')));
+        if state != Some('Z') {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Zombie children of `parent`.
+pub fn zombies_of(parent: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.first() == Some(&"Z") && f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Polls `f` until it is true or `limit` passes.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
+/// A unique number for marking test processes (e.g. `sleep 31337.<n>`).
+pub fn marker() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{}{:04}.{}", 4000 + (std::process::id() % 5000), N.fetch_add(1, Ordering::Relaxed), std::process::id() % 97)
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+pub fn canon(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap()
+}
