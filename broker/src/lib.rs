@@ -6,11 +6,15 @@
 pub mod cli;
 pub mod cmd_call;
 pub mod cmd_executor;
+pub mod cmd_serve;
+pub mod engine;
 pub mod executor_client;
 pub mod functions;
+pub mod lifecycle;
 pub mod logging;
 pub mod runtime;
 pub mod schema;
 pub mod services;
 pub mod spawn_executor;
+pub mod supervisor;
 pub mod validate;

@@ -1,6 +1,6 @@
 use clap::Parser;
 use iii_shell_broker::cli::{Cli, Command};
-use iii_shell_broker::{cmd_call, cmd_executor, logging};
+use iii_shell_broker::{cmd_call, cmd_executor, cmd_serve, logging};
 use iii_shell_protocol::config::Config;
 
 fn main() {
@@ -19,8 +19,7 @@ fn main() {
         }
         Some(Command::Serve) | None => {
             logging::init("info");
-            eprintln!("iii-shell serve: the engine link is not available in this build");
-            2
+            runtime(2).block_on(cmd_serve::run(cli.serve))
         }
     };
     std::process::exit(code);

@@ -64,16 +64,26 @@ impl RuntimeCell {
         self.current.read().ok().and_then(|g| g.clone())
     }
 
-    /// Installs a new runtime and records the outcome `applied`. Returns the new generation.
+    /// The generation the next installed runtime will get.
+    pub fn next_generation(&self) -> u64 {
+        self.get().map(|r| r.generation + 1).unwrap_or(1)
+    }
+
+    /// Installs a new runtime and records the outcome `applied`.
     pub fn install(&self, config: Config) -> Arc<Runtime> {
+        let generation = self.next_generation();
+        self.install_as(generation, config)
+    }
+
+    /// Installs a runtime under a generation already announced to the executor.
+    pub fn install_as(&self, generation: u64, config: Config) -> Arc<Runtime> {
         let mut g = self.current.write().unwrap_or_else(|p| p.into_inner());
-        let generation = g.as_ref().map(|r| r.generation + 1).unwrap_or(1);
         let rt = Arc::new(Runtime { generation, config });
         *g = Some(rt.clone());
         drop(g);
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        // `last_error` keeps describing the most recent *rejected* reload, as published.
         s.last_outcome = ReloadOutcome::Applied;
-        s.last_error = None;
         rt
     }
 

@@ -19,6 +19,10 @@ impl ExecutorSlot {
         *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(c);
     }
 
+    pub fn clear(&self) {
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     pub fn get(&self) -> Option<ExecutorClient> {
         self.client.read().ok().and_then(|g| g.clone())
     }

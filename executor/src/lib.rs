@@ -59,6 +59,14 @@ impl Executor {
     pub async fn handle(&self, request: Request, cancel: Arc<Notify>) -> Result<Reply, WireError> {
         let r = match request {
             Request::Ping => Ok(Reply::Pong),
+            Request::SetPolicy { generation, .. }
+                if self.policy.get().is_some_and(|p| p.generation > generation) =>
+            {
+                // A stale policy (a respawn racing a reload): keep the newer one.
+                let current = self.policy.get().map(|p| p.generation).unwrap_or(generation);
+                tracing::debug!(generation, current, "ignoring a stale policy");
+                Ok(Reply::PolicyAccepted { generation: current })
+            }
             Request::SetPolicy { generation, config_json } => match Policy::build(generation, &config_json) {
                 Ok(p) => {
                     tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");

@@ -1,0 +1,508 @@
+//! One logical engine connection that survives restarts and network drops.
+//!
+//! Per connection: `reattach` first (when we had one before), then the fire-and-forget
+//! `engine::workers::register` (so the engine files our registrations at once instead of
+//! holding them for its 5 s grace), then every function and trigger binding, replayed from
+//! our own record. WS Ping every 20 s; a connection that received nothing for 60 s is dropped
+//! and rebuilt; reconnects are tried every 2 s, forever.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::frames::{invocation_result, ErrorBody, Inbound};
+
+/// Handles one invocation: (function id, data, metadata) → result.
+pub type Invoker = Arc<
+    dyn Fn(String, Value, Option<Value>) -> Pin<Box<dyn Future<Output = Result<Value, ErrorBody>> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(Debug, Clone)]
+pub struct LinkOptions {
+    pub url: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub version: String,
+    pub ping_every: Duration,
+    pub idle_timeout: Duration,
+    pub retry_every: Duration,
+    pub call_timeout: Duration,
+}
+
+impl LinkOptions {
+    pub fn new(url: String, name: String, namespace: Option<String>) -> Self {
+        LinkOptions {
+            url,
+            name,
+            namespace,
+            version: iii_shell_protocol::VERSION.to_string(),
+            ping_every: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(60),
+            retry_every: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+type PendingCalls = HashMap<String, oneshot::Sender<Result<Value, ErrorBody>>>;
+
+#[derive(Default)]
+struct State {
+    /// `registerfunction` frames by id, in first-registration order.
+    functions: Vec<(String, Value)>,
+    /// `registertrigger` frames by binding id.
+    triggers: Vec<(String, Value)>,
+    worker_id: Option<String>,
+    reattach_token: Option<String>,
+    out: Option<mpsc::UnboundedSender<Message>>,
+    pending: PendingCalls,
+}
+
+struct Inner {
+    opts: LinkOptions,
+    invoker: Invoker,
+    state: Mutex<State>,
+    connected: watch::Sender<bool>,
+    draining: AtomicBool,
+    inflight: AtomicUsize,
+    idle: Notify,
+    stop: Notify,
+    fatal: watch::Sender<Option<String>>,
+}
+
+/// Cheap to clone; all clones drive the same connection.
+#[derive(Clone)]
+pub struct EngineLink {
+    inner: Arc<Inner>,
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl EngineLink {
+    /// Starts the connection loop in the background.
+    pub fn start(opts: LinkOptions, invoker: Invoker) -> EngineLink {
+        let (connected, _) = watch::channel(false);
+        let (fatal, _) = watch::channel(None);
+        let inner = Arc::new(Inner {
+            opts,
+            invoker,
+            state: Mutex::new(State::default()),
+            connected,
+            draining: AtomicBool::new(false),
+            inflight: AtomicUsize::new(0),
+            idle: Notify::new(),
+            stop: Notify::new(),
+            fatal,
+        });
+        tokio::spawn(run(inner.clone()));
+        EngineLink { inner }
+    }
+
+    pub fn options(&self) -> &LinkOptions {
+        &self.inner.opts
+    }
+
+    pub fn is_connected(&self) -> bool {
+        *self.inner.connected.borrow()
+    }
+
+    /// Resolves when the link is connected.
+    pub async fn connected(&self) {
+        let mut rx = self.inner.connected.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    /// Resolves with the reason when the engine refused us for good.
+    pub async fn fatal(&self) -> String {
+        let mut rx = self.inner.fatal.subscribe();
+        let why = match rx.wait_for(|f| f.is_some()).await {
+            Ok(v) => v.clone(),
+            Err(_) => None,
+        };
+        match why {
+            Some(w) => w,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Registers (or re-registers) a function; replayed on every reconnect.
+    pub fn register_function(&self, id: &str, frame: Value) {
+        let mut st = lock(&self.inner.state);
+        match st.functions.iter_mut().find(|(i, _)| i == id) {
+            Some(slot) => slot.1 = frame.clone(),
+            None => st.functions.push((id.to_string(), frame.clone())),
+        }
+        send_locked(&st, frame);
+    }
+
+    pub fn registered_functions(&self) -> Vec<String> {
+        lock(&self.inner.state).functions.iter().map(|(i, _)| i.clone()).collect()
+    }
+
+    /// Removes every function registration (the engine stops routing calls to us).
+    pub fn unregister_functions(&self) {
+        let mut st = lock(&self.inner.state);
+        let ids: Vec<String> = st.functions.drain(..).map(|(i, _)| i).collect();
+        for id in ids {
+            send_locked(&st, json!({"type": "unregisterfunction", "id": id}));
+        }
+    }
+
+    /// Binds a trigger; replayed on every reconnect with the same id.
+    pub fn register_trigger(&self, id: &str, frame: Value) {
+        let mut st = lock(&self.inner.state);
+        match st.triggers.iter_mut().find(|(i, _)| i == id) {
+            Some(slot) => slot.1 = frame.clone(),
+            None => st.triggers.push((id.to_string(), frame.clone())),
+        }
+        send_locked(&st, frame);
+    }
+
+    /// Calls a function through the engine and waits for its result (waiting for a
+    /// connection first). Builtins are resolved in `default`, so no namespace is sent.
+    pub async fn call(&self, function_id: &str, data: Value) -> Result<Value, ErrorBody> {
+        let timeout = self.inner.opts.call_timeout;
+        let work = async {
+            loop {
+                self.connected().await;
+                let id = uuid::Uuid::new_v4().to_string();
+                let (tx, rx) = oneshot::channel();
+                let sent = {
+                    let mut st = lock(&self.inner.state);
+                    match &st.out {
+                        Some(out) => {
+                            let frame = json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data});
+                            let ok = out.send(Message::Text(frame.to_string().into())).is_ok();
+                            if ok {
+                                st.pending.insert(id.clone(), tx);
+                            }
+                            ok
+                        }
+                        None => false,
+                    }
+                };
+                if !sent {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                return rx.await.unwrap_or_else(|_| Err(connection_lost()));
+            }
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| Err(ErrorBody::new("timeout", format!("{function_id}: no answer within {timeout:?}"))))
+    }
+
+    /// Fire-and-forget call (no result), dropped when not connected.
+    pub fn call_void(&self, function_id: &str, data: Value) {
+        let st = lock(&self.inner.state);
+        send_locked(&st, json!({"type": "invokefunction", "invocation_id": null, "function_id": function_id, "data": data, "action": {"type": "void"}}));
+    }
+
+    /// Stops taking calls: new invocations are refused, functions are unregistered, and this
+    /// waits (up to `limit`) for the ones in flight to be answered.
+    pub async fn drain(&self, limit: Duration) {
+        self.inner.draining.store(true, Ordering::SeqCst);
+        self.unregister_functions();
+        let wait = async {
+            while self.inner.inflight.load(Ordering::SeqCst) > 0 {
+                let idle = self.inner.idle.notified();
+                if self.inner.inflight.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                idle.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
+        // Give the writer a moment to flush the last results.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    /// Closes the connection and stops reconnecting.
+    pub fn stop(&self) {
+        self.inner.stop.notify_waiters();
+        self.inner.stop.notify_one();
+    }
+
+    /// The id the engine gave the current (or last) connection.
+    pub fn worker_id(&self) -> Option<String> {
+        lock(&self.inner.state).worker_id.clone()
+    }
+}
+
+fn send_locked(st: &State, frame: Value) {
+    if let Some(out) = &st.out {
+        let _ = out.send(Message::Text(frame.to_string().into()));
+    }
+}
+
+fn connection_lost() -> ErrorBody {
+    ErrorBody::new("connection_lost", "the engine connection was lost before the call was answered")
+}
+
+async fn run(inner: Arc<Inner>) {
+    let mut outage_logged = false;
+    loop {
+        let attempt = tokio_tungstenite::connect_async_with_config(inner.opts.url.as_str(), None, true);
+        let conn = tokio::select! {
+            r = attempt => r,
+            _ = inner.stop.notified() => return,
+        };
+        match conn {
+            Ok((ws, _)) => {
+                if outage_logged {
+                    tracing::info!(url = %inner.opts.url, "engine reachable again");
+                }
+                outage_logged = false;
+                let stop = serve_connection(&inner, ws).await;
+                let _ = inner.connected.send(false);
+                let pending: Vec<_> = {
+                    let mut st = lock(&inner.state);
+                    st.out = None;
+                    st.pending.drain().collect()
+                };
+                for (_, tx) in pending {
+                    let _ = tx.send(Err(connection_lost()));
+                }
+                match stop {
+                    Ended::Stopped => return,
+                    Ended::Fatal(why) => {
+                        tracing::error!("{why}");
+                        let _ = inner.fatal.send(Some(why));
+                        return;
+                    }
+                    Ended::Lost(why) => {
+                        tracing::warn!(url = %inner.opts.url, "engine connection lost ({why}); reconnecting");
+                        // One immediate attempt, then the regular retry period.
+                        continue;
+                    }
+                }
+            }
+            Err(e) => {
+                if !outage_logged {
+                    tracing::warn!(url = %inner.opts.url, error = %e, "cannot connect to the engine; retrying every {:?}", inner.opts.retry_every);
+                    outage_logged = true;
+                } else {
+                    tracing::debug!(error = %e, "engine connect failed");
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(inner.opts.retry_every) => {}
+            _ = inner.stop.notified() => return,
+        }
+    }
+}
+
+enum Ended {
+    Lost(String),
+    Stopped,
+    Fatal(String),
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+    {
+        let mut st = lock(&inner.state);
+        if let (Some(id), Some(token)) = (&st.worker_id, &st.reattach_token) {
+            let frame = json!({"type": "reattach", "previous_worker_id": id, "reattach_token": token});
+            let _ = tx.send(Message::Text(frame.to_string().into()));
+        }
+        let _ = tx.send(Message::Text(worker_metadata(&inner.opts).to_string().into()));
+        for (_, f) in st.functions.iter().chain(st.triggers.iter()) {
+            let _ = tx.send(Message::Text(f.to_string().into()));
+        }
+        st.out = Some(tx.clone());
+    }
+    let _ = inner.connected.send(true);
+    tracing::info!(url = %inner.opts.url, "connected to the engine");
+
+    let ping_every = inner.opts.ping_every;
+    let writer = tokio::spawn(async move {
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        loop {
+            let msg = tokio::select! {
+                m = rx.recv() => match m { Some(m) => m, None => break },
+                _ = ping.tick() => Message::Ping(Vec::new().into()),
+            };
+            let close = matches!(msg, Message::Close(_));
+            if sink.send(msg).await.is_err() || close {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+
+    let ended = loop {
+        let next = tokio::select! {
+            n = tokio::time::timeout(inner.opts.idle_timeout, stream.next()) => n,
+            _ = inner.stop.notified() => {
+                let _ = tx.send(Message::Close(None));
+                break Ended::Stopped;
+            }
+        };
+        let msg = match next {
+            Err(_) => break Ended::Lost(format!("nothing received for {:?}", inner.opts.idle_timeout)),
+            Ok(None) => break Ended::Lost("socket closed".into()),
+            Ok(Some(Err(e))) => break Ended::Lost(e.to_string()),
+            Ok(Some(Ok(m))) => m,
+        };
+        let text = match msg {
+            Message::Text(t) => t.to_string(),
+            Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+            Message::Close(_) => break Ended::Lost("engine closed the socket".into()),
+            _ => continue,
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let frame: Inbound = match serde_json::from_str(&text) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!(error = %e, "ignoring an engine frame we do not understand");
+                continue;
+            }
+        };
+        if let Some(end) = handle_frame(inner, &tx, frame) {
+            break end;
+        }
+    };
+    drop(tx);
+    {
+        let mut st = lock(&inner.state);
+        st.out = None;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    ended
+}
+
+fn handle_frame(inner: &Arc<Inner>, tx: &mpsc::UnboundedSender<Message>, frame: Inbound) -> Option<Ended> {
+    match frame {
+        Inbound::WorkerRegistered { worker_id, reattach_token } => {
+            tracing::debug!(%worker_id, "engine assigned a worker id");
+            let mut st = lock(&inner.state);
+            st.worker_id = Some(worker_id);
+            st.reattach_token = reattach_token;
+        }
+        Inbound::InvokeFunction { invocation_id, function_id, data, metadata } => {
+            dispatch_invocation(inner, tx.clone(), invocation_id, function_id, data, metadata);
+        }
+        Inbound::InvocationResult { invocation_id, result, error } => {
+            let waiter = lock(&inner.state).pending.remove(&invocation_id);
+            if let Some(w) = waiter {
+                let _ = w.send(match error {
+                    Some(e) => Err(e),
+                    None => Ok(result.unwrap_or(Value::Null)),
+                });
+            }
+        }
+        Inbound::RegistrationRejected { code, function_id, worker_name } => {
+            if code == "FUNCTION_NAMESPACE_CONFLICT" {
+                tracing::error!(function_id = ?function_id, "the engine refused a function: another live worker owns it");
+            } else {
+                return Some(Ended::Fatal(format!(
+                    "the engine rejected this worker ({code}, name {:?}): another live worker uses the same name in this namespace; set III_WORKER_NAME to a unique name",
+                    worker_name.unwrap_or_default()
+                )));
+            }
+        }
+        Inbound::TriggerRegistrationResult { id, error } => {
+            if let Some(e) = error {
+                tracing::error!(trigger = %id, code = %e.code, "the engine refused a trigger binding: {}", e.message);
+            }
+        }
+        Inbound::RegisterTrigger { id, trigger_type, function_id, .. } => {
+            let frame = json!({
+                "type": "triggerregistrationresult", "id": id, "trigger_type": trigger_type, "function_id": function_id,
+                "error": {"code": "trigger_type_not_found", "message": format!("this worker provides no trigger type {trigger_type}")},
+            });
+            let _ = tx.send(Message::Text(frame.to_string().into()));
+        }
+        Inbound::UnregisterTrigger { .. } | Inbound::Pong => {}
+        Inbound::Ping => {
+            let _ = tx.send(Message::Text(json!({"type": "pong"}).to_string().into()));
+        }
+    }
+    None
+}
+
+struct InflightGuard(Arc<Inner>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        if self.0.inflight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+fn dispatch_invocation(
+    inner: &Arc<Inner>,
+    tx: mpsc::UnboundedSender<Message>,
+    invocation_id: Option<String>,
+    function_id: String,
+    data: Value,
+    metadata: Option<Value>,
+) {
+    if inner.draining.load(Ordering::SeqCst) {
+        if let Some(id) = invocation_id {
+            let refused = Err(ErrorBody::new("S216", "the worker is shutting down"));
+            let _ = tx.send(Message::Text(invocation_result(&id, &function_id, &refused).to_string().into()));
+        }
+        return;
+    }
+    inner.inflight.fetch_add(1, Ordering::SeqCst);
+    let guard = InflightGuard(inner.clone());
+    let handler = (inner.invoker)(function_id.clone(), data, metadata);
+    tokio::spawn(async move {
+        let _guard = guard;
+        // The handler runs in its own task so that a panic becomes an S216 answer.
+        let outcome = match tokio::spawn(handler).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(function_id, error = %e, "handler failed");
+                Err(ErrorBody::new("S216", "internal error: the handler failed"))
+            }
+        };
+        if let Some(id) = invocation_id {
+            let _ = tx.send(Message::Text(invocation_result(&id, &function_id, &outcome).to_string().into()));
+        }
+    });
+}
+
+/// The fire-and-forget `engine::workers::register` call.
+fn worker_metadata(opts: &LinkOptions) -> Value {
+    let mut data = json!({
+        "name": opts.name,
+        "version": opts.version,
+        "runtime": "rust",
+        "os": format!("{} {} (unix)", std::env::consts::OS, std::env::consts::ARCH),
+        "pid": std::process::id(),
+        "description": "iii-shell: privilege-separated shell and filesystem worker",
+    });
+    if let Some(ns) = &opts.namespace {
+        data["namespace"] = json!(ns);
+    }
+    json!({
+        "type": "invokefunction",
+        "invocation_id": null,
+        "function_id": "engine::workers::register",
+        "action": {"type": "void"},
+        "data": data,
+    })
+}

@@ -1,0 +1,265 @@
+//! The configuration lifecycle: boot (fail-closed) and hot reload.
+//!
+//! Boot: `configuration::get` the `shell` entry. Nothing stored → `configuration::register`
+//! with the schema and the seed as `initial_value`, then read it back. Something stored →
+//! register the schema without `initial_value`, so the stored value wins. No `shell::*`
+//! function is registered until a valid configuration has been confirmed from the store and
+//! accepted by the executor; a nulled or invalid stored value exposes nothing and is retried.
+//!
+//! Reload: every change event re-fetches the value, builds a new runtime, has the executor
+//! accept it, and swaps it in atomically. A bad value keeps the last-good runtime and is
+//! reported through `shell::config-status`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iii_shell_protocol::config::Config;
+use iii_shell_protocol::messages::Request;
+use iii_shell_protocol::WireError;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::engine::frames::{self, ErrorBody};
+use crate::engine::EngineLink;
+use crate::functions::{catalogue, meta};
+use crate::schema::schema_for;
+use crate::services::Services;
+
+pub const CONFIG_ID: &str = "shell";
+pub const ON_CHANGE_ID: &str = "shell::on-config-change";
+
+/// Event delivered to the internal `shell::on-config-change` handler. A struct (not `Value`) keeps the request schema concrete; the handler re-fetches the configuration id; unknown fields are ignored.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "OnConfigChangeEvent")]
+pub struct OnConfigChangeEvent {
+    /// Configuration id that changed (advisory; the handler re-fetches the value). Schema-only: kept to publish a typed request schema; the handler ignores it.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// Ack returned by the internal `shell::on-config-change` handler.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "OnConfigChangeResponse")]
+pub struct OnConfigChangeResponse {
+    pub ok: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("seed config {path}: {error}")]
+    BadSeed { path: String, error: String },
+}
+
+/// Reads the `--config` seed: a missing file means the built-in default; a file that exists
+/// but does not parse aborts boot.
+pub fn load_seed(path: &Path) -> Result<Config, BootError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Config::from_yaml(&text).map_err(|e| BootError::BadSeed { path: path.display().to_string(), error: e.0 }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::info!(path = %path.display(), "no seed config file; the built-in default is the seed");
+            Ok(Config::builtin_default())
+        }
+        Err(e) => Err(BootError::BadSeed { path: path.display().to_string(), error: e.to_string() }),
+    }
+}
+
+pub struct Lifecycle {
+    pub link: EngineLink,
+    pub services: Arc<Services>,
+    pub seed: Config,
+    reload_lock: tokio::sync::Mutex<()>,
+    trigger_id: String,
+}
+
+/// What the store holds for `shell`.
+enum Stored {
+    Missing,
+    Valid(Config),
+    Invalid(String),
+    Unavailable(String),
+}
+
+impl Lifecycle {
+    pub fn new(link: EngineLink, services: Arc<Services>, seed: Config) -> Arc<Lifecycle> {
+        Arc::new(Lifecycle {
+            link,
+            services,
+            seed,
+            reload_lock: tokio::sync::Mutex::new(()),
+            trigger_id: uuid::Uuid::new_v4().to_string(),
+        })
+    }
+
+    /// The JSON schema registered with the configuration worker.
+    pub fn config_schema() -> Value {
+        schema_for::<Config>()
+    }
+
+    async fn register_schema(&self, initial_value: Option<&Config>) -> Result<(), ErrorBody> {
+        let mut data = json!({
+            "id": CONFIG_ID,
+            "name": "Shell",
+            "description": "iii-shell: command, job and filesystem policy (jail roots, denylists, caps, timeouts).",
+            "schema": Self::config_schema(),
+        });
+        if let Some(v) = initial_value {
+            data["initial_value"] = serde_json::to_value(v).unwrap_or(Value::Null);
+        }
+        self.link.call("configuration::register", data).await.map(|_| ())
+    }
+
+    async fn fetch(&self) -> Stored {
+        match self.link.call("configuration::get", json!({"id": CONFIG_ID})).await {
+            Ok(v) => match v.get("value") {
+                None | Some(Value::Null) => Stored::Invalid(
+                    "the stored configuration 'shell' is null: refusing to fall back to a default; write a value with configuration::set".into(),
+                ),
+                Some(value) => match Config::from_value(value) {
+                    Ok(c) => Stored::Valid(c),
+                    Err(e) => Stored::Invalid(format!("the stored configuration 'shell' is invalid: {e}")),
+                },
+            },
+            Err(e) if e.code == "NOT_FOUND" => Stored::Missing,
+            Err(e) if e.code == "SCHEMA_INVALID" || e.code == "EXPAND_FAILED" => {
+                // Our own parser gives the migration hint the schema check cannot.
+                let raw = self.link.call("configuration::get", json!({"id": CONFIG_ID, "raw": true})).await;
+                let detail = match raw.ok().and_then(|v| v.get("value").cloned()) {
+                    Some(value) => match Config::from_value(&value) {
+                        Err(hint) => hint.0,
+                        Ok(_) => e.message.clone(),
+                    },
+                    None => e.message.clone(),
+                };
+                Stored::Invalid(format!("the stored configuration 'shell' is invalid ({}): {detail}", e.code))
+            }
+            Err(e) => Stored::Unavailable(format!("configuration::get failed ({}): {}", e.code, e.message)),
+        }
+    }
+
+    /// Boots fail-closed: returns once a valid configuration is in force and every function
+    /// is registered.
+    pub async fn boot(self: &Arc<Self>, retry: Duration) {
+        let mut last_logged = String::new();
+        let mut schema_registered = false;
+        loop {
+            let problem = match self.fetch().await {
+                Stored::Missing => {
+                    tracing::info!("no stored configuration 'shell': registering the seed as its initial value");
+                    match self.register_schema(Some(&self.seed)).await {
+                        Ok(()) => {
+                            schema_registered = true;
+                            continue;
+                        }
+                        Err(e) => format!("configuration::register failed ({}): {}", e.code, e.message),
+                    }
+                }
+                Stored::Valid(config) => {
+                    if !schema_registered {
+                        if let Err(e) = self.register_schema(None).await {
+                            tracing::warn!(code = %e.code, "configuration::register (schema only) failed: {}", e.message);
+                        }
+                    }
+                    match self.apply(config).await {
+                        Ok(()) => break,
+                        Err(e) => format!("the executor refused the stored configuration: {}", e.message),
+                    }
+                }
+                Stored::Invalid(why) => {
+                    if !schema_registered && self.register_schema(None).await.is_ok() {
+                        schema_registered = true;
+                    }
+                    why
+                }
+                Stored::Unavailable(why) => why,
+            };
+            if problem != last_logged {
+                tracing::error!("boot is fail-closed, no function is exposed: {problem}; retrying every {retry:?}");
+                last_logged = problem;
+            }
+            tokio::time::sleep(retry).await;
+        }
+        self.register_functions();
+        tracing::info!(functions = self.link.registered_functions().len(), "configuration confirmed; functions registered");
+    }
+
+    fn register_functions(&self) {
+        for f in catalogue() {
+            let frame = frames::register_function(f.id, f.description, &f.request_format, &f.response_format, &f.metadata);
+            self.link.register_function(f.id, frame);
+        }
+        let frame = frames::register_function(
+            ON_CHANGE_ID,
+            "Internal: reload the security policy + fs backend on configuration change.",
+            &schema_for::<OnConfigChangeEvent>(),
+            &schema_for::<OnConfigChangeResponse>(),
+            &meta(true, false, false),
+        );
+        self.link.register_function(ON_CHANGE_ID, frame);
+        let trigger = frames::register_trigger(&self.trigger_id, "configuration", ON_CHANGE_ID, json!({"configuration_id": CONFIG_ID}));
+        self.link.register_trigger(&self.trigger_id, trigger);
+    }
+
+    /// Has the executor accept `config`, then swaps it in.
+    async fn apply(&self, config: Config) -> Result<(), WireError> {
+        let generation = self.services.runtime.next_generation();
+        let previous = self.services.runtime.get();
+        let config_json = serde_json::to_string(&config).unwrap_or_default();
+        self.services.executor.call(Request::SetPolicy { generation, config_json }).await?;
+        if let Some(prev) = &previous {
+            let widened = config.widens(&prev.config);
+            if !widened.is_empty() {
+                tracing::warn!("privilege change applied by a configuration reload: {}", widened.join("; "));
+            }
+        }
+        self.services.runtime.install_as(generation, config);
+        Ok(())
+    }
+
+    /// The handler of `shell::on-config-change`: re-fetch, rebuild, swap, or keep last-good.
+    pub async fn on_change(&self) -> Value {
+        let _guard = self.reload_lock.lock().await;
+        let outcome = match self.fetch().await {
+            Stored::Valid(config) => self.apply(config).await.map_err(|e| format!("the executor refused it: {}", e.message)),
+            Stored::Missing => Err("the configuration 'shell' was deleted from the store".to_string()),
+            Stored::Invalid(why) | Stored::Unavailable(why) => Err(why),
+        };
+        match outcome {
+            Ok(()) => {
+                tracing::info!(generation = self.services.runtime.get().map(|r| r.generation), "configuration reloaded");
+                json!({"ok": true})
+            }
+            Err(why) => {
+                tracing::error!("configuration reload rejected; the last-good configuration stays in force: {why}");
+                self.services.runtime.reject(why);
+                json!({"ok": false})
+            }
+        }
+    }
+
+    /// After a reconnect: re-register the schema (the engine may have forgotten it) and pick
+    /// up changes made while we were away.
+    pub async fn resync(&self) {
+        match self.fetch().await {
+            Stored::Missing => {
+                let _ = self.register_schema(Some(&self.seed)).await;
+            }
+            _ => {
+                let _ = self.register_schema(None).await;
+            }
+        }
+        let _ = self.on_change_if_differs().await;
+    }
+
+    async fn on_change_if_differs(&self) -> Option<()> {
+        let current = self.services.runtime.get()?;
+        if let Stored::Valid(c) = self.fetch().await {
+            if c == current.config {
+                return Some(());
+            }
+        }
+        self.on_change().await;
+        Some(())
+    }
+}
