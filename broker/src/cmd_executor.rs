@@ -20,7 +20,15 @@ pub async fn run(args: ExecutorArgs) -> i32 {
         // SAFETY: the parent handed us this descriptor number as the inherited socket; we take
         // sole ownership of it here and nothing else in this process uses that number.
         let std_stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
-        let stream = match std_stream.set_nonblocking(true).and_then(|_| tokio::net::UnixStream::from_std(std_stream)) {
+        // The broker cleared close-on-exec so we could inherit it; set it again, or every
+        // command we spawn would hold the broker connection.
+        let cloexec = nix::fcntl::fcntl(&std_stream, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
+            .map(drop)
+            .map_err(std::io::Error::from);
+        let stream = match cloexec
+            .and_then(|_| std_stream.set_nonblocking(true))
+            .and_then(|_| tokio::net::UnixStream::from_std(std_stream))
+        {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(fd, error = %e, "--fd is not a usable socket");

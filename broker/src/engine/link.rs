@@ -40,15 +40,21 @@ pub struct LinkOptions {
 }
 
 impl LinkOptions {
+    /// The protocol's timings: Ping every 20 s, reconnect after 60 s of silence, retry every
+    /// 2 s. Tests shorten them with `III_SHELL_PING_MS`, `III_SHELL_IDLE_MS` and
+    /// `III_SHELL_RETRY_MS`.
     pub fn new(url: String, name: String, namespace: Option<String>) -> Self {
+        let ms = |k: &str, d: u64| {
+            Duration::from_millis(std::env::var(k).ok().and_then(|v| v.parse().ok()).filter(|v| *v > 0).unwrap_or(d))
+        };
         LinkOptions {
             url,
             name,
             namespace,
             version: iii_shell_protocol::VERSION.to_string(),
-            ping_every: Duration::from_secs(20),
-            idle_timeout: Duration::from_secs(60),
-            retry_every: Duration::from_secs(2),
+            ping_every: ms("III_SHELL_PING_MS", 20_000),
+            idle_timeout: ms("III_SHELL_IDLE_MS", 60_000),
+            retry_every: ms("III_SHELL_RETRY_MS", 2_000),
             call_timeout: Duration::from_secs(30),
         }
     }
