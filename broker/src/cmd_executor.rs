@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use iii_shell_executor::server::{check_peer, serve_connection};
 use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
 use crate::cli::ExecutorArgs;
 
@@ -22,7 +23,7 @@ pub async fn run(args: ExecutorArgs) -> i32 {
         let std_stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
         // The broker cleared close-on-exec so we could inherit it; set it again, or every
         // command we spawn would hold the broker connection.
-        let cloexec = nix::fcntl::fcntl(&std_stream, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
+        let cloexec = fcntl(&std_stream, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
             .map(drop)
             .map_err(std::io::Error::from);
         let stream = match cloexec

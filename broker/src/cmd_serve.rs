@@ -62,6 +62,7 @@ pub async fn run(args: ServeArgs) -> i32 {
     };
     let opts = LinkOptions::new(url, worker_name(), namespace());
     let link = EngineLink::start(opts, invoker);
+    services.set_engine(link.clone());
     let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed);
     let _ = lifecycle_slot.set(lifecycle.clone());
 
@@ -69,15 +70,16 @@ pub async fn run(args: ServeArgs) -> i32 {
         let lc = lifecycle.clone();
         async move {
             lc.boot(Duration::from_secs(2)).await;
-            // Re-sync after every reconnect that follows the boot.
-            let mut was_connected = true;
+            // Re-sync after every reconnect that follows the boot. The connection epoch also
+            // catches a reconnect that completes between two polls.
+            let mut seen = lc.link.connection_epoch();
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                let now = lc.link.is_connected();
-                if now && !was_connected {
+                let now = lc.link.connection_epoch();
+                if now != seen && lc.link.is_connected() {
+                    seen = now;
                     lc.resync().await;
                 }
-                was_connected = now;
             }
         }
     };

@@ -6,12 +6,77 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use iii_shell_protocol::frame::{read_frame, write_frame};
-use iii_shell_protocol::messages::{ClientFrame, Event, Hello, Reply, Request, ServerFrame, MAGIC};
+use iii_shell_protocol::messages::{ClientFrame, Event, Hello, Reply, Request, ServerFrame, MAGIC, STREAM_WINDOW};
 use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, WireError>>>>>;
+
+/// Per-request stream routing: chunks of the executor's output, and credits for our input.
+#[derive(Default)]
+struct StreamRoutes {
+    output: HashMap<u64, mpsc::UnboundedSender<StreamChunk>>,
+    credits: HashMap<u64, Arc<tokio::sync::Semaphore>>,
+}
+
+type Routes = Arc<Mutex<StreamRoutes>>;
+
+/// One item of an executor output stream.
+#[derive(Debug)]
+pub enum StreamChunk {
+    Data(Vec<u8>),
+    End(Option<String>),
+}
+
+/// The executor's output stream of one request (a streamed read). Each chunk taken is
+/// acknowledged, which lets the executor send one more.
+pub struct OutputStream {
+    id: u64,
+    rx: mpsc::UnboundedReceiver<StreamChunk>,
+    tx: mpsc::Sender<ClientFrame>,
+    routes: Routes,
+    done: bool,
+}
+
+impl OutputStream {
+    /// The next chunk; `None` at a clean end, `Some(Err)` when reading failed midway.
+    pub async fn next(&mut self) -> Option<Result<Vec<u8>, String>> {
+        if self.done {
+            return None;
+        }
+        match self.rx.recv().await {
+            Some(StreamChunk::Data(d)) => {
+                let _ = self.tx.send(ClientFrame::StreamAck { id: self.id }).await;
+                Some(Ok(d))
+            }
+            Some(StreamChunk::End(None)) => {
+                self.done = true;
+                None
+            }
+            Some(StreamChunk::End(Some(e))) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            None => {
+                self.done = true;
+                Some(Err("the executor went away mid-stream".into()))
+            }
+        }
+    }
+}
+
+impl Drop for OutputStream {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.routes.lock() {
+            r.output.remove(&self.id);
+        }
+        if !self.done {
+            // Abandoned by the consumer: stop the executor's side.
+            let _ = self.tx.try_send(ClientFrame::Cancel { id: self.id });
+        }
+    }
+}
 
 /// A live, handshaken connection to an executor. Cheap to clone.
 #[derive(Clone)]
@@ -21,6 +86,7 @@ pub struct ExecutorClient {
     next_id: Arc<AtomicU64>,
     events: broadcast::Sender<Event>,
     closed: watch::Receiver<bool>,
+    routes: Routes,
     /// The executor's pid, from its handshake.
     pub pid: u32,
 }
@@ -70,7 +136,8 @@ impl ExecutorClient {
                 }
             }
         });
-        let (p, ev) = (pending.clone(), events.clone());
+        let routes: Routes = Arc::default();
+        let (p, ev, rt) = (pending.clone(), events.clone(), routes.clone());
         tokio::spawn(async move {
             loop {
                 match read_frame::<_, ServerFrame>(&mut rd).await {
@@ -83,11 +150,36 @@ impl ExecutorClient {
                     Ok(ServerFrame::Event(e)) => {
                         let _ = ev.send(e);
                     }
+                    Ok(ServerFrame::StreamData { id, data }) => {
+                        if let Some(out) = rt.lock().ok().and_then(|r| r.output.get(&id).cloned()) {
+                            let _ = out.send(StreamChunk::Data(data));
+                        }
+                    }
+                    Ok(ServerFrame::StreamEnd { id, error }) => {
+                        if let Some(out) = rt.lock().ok().and_then(|mut r| r.output.remove(&id)) {
+                            let _ = out.send(StreamChunk::End(error));
+                        }
+                    }
+                    Ok(ServerFrame::StreamAck { id }) => {
+                        if let Some(c) = rt.lock().ok().and_then(|r| r.credits.get(&id).cloned()) {
+                            c.add_permits(1);
+                        }
+                    }
                     Ok(other) => tracing::warn!(?other, "unexpected frame from executor"),
+                    Err(iii_shell_protocol::frame::FrameError::Closed) => {
+                        tracing::debug!("executor connection closed");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "executor connection ended");
                         break;
                     }
+                }
+            }
+            if let Ok(mut r) = rt.lock() {
+                r.output.clear();
+                for c in r.credits.values() {
+                    c.close();
                 }
             }
             let waiters: Vec<_> = p.lock().map(|mut m| m.drain().collect()).unwrap_or_default();
@@ -96,16 +188,20 @@ impl ExecutorClient {
             }
             let _ = closed_tx.send(true);
         });
-        Ok(ExecutorClient { tx, pending, next_id: Arc::new(AtomicU64::new(1)), events, closed, pid })
+        Ok(ExecutorClient { tx, pending, next_id: Arc::new(AtomicU64::new(1)), events, closed, routes, pid })
     }
 
     /// Sends a request and waits for its reply. Dropping the future cancels the request on
     /// the executor (a foreground command is killed).
     pub async fn call(&self, request: Request) -> Result<Reply, WireError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.call_with_id(id, request).await
+    }
+
+    async fn call_with_id(&self, id: u64, request: Request) -> Result<Reply, WireError> {
         if *self.closed.borrow() {
             return Err(executor_lost());
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut m) = self.pending.lock() {
             m.insert(id, tx);
@@ -116,6 +212,59 @@ impl ExecutorClient {
         }
         let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
         guard.disarm();
+        result
+    }
+
+    /// Sends a request whose reply is followed by an output stream (a streamed read).
+    pub async fn call_with_output(&self, request: Request) -> Result<(Reply, OutputStream), WireError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (otx, orx) = mpsc::unbounded_channel();
+        if let Ok(mut r) = self.routes.lock() {
+            r.output.insert(id, otx);
+        }
+        let stream = OutputStream { id, rx: orx, tx: self.tx.clone(), routes: self.routes.clone(), done: false };
+        let reply = self.call_with_id(id, request).await?;
+        Ok((reply, stream))
+    }
+
+    /// Sends a request and then its input stream (a streamed write), at most
+    /// [`STREAM_WINDOW`] unacknowledged chunks at a time. `input` yields chunks, `Err` when
+    /// the source failed, and ends (None) at a clean close.
+    pub async fn call_with_input(&self, request: Request, mut input: mpsc::Receiver<Result<Vec<u8>, String>>) -> Result<Reply, WireError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let credits = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
+        if let Ok(mut r) = self.routes.lock() {
+            r.credits.insert(id, credits.clone());
+        }
+        let tx = self.tx.clone();
+        let pump = async move {
+            loop {
+                let Ok(permit) = credits.acquire().await else { return };
+                permit.forget();
+                let frame = match input.recv().await {
+                    Some(Ok(data)) => ClientFrame::StreamData { id, data },
+                    Some(Err(e)) => ClientFrame::StreamEnd { id, error: Some(e) },
+                    None => ClientFrame::StreamEnd { id, error: None },
+                };
+                let end = matches!(frame, ClientFrame::StreamEnd { .. });
+                if tx.send(frame).await.is_err() || end {
+                    return;
+                }
+            }
+        };
+        let call = self.call_with_id(id, request);
+        tokio::pin!(call);
+        tokio::pin!(pump);
+        let mut pumping = true;
+        let result = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                _ = &mut pump, if pumping => pumping = false,
+            }
+        };
+        if let Ok(mut r) = self.routes.lock() {
+            r.credits.remove(&id);
+        }
         result
     }
 

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 use crate::engine::frames::{self, ErrorBody};
 use crate::engine::EngineLink;
-use crate::functions::{catalogue, meta};
+use crate::functions::{catalogue, meta, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::Services;
 
@@ -44,6 +44,20 @@ pub struct OnConfigChangeEvent {
 #[schemars(title = "OnConfigChangeResponse")]
 pub struct OnConfigChangeResponse {
     pub ok: bool,
+}
+
+/// Every function this worker publishes to the engine: the [`catalogue`] plus the internal
+/// `shell::on-config-change` handler, in registration order.
+pub fn all_function_defs() -> Vec<FunctionDef> {
+    let mut v = catalogue();
+    v.push(FunctionDef {
+        id: ON_CHANGE_ID,
+        description: "Internal: reload the security policy + fs backend on configuration change.",
+        metadata: meta(true, false, false),
+        request_format: schema_for::<OnConfigChangeEvent>(),
+        response_format: schema_for::<OnConfigChangeResponse>(),
+    });
+    v
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -185,19 +199,16 @@ impl Lifecycle {
     }
 
     fn register_functions(&self) {
-        for f in catalogue() {
+        for f in all_function_defs() {
             let frame = frames::register_function(f.id, f.description, &f.request_format, &f.response_format, &f.metadata);
             self.link.register_function(f.id, frame);
         }
-        let frame = frames::register_function(
-            ON_CHANGE_ID,
-            "Internal: reload the security policy + fs backend on configuration change.",
-            &schema_for::<OnConfigChangeEvent>(),
-            &schema_for::<OnConfigChangeResponse>(),
-            &meta(true, false, false),
-        );
-        self.link.register_function(ON_CHANGE_ID, frame);
-        let trigger = frames::register_trigger(&self.trigger_id, "configuration", ON_CHANGE_ID, json!({"configuration_id": CONFIG_ID}));
+        let mut trigger = frames::register_trigger(&self.trigger_id, "configuration", ON_CHANGE_ID, json!({"configuration_id": CONFIG_ID}));
+        // `namespace` names where the target function lives (absent = `default`): without it a
+        // namespaced worker's change events would be routed to `default` and never reach us.
+        if let Some(ns) = &self.link.options().namespace {
+            trigger["namespace"] = json!(ns);
+        }
         self.link.register_trigger(&self.trigger_id, trigger);
     }
 

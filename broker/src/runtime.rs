@@ -36,7 +36,8 @@ pub enum ReloadOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "ReloadStatus")]
 pub struct ReloadStatus {
-    /// Outcome of the most recent hot-reload attempt.
+    // Outcome of the most recent hot-reload attempt. (A plain comment: the published schema is
+    // a bare `$ref` to `ReloadOutcome`, which carries the description.)
     pub last_outcome: ReloadOutcome,
     /// Build error from the most recent rejected reload (why it was refused).
     pub last_error: Option<String>,

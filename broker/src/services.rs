@@ -5,7 +5,8 @@ use std::sync::{Arc, RwLock};
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
 
-use crate::executor_client::{executor_lost, ExecutorClient};
+use crate::engine::EngineLink;
+use crate::executor_client::{executor_lost, ExecutorClient, OutputStream};
 use crate::runtime::RuntimeCell;
 
 /// The executor connection in use; replaced when a respawned executor comes up.
@@ -33,16 +34,45 @@ impl ExecutorSlot {
             _ => Err(executor_lost()),
         }
     }
+
+    pub async fn call_with_output(&self, request: Request) -> Result<(Reply, OutputStream), WireError> {
+        match self.get() {
+            Some(c) if !c.is_closed() => c.call_with_output(request).await,
+            _ => Err(executor_lost()),
+        }
+    }
+
+    pub async fn call_with_input(&self, request: Request, input: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>) -> Result<Reply, WireError> {
+        match self.get() {
+            Some(c) if !c.is_closed() => c.call_with_input(request, input).await,
+            _ => Err(executor_lost()),
+        }
+    }
 }
 
 pub struct Services {
     pub runtime: Arc<RuntimeCell>,
     pub executor: Arc<ExecutorSlot>,
+    /// The engine connection, when serving (channels and sandbox forwarding need it).
+    engine: RwLock<Option<EngineLink>>,
 }
 
 impl Services {
     pub fn new() -> Arc<Services> {
-        Arc::new(Services { runtime: Arc::default(), executor: Arc::default() })
+        Arc::new(Services { runtime: Arc::default(), executor: Arc::default(), engine: RwLock::new(None) })
+    }
+
+    pub fn set_engine(&self, link: EngineLink) {
+        *self.engine.write().unwrap_or_else(|p| p.into_inner()) = Some(link);
+    }
+
+    /// The engine link, or S216 when running without one (`iii-shell call`).
+    pub fn engine(&self) -> Result<EngineLink, WireError> {
+        self.engine
+            .read()
+            .ok()
+            .and_then(|g| g.clone())
+            .ok_or_else(|| WireError::new(Code::S216, "this needs an engine connection (data channels and sandbox targets go through the engine); run under `iii-shell serve`"))
     }
 }
 

@@ -26,6 +26,7 @@ pub fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, WireError> {
 }
 
 /// A checked exec request: where it goes and, for the host, what the executor gets.
+#[derive(Debug)]
 pub struct CheckedExec {
     pub request: ExecRequest,
     pub argv: Vec<String>,

@@ -20,6 +20,21 @@ pub enum ExecError {
     /// S211 with a message of its own (e.g. "no such job").
     #[error("{0}")]
     Missing(String),
+    /// S212: wrong file type for the operation.
+    #[error("{0}")]
+    WrongType(String),
+    /// S213: the path already exists.
+    #[error("already exists: {0}")]
+    Exists(String),
+    /// S214: the directory is not empty.
+    #[error("directory not empty: {0}")]
+    NotEmpty(String),
+    /// S217: the regex does not compile.
+    #[error("{0}")]
+    BadRegex(String),
+    /// S218: a size cap was exceeded.
+    #[error("{0}")]
+    TooLarge(String),
     /// S216: an internal failure (spawn error, signal delivery, …).
     #[error("{0}")]
     Internal(String),
@@ -32,6 +47,11 @@ impl ExecError {
             ExecError::NotFound(_) | ExecError::Missing(_) => Code::S211,
             ExecError::Escape(_) => Code::S215,
             ExecError::Plain(_) => Code::InvocationFailed,
+            ExecError::WrongType(_) => Code::S212,
+            ExecError::Exists(_) => Code::S213,
+            ExecError::NotEmpty(_) => Code::S214,
+            ExecError::BadRegex(_) => Code::S217,
+            ExecError::TooLarge(_) => Code::S218,
             ExecError::Internal(_) => Code::S216,
         }
     }

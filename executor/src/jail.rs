@@ -28,8 +28,46 @@ pub struct Root {
 #[derive(Debug)]
 pub struct Jail {
     roots: Vec<Root>,
+    /// `/`, the anchor of unjailed resolution.
+    host_root: OwnedFd,
     denylist: Vec<PathBuf>,
     non_accessible: GlobSet,
+}
+
+/// Where a resolution starts: a root (or `/`) fd, the rest of the path, and the flags.
+struct Anchor<'a> {
+    base: &'a OwnedFd,
+    rest: PathBuf,
+    lexical: PathBuf,
+    resolve: u64,
+}
+
+/// The directory holding an entry, and the entry's name (not followed).
+#[derive(Debug)]
+pub struct Parent {
+    pub dir: OwnedFd,
+    pub dir_path: PathBuf,
+    pub name: std::ffi::OsString,
+    pub path: PathBuf,
+}
+
+impl Parent {
+    pub fn c_name(&self) -> CString {
+        // Names come from path components, which never contain NUL (checked in anchor()).
+        CString::new(self.name.as_encoded_bytes()).unwrap_or_default()
+    }
+}
+
+/// Maps an OS error of a resolution to the wire error: escapes are S215, and missing,
+/// denied and looping paths all read the same (S211).
+pub fn map_errno(input: &str, e: std::io::Error) -> ExecError {
+    match e.raw_os_error() {
+        Some(libc::EXDEV) => ExecError::Escape(input.to_string()),
+        Some(libc::ENOENT | libc::EACCES | libc::EPERM | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG) => {
+            ExecError::NotFound(input.to_string())
+        }
+        _ => ExecError::Internal(format!("{input}: {e}")),
+    }
 }
 
 /// A resolved path: an `O_PATH` fd and the canonical absolute path it names.
@@ -64,7 +102,8 @@ impl Jail {
             b.add(Glob::new(g).map_err(|e| format!("glob {g}: {e}"))?);
         }
         let non_accessible = b.build().map_err(|e| e.to_string())?;
-        Ok(Jail { roots, denylist, non_accessible })
+        let host_root = open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| format!("open /: {e}"))?;
+        Ok(Jail { roots, host_root, denylist, non_accessible })
     }
 
     pub fn is_jailed(&self) -> bool {
@@ -82,37 +121,11 @@ impl Jail {
 
     /// Resolves `input` and opens it with `flags` (`O_CLOEXEC` is always added).
     pub fn resolve_with(&self, input: &str, flags: i32) -> Result<Resolved, ExecError> {
-        if input.is_empty() {
-            return Err(ExecError::Invalid("path is empty".into()));
-        }
-        if input.contains('\0') {
-            return Err(ExecError::Invalid("path contains a NUL byte".into()));
-        }
-        let lexical = if input.starts_with('/') {
-            normalize(Path::new(input))
-        } else if let Some(primary) = self.roots.first() {
-            normalize(&primary.path.join(input))
-        } else {
-            return Err(ExecError::Invalid(format!(
-                "path must be absolute when unjailed (fs.host_roots is empty; `~` is not expanded): {input}"
-            )));
-        };
-        if self.is_denied(&lexical) {
+        let anchor = self.anchor(input)?;
+        if self.is_denied(&anchor.lexical) {
             return Err(ExecError::NotFound(input.to_string()));
         }
-        let fd = if self.roots.is_empty() {
-            open_beneath(None, &lexical, flags, libc::RESOLVE_NO_MAGICLINKS)
-        } else {
-            let (root, rest) = self.root_for(input)?;
-            open_beneath(Some(root), rest.as_path(), flags, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS)
-        };
-        let fd = fd.map_err(|e| match e.raw_os_error() {
-            Some(libc::EXDEV) => ExecError::Escape(input.to_string()),
-            Some(libc::ENOENT | libc::EACCES | libc::EPERM | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG) => {
-                ExecError::NotFound(input.to_string())
-            }
-            _ => ExecError::Internal(format!("resolve {input}: {e}")),
-        })?;
+        let fd = open_beneath(Some(anchor.base), &anchor.rest, flags, anchor.resolve).map_err(|e| map_errno(input, e))?;
         let path = fd_path(&fd).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
         if self.is_denied(&path) {
             return Err(ExecError::NotFound(input.to_string()));
@@ -120,7 +133,109 @@ impl Jail {
         Ok(Resolved { fd, path })
     }
 
-    /// The root an input belongs to and the path relative to it.
+    /// Resolves the directory that contains `input` and names its last component, without
+    /// following that component. With `create`, missing parent directories are made (mode
+    /// 0755), one `mkdirat` at a time beneath the anchor, so nothing is ever created outside
+    /// the jail. The parent is opened `O_RDONLY | O_DIRECTORY` (so it can be fsynced).
+    pub fn parent(&self, input: &str, create: bool) -> Result<Parent, ExecError> {
+        let anchor = self.anchor(input)?;
+        if self.is_denied(&anchor.lexical) {
+            return Err(ExecError::NotFound(input.to_string()));
+        }
+        let rest = anchor.rest.clone();
+        let name = match rest.components().next_back() {
+            Some(Component::Normal(n)) => n.to_os_string(),
+            _ => return Err(ExecError::Invalid(format!("path does not name an entry inside a directory: {input}"))),
+        };
+        let dir_rel = rest.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir_rel = if dir_rel.as_os_str().is_empty() { PathBuf::from(".") } else { dir_rel };
+        let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let dir = match open_beneath(Some(anchor.base), &dir_rel, dir_flags, anchor.resolve) {
+            Ok(fd) => fd,
+            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => self.create_dirs(input, &anchor, &dir_rel)?,
+            Err(e) => return Err(map_errno(input, e)),
+        };
+        let dir_path = fd_path(&dir).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
+        let path = dir_path.join(&name);
+        if self.is_denied(&dir_path) || self.is_denied(&path) {
+            return Err(ExecError::NotFound(input.to_string()));
+        }
+        Ok(Parent { dir, dir_path, name, path })
+    }
+
+    /// `mkdir -p` of `dir_rel` beneath the anchor: finds the deepest existing prefix, then
+    /// creates each missing component with `mkdirat` and re-opens it with `O_NOFOLLOW`.
+    fn create_dirs(&self, input: &str, anchor: &Anchor<'_>, dir_rel: &Path) -> Result<OwnedFd, ExecError> {
+        let comps: Vec<Component<'_>> = dir_rel.components().collect();
+        let mut split = comps.len();
+        let mut base = None;
+        while split > 0 {
+            split -= 1;
+            let prefix: PathBuf = comps[..split].iter().collect();
+            let prefix = if prefix.as_os_str().is_empty() { PathBuf::from(".") } else { prefix };
+            match open_beneath(Some(anchor.base), &prefix, libc::O_RDONLY | libc::O_DIRECTORY, anchor.resolve) {
+                Ok(fd) => {
+                    base = Some(fd);
+                    break;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(map_errno(input, e)),
+            }
+        }
+        let mut cur = base.ok_or_else(|| ExecError::NotFound(input.to_string()))?;
+        for comp in &comps[split..] {
+            let Component::Normal(name) = comp else {
+                // A `..` or `.` after a missing directory cannot be resolved safely.
+                return Err(ExecError::NotFound(input.to_string()));
+            };
+            let cur_path = fd_path(&cur).map_err(|e| ExecError::Internal(e.to_string()))?;
+            if self.is_denied(&cur_path.join(name)) {
+                return Err(ExecError::NotFound(input.to_string()));
+            }
+            let c = CString::new(name.as_encoded_bytes()).map_err(|_| ExecError::Invalid("path contains a NUL byte".into()))?;
+            // SAFETY: mkdirat on a directory fd we own with a NUL-terminated name.
+            let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(map_errno(input, e));
+                }
+            }
+            cur = open_beneath(Some(&cur), Path::new(name), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS)
+                .map_err(|e| map_errno(input, e))?;
+        }
+        Ok(cur)
+    }
+
+    /// Where resolution of `input` starts and what is left to walk.
+    fn anchor<'a>(&'a self, input: &str) -> Result<Anchor<'a>, ExecError> {
+        if input.is_empty() {
+            return Err(ExecError::Invalid("path is empty".into()));
+        }
+        if input.contains('\0') {
+            return Err(ExecError::Invalid("path contains a NUL byte".into()));
+        }
+        if self.roots.is_empty() {
+            if !input.starts_with('/') {
+                return Err(ExecError::Invalid(format!(
+                    "path must be absolute when unjailed (fs.host_roots is empty; `~` is not expanded): {input}"
+                )));
+            }
+            let lexical = normalize(Path::new(input));
+            let rest = lexical.strip_prefix("/").map(Path::to_path_buf).unwrap_or_default();
+            let rest = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest };
+            return Ok(Anchor { base: &self.host_root, rest, lexical, resolve: libc::RESOLVE_NO_MAGICLINKS });
+        }
+        let lexical = if input.starts_with('/') {
+            normalize(Path::new(input))
+        } else {
+            normalize(&self.roots[0].path.join(input))
+        };
+        let (base, rest) = self.root_for(input)?;
+        Ok(Anchor { base, rest, lexical, resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS })
+    }
+
+    /// The root an absolute or relative input belongs to, and the path relative to it.
     fn root_for(&self, input: &str) -> Result<(&OwnedFd, PathBuf), ExecError> {
         if !input.starts_with('/') {
             // Relative: resolved beneath the primary root, `..` included, by the kernel.
@@ -128,14 +243,26 @@ impl Jail {
         }
         let lexical = normalize(Path::new(input));
         for root in &self.roots {
-            if let Ok(rest) = lexical.strip_prefix(&root.path) {
-                let rest = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest.to_path_buf() };
-                // Keep the caller's `..` components so the kernel judges them, not us.
-                let raw_rest = raw_rest_after_root(input, &root.path).unwrap_or(rest);
-                return Ok((&root.fd, raw_rest));
+            if lexical.starts_with(&root.path) {
+                // Keep the caller's `..` components so the kernel judges them, not us; an
+                // input whose literal prefix is not the root (it used `..` to get there) is
+                // walked from its normalized form.
+                let rest = raw_rest_after_root(input, &root.path).unwrap_or_else(|| {
+                    let r = lexical.strip_prefix(&root.path).map(Path::to_path_buf).unwrap_or_default();
+                    if r.as_os_str().is_empty() { PathBuf::from(".") } else { r }
+                });
+                return Ok((&root.fd, rest));
             }
         }
         Err(ExecError::Escape(input.to_string()))
+    }
+
+    /// True when `path` is a jail root (or `/` when unjailed).
+    pub fn is_root(&self, path: &Path) -> bool {
+        if self.roots.is_empty() {
+            return path == Path::new("/");
+        }
+        self.roots.iter().any(|r| r.path == path)
     }
 
     /// True when `path` (absolute) is a denylisted path, lies under one, or matches a

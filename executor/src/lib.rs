@@ -9,6 +9,7 @@ pub mod command;
 pub mod denylist;
 pub mod env_policy;
 pub mod error;
+pub mod fs;
 pub mod jail;
 pub mod jobs;
 pub mod policy;
@@ -55,9 +56,24 @@ impl Executor {
             .ok_or_else(|| ExecError::Internal("executor has no policy yet".into()))
     }
 
-    /// Handles one request against one policy snapshot.
-    pub async fn handle(&self, request: Request, cancel: Arc<Notify>) -> Result<Reply, WireError> {
+    /// Handles one request against one policy snapshot. Streaming requests also return the
+    /// work that follows the reply.
+    pub async fn handle(&self, request: Request, cancel: Arc<Notify>, io: &mut fs::RequestIo) -> (Result<Reply, WireError>, Option<fs::Continuation>) {
+        if let Request::Fs(op) = request {
+            return match self.current() {
+                Ok(p) => match fs::handle(p, op, io).await {
+                    Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
+                    Err(e) => (Err(e.to_wire()), None),
+                },
+                Err(e) => (Err(e.to_wire()), None),
+            };
+        }
+        (self.handle_simple(request, cancel).await, None)
+    }
+
+    async fn handle_simple(&self, request: Request, cancel: Arc<Notify>) -> Result<Reply, WireError> {
         let r = match request {
+            Request::Fs(_) => Err(ExecError::Internal("unreachable".into())),
             Request::Ping => Ok(Reply::Pong),
             Request::SetPolicy { generation, .. }
                 if self.policy.get().is_some_and(|p| p.generation > generation) =>

@@ -6,12 +6,27 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use iii_shell_protocol::frame::{read_frame, write_frame, FrameError};
-use iii_shell_protocol::messages::{ClientFrame, Hello, ServerFrame, MAGIC};
+use iii_shell_protocol::fs::FsOp;
+use iii_shell_protocol::messages::{ClientFrame, Hello, Request, ServerFrame, MAGIC, STREAM_WINDOW};
 use iii_shell_protocol::PROTOCOL_VERSION;
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, Semaphore};
+
+use crate::fs::stream::StreamItem;
+use crate::fs::RequestIo;
 
 use crate::Executor;
+
+/// Per-request stream state of one connection.
+#[derive(Default)]
+struct Streams {
+    inbound: HashMap<u64, mpsc::Sender<StreamItem>>,
+    credits: HashMap<u64, Arc<Semaphore>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,6 +106,7 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
     });
 
     let inflight: Arc<Mutex<HashMap<u64, Arc<Notify>>>> = Arc::default();
+    let streams: Arc<Mutex<Streams>> = Arc::default();
     loop {
         match read_frame::<_, ClientFrame>(&mut rd).await {
             Ok(ClientFrame::Request { id, request }) => {
@@ -98,18 +114,54 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                 if let Ok(mut m) = inflight.lock() {
                     m.insert(id, cancel.clone());
                 }
-                let (exec, tx, inflight) = (exec.clone(), tx.clone(), inflight.clone());
+                let credits = Arc::new(Semaphore::new(STREAM_WINDOW));
+                let inbound = if matches!(request, Request::Fs(FsOp::WriteStream { .. })) {
+                    let (stx, srx) = mpsc::channel(STREAM_WINDOW + 2);
+                    lock(&streams).inbound.insert(id, stx);
+                    Some(srx)
+                } else {
+                    None
+                };
+                lock(&streams).credits.insert(id, credits.clone());
+                let mut io = RequestIo { id, inbound, out: tx.clone(), credits };
+                let (exec, tx, inflight, streams) = (exec.clone(), tx.clone(), inflight.clone(), streams.clone());
                 tokio::spawn(async move {
                     let kind = request.kind();
-                    let result = exec.handle(request, cancel).await;
+                    let (result, cont) = exec.handle(request, cancel, &mut io).await;
                     if let Err(e) = &result {
                         tracing::debug!(id, kind, code = %e.code, "request failed: {}", e.message);
+                    }
+                    let _ = tx.send(ServerFrame::Reply { id, result }).await;
+                    if let Some(cont) = cont {
+                        cont.await;
                     }
                     if let Ok(mut m) = inflight.lock() {
                         m.remove(&id);
                     }
-                    let _ = tx.send(ServerFrame::Reply { id, result }).await;
+                    let mut st = lock(&streams);
+                    st.inbound.remove(&id);
+                    st.credits.remove(&id);
                 });
+            }
+            Ok(ClientFrame::StreamData { id, data }) => {
+                let sender = lock(&streams).inbound.get(&id).cloned();
+                if let Some(s) = sender {
+                    if s.try_send(StreamItem::Data(data)).is_err() {
+                        tracing::warn!(id, "broker overran the stream window; aborting that stream");
+                        lock(&streams).inbound.remove(&id);
+                    }
+                }
+            }
+            Ok(ClientFrame::StreamEnd { id, error }) => {
+                let sender = lock(&streams).inbound.remove(&id);
+                if let Some(s) = sender {
+                    let _ = s.try_send(StreamItem::End(error));
+                }
+            }
+            Ok(ClientFrame::StreamAck { id }) => {
+                if let Some(c) = lock(&streams).credits.get(&id) {
+                    c.add_permits(1);
+                }
             }
             Ok(ClientFrame::Cancel { id }) => {
                 if let Some(n) = inflight.lock().ok().and_then(|m| m.get(&id).cloned()) {
@@ -130,10 +182,17 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
             }
         }
     }
-    // The broker is gone: stop every foreground call it was waiting for.
+    // The broker is gone: stop every foreground call it was waiting for, and every stream.
     if let Ok(m) = inflight.lock() {
         for n in m.values() {
             n.notify_one();
+        }
+    }
+    {
+        let mut st = lock(&streams);
+        st.inbound.clear();
+        for c in st.credits.values() {
+            c.close();
         }
     }
     drop(tx);

@@ -64,6 +64,7 @@ pub struct EnvConfig {
 pub struct FsConfig {
     /// Jail roots for `shell::fs::*`, exec/PTY `cwd`, `coder::*` and `shell::changed`; empty = unjailed (requires `allow_unjailed: true`). The first entry is the primary root.
     #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub host_roots: Vec<String>,
     /// Explicit opt-in to running with no jail root; required whenever `host_roots` is empty.
     pub allow_unjailed: bool,
@@ -73,6 +74,7 @@ pub struct FsConfig {
     pub max_write_bytes: u64,
     /// Paths that read exactly like missing ones (S211), with everything under them. The primary protection while unjailed.
     #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub denylist_paths: Vec<String>,
     /// Permit setuid/setgid/sticky bits in `mode` fields.
     pub allow_special_bits: bool,
@@ -84,9 +86,11 @@ pub struct FsConfig {
 pub struct CodeConfig {
     /// Noise-exclusion globs hidden from `coder::search` and `coder::tree` results; no access protection.
     #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub default_exclude_globs: Vec<String>,
     /// Root-relative globs of files that are listable but never readable or writable (S211 / C211).
     #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub non_accessible_globs: Vec<String>,
 }
 
@@ -108,6 +112,8 @@ pub struct SandboxConfig {
     pub enabled: bool,
 }
 
+/// `key:` with no value (YAML null) reads as an empty list. The fields using it publish the
+/// schema of `Option<Vec<String>>`, so the schema accepts that null too.
 fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
 }

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Where a command or fs operation runs.
+// Where a command or fs operation runs. (A plain comment, not a doc comment: the published
+// `Target` definition carries no description.)
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Target {

@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod exec;
 pub mod frame;
+pub mod fs;
 pub mod messages;
 
 pub use error::{Code, WireError};

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::fs::{FsOp, FsReply};
 use crate::exec::{ExecBgResponse, ExecResponse, KillResponse, ListResponse, StatusResponse};
 use crate::WireError;
 
@@ -28,6 +29,12 @@ pub enum ClientFrame {
     Request { id: u64, request: Request },
     /// Abandon a request: the executor stops work on it (kills a foreground exec).
     Cancel { id: u64 },
+    /// A chunk of a request's input stream (a streamed write).
+    StreamData { id: u64, data: Vec<u8> },
+    /// End of a request's input stream; `error` when the source failed.
+    StreamEnd { id: u64, error: Option<String> },
+    /// One chunk of the executor's output stream was consumed (credit for one more).
+    StreamAck { id: u64 },
 }
 
 /// Frames the executor sends.
@@ -38,7 +45,18 @@ pub enum ServerFrame {
     Refused { reason: String },
     Reply { id: u64, result: Result<Reply, WireError> },
     Event(Event),
+    /// A chunk of a request's output stream (a streamed read), after its reply.
+    StreamData { id: u64, data: Vec<u8> },
+    /// End of a request's output stream; `error` when reading failed midway.
+    StreamEnd { id: u64, error: Option<String> },
+    /// One chunk of the broker's input stream was consumed (credit for one more).
+    StreamAck { id: u64 },
 }
+
+/// How many stream chunks may be in flight, unacknowledged, per request.
+pub const STREAM_WINDOW: usize = 8;
+/// Size of one stream chunk.
+pub const STREAM_CHUNK: usize = 64 * 1024;
 
 /// A command after the broker has validated it. The executor re-checks every field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +85,7 @@ pub enum Request {
     JobStatus { job_id: String },
     JobList,
     JobKill { job_id: String },
+    Fs(FsOp),
     Ping,
 }
 
@@ -80,6 +99,7 @@ impl Request {
             Request::JobStatus { .. } => "job_status",
             Request::JobList => "job_list",
             Request::JobKill { .. } => "job_kill",
+            Request::Fs(_) => "fs",
             Request::Ping => "ping",
         }
     }
@@ -94,6 +114,7 @@ pub enum Reply {
     JobStatus(StatusResponse),
     JobList(ListResponse),
     JobKill(KillResponse),
+    Fs(FsReply),
     Pong,
 }
 

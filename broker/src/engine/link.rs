@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -81,6 +81,8 @@ struct Inner {
     connected: watch::Sender<bool>,
     draining: AtomicBool,
     inflight: AtomicUsize,
+    /// Number of connections established so far (a reconnect bumps it).
+    connections: AtomicU64,
     idle: Notify,
     stop: Notify,
     fatal: watch::Sender<Option<String>>,
@@ -108,6 +110,7 @@ impl EngineLink {
             connected,
             draining: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
+            connections: AtomicU64::new(0),
             idle: Notify::new(),
             stop: Notify::new(),
             fatal,
@@ -122,6 +125,12 @@ impl EngineLink {
 
     pub fn is_connected(&self) -> bool {
         *self.inner.connected.borrow()
+    }
+
+    /// How many connections have been established so far; changes on every reconnect, even
+    /// one too quick for anyone to observe `is_connected()` turning false.
+    pub fn connection_epoch(&self) -> u64 {
+        self.inner.connections.load(Ordering::SeqCst)
     }
 
     /// Resolves when the link is connected.
@@ -273,7 +282,9 @@ async fn run(inner: Arc<Inner>) {
                 }
                 outage_logged = false;
                 let stop = serve_connection(&inner, ws).await;
-                let _ = inner.connected.send(false);
+                // `send_replace`, not `send`: `send` drops the value when nobody is subscribed
+                // at that moment, which left `is_connected()` stuck at true after a loss.
+                inner.connected.send_replace(false);
                 let pending: Vec<_> = {
                     let mut st = lock(&inner.state);
                     st.out = None;
@@ -286,7 +297,7 @@ async fn run(inner: Arc<Inner>) {
                     Ended::Stopped => return,
                     Ended::Fatal(why) => {
                         tracing::error!("{why}");
-                        let _ = inner.fatal.send(Some(why));
+                        inner.fatal.send_replace(Some(why));
                         return;
                     }
                     Ended::Lost(why) => {
@@ -335,7 +346,8 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
         }
         st.out = Some(tx.clone());
     }
-    let _ = inner.connected.send(true);
+    inner.connections.fetch_add(1, Ordering::SeqCst);
+    inner.connected.send_replace(true);
     tracing::info!(url = %inner.opts.url, "connected to the engine");
 
     let ping_every = inner.opts.ping_every;

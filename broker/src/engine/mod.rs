@@ -5,6 +5,7 @@
 //! * [`link`]: one logical connection that survives engine restarts and network drops:
 //!   keepalive, reconnect, reattach, replay, calls out and invocations in.
 
+pub mod channel;
 pub mod endpoint;
 pub mod frames;
 pub mod link;

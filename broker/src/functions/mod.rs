@@ -2,6 +2,9 @@
 
 pub mod config_status;
 pub mod exec;
+pub mod fs;
+pub mod sandbox;
+pub mod workspace;
 
 use std::sync::Arc;
 
@@ -24,6 +27,8 @@ pub struct FunctionDef {
 pub fn catalogue() -> Vec<FunctionDef> {
     let mut v = exec::definitions();
     v.extend(config_status::definitions());
+    v.extend(fs::definitions());
+    v.extend(workspace::definitions());
     v
 }
 
@@ -44,6 +49,8 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
         "shell::list" => exec::list(services).await,
         "shell::kill" => exec::kill(services, payload).await,
         "shell::config-status" => config_status::status(services),
+        id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
+        id if id.starts_with("shell::workspace::") => workspace::dispatch(services, id, payload).await,
         other => Err(WireError::new(Code::S210, format!("unknown function: {other}"))),
     }
 }

@@ -1,0 +1,112 @@
+//! Atomic file replacement: temp file in the same directory → write → fsync → rename over
+//! the target → fsync the directory. A reader sees the old content or the new, never a mix,
+//! and two concurrent writers leave exactly one of their payloads.
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::error::ExecError;
+use crate::jail::Parent;
+
+/// An open temp file next to its target; removed on drop unless committed.
+pub struct TempFile {
+    dir: OwnedFd,
+    name: CString,
+    target: CString,
+    file: Option<std::fs::File>,
+    pub written: u64,
+}
+
+impl TempFile {
+    /// Creates `.<name>.iii-<random>.tmp` in the parent directory with `mode`.
+    pub fn create(parent: &Parent, mode: u32) -> Result<TempFile, ExecError> {
+        let dir = parent.dir.try_clone().map_err(io("dup dir"))?;
+        let target = parent.c_name();
+        let tmp = format!(".{}.iii-{}.tmp", parent.name.to_string_lossy(), uuid::Uuid::new_v4().simple());
+        let name = CString::new(tmp).map_err(|_| ExecError::Invalid("bad file name".into()))?;
+        // SAFETY: openat on a directory fd we own with a NUL-terminated name; O_EXCL and
+        // O_NOFOLLOW guarantee a fresh regular file is created, never an existing one.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io("create temp file")(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // Apply the exact mode: the umask may have narrowed it at creation.
+        // SAFETY: fchmod on a descriptor we own.
+        if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let t = TempFile { dir, name, target, file: Some(file), written: 0 };
+            drop(t);
+            return Err(io("chmod temp file")(e));
+        }
+        Ok(TempFile { dir, name, target, file: Some(file), written: 0 })
+    }
+
+    pub fn write(&mut self, data: &[u8]) -> Result<(), ExecError> {
+        if let Some(f) = self.file.as_mut() {
+            f.write_all(data).map_err(io("write"))?;
+            self.written += data.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// fsync, rename over the target, fsync the directory.
+    pub fn commit(mut self) -> Result<u64, ExecError> {
+        let file = self.file.take().ok_or_else(|| ExecError::Internal("temp file already closed".into()))?;
+        file.sync_all().map_err(io("fsync"))?;
+        drop(file);
+        // SAFETY: renameat within one directory fd we own, with NUL-terminated names. The
+        // target is replaced atomically; a symlink at the target is replaced, not followed.
+        let rc = unsafe { libc::renameat(self.dir.as_raw_fd(), self.name.as_ptr(), self.dir.as_raw_fd(), self.target.as_ptr()) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EISDIR) | Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
+                    ExecError::WrongType(format!("is a directory: {}", self.target.to_string_lossy()))
+                }
+                _ => io("rename")(e),
+            });
+        }
+        // The temp name is gone now; do not unlink it on drop.
+        self.name = CString::default();
+        // SAFETY: fsync on a directory fd we own (opened O_RDONLY by Jail::parent).
+        unsafe {
+            libc::fsync(self.dir.as_raw_fd());
+        }
+        Ok(self.written)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.name.as_bytes().is_empty() {
+            // SAFETY: unlinkat of our own temp file name in a directory fd we own.
+            unsafe {
+                libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0);
+            }
+        }
+    }
+}
+
+/// Writes `data` to the parent's entry atomically with `mode`. Returns the bytes written.
+pub fn write_atomic(parent: &Parent, data: &[u8], mode: u32) -> Result<u64, ExecError> {
+    let mut t = TempFile::create(parent, mode)?;
+    t.write(data)?;
+    t.commit()
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> ExecError {
+    move |e| match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ExecError::Internal(format!("{what}: no space left: {e}")),
+        _ => ExecError::Internal(format!("{what}: {e}")),
+    }
+}

@@ -1,0 +1,87 @@
+//! Filesystem operations, every one of them fd-relative beneath the jail.
+
+pub mod atomic;
+pub mod grep;
+pub mod sed;
+pub mod entry;
+pub mod ops;
+pub mod stream;
+pub mod workspace;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use iii_shell_protocol::fs::{FsOp, FsReply, ReadStart};
+use iii_shell_protocol::messages::ServerFrame;
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::error::ExecError;
+use crate::policy::Policy;
+use stream::StreamItem;
+
+/// Work that continues after the reply was sent (streaming a file out).
+pub type Continuation = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The stream plumbing of one request.
+pub struct RequestIo {
+    pub id: u64,
+    /// Chunks from the broker (streamed writes).
+    pub inbound: Option<mpsc::Receiver<StreamItem>>,
+    /// Frames to the broker (stream chunks and acks).
+    pub out: mpsc::Sender<ServerFrame>,
+    /// Credit for outbound chunks, replenished by the broker's acks.
+    pub credits: Arc<Semaphore>,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ExecError> + Send + 'static) -> Result<T, ExecError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(ExecError::Internal(format!("fs task failed: {e}"))))
+}
+
+/// Runs one filesystem operation against one policy snapshot.
+pub async fn handle(policy: Arc<Policy>, op: FsOp, io: &mut RequestIo) -> Result<(FsReply, Option<Continuation>), ExecError> {
+    let p = policy.clone();
+    let reply = match op {
+        FsOp::Ls { path } => blocking(move || ops::ls(&p, &path).map(FsReply::Ls)).await?,
+        FsOp::Stat { path } => blocking(move || ops::stat(&p, &path).map(FsReply::Stat)).await?,
+        FsOp::Mkdir { path, mode, parents } => blocking(move || ops::mkdir(&p, &path, mode, parents).map(FsReply::Mkdir)).await?,
+        FsOp::Rm { path, recursive } => blocking(move || ops::rm(&p, &path, recursive).map(FsReply::Rm)).await?,
+        FsOp::Chmod { path, mode, uid, gid, recursive } => {
+            blocking(move || ops::chmod(&p, &path, mode, uid, gid, recursive).map(FsReply::Chmod)).await?
+        }
+        FsOp::Mv { src, dst, overwrite } => blocking(move || ops::mv(&p, &src, &dst, overwrite).map(FsReply::Mv)).await?,
+        FsOp::Grep(spec) => blocking(move || grep::grep(&p, &spec).map(FsReply::Grep)).await?,
+        FsOp::Sed(spec) => blocking(move || sed::sed(&p, &spec).map(FsReply::Sed)).await?,
+        FsOp::Write { files } => blocking(move || ops::write_inline(&p, &files).map(FsReply::Write)).await?,
+        FsOp::WriteStream { path, mode, parents } => {
+            let mut inbound = io.inbound.take().ok_or_else(|| ExecError::Internal("no input stream".into()))?;
+            let (out, id) = (io.out.clone(), io.id);
+            let ack = move || {
+                let _ = out.try_send(ServerFrame::StreamAck { id });
+            };
+            let r = stream::write_stream(&policy, &path, mode, parents, &mut inbound, ack).await;
+            // Drain whatever the broker still sends so its window never blocks on us.
+            tokio::spawn(async move { while inbound.recv().await.is_some() {} });
+            FsReply::Write(r?)
+        }
+        FsOp::Read { path } => {
+            let (file, st, _) = blocking(move || ops::open_for_read(&p, &path, true)).await?;
+            let start = ReadStart {
+                size: st.st_size as u64,
+                mode: iii_shell_protocol::fs::mode_string(st.st_mode),
+                mtime: st.st_mtime,
+            };
+            let cont = stream::read_stream(file, io.id, io.out.clone(), io.credits.clone(), policy.config.fs.max_read_bytes);
+            return Ok((FsReply::ReadStart(start), Some(Box::pin(cont))));
+        }
+        FsOp::WorkspaceRoots => FsReply::WorkspaceRoots(workspace::roots(&policy)),
+        FsOp::WorkspaceList { path, page_size } => blocking(move || workspace::list(&p, &path, page_size).map(FsReply::WorkspaceList)).await?,
+        FsOp::WorkspaceValidate { path } => blocking(move || workspace::validate(&p, &path).map(FsReply::WorkspaceValidate)).await?,
+        FsOp::WorkspaceReadBytes { path, offset, length } => {
+            blocking(move || workspace::read_bytes(&p, &path, offset, length).map(FsReply::WorkspaceReadBytes)).await?
+        }
+    };
+    Ok((reply, None))
+}
