@@ -50,6 +50,10 @@ pub struct ExecutorArgs {
     /// The only uid allowed to connect (default: the executor's own uid)
     #[arg(long)]
     pub peer_uid: Option<u32>,
+    /// A root-owned configuration file: the widest policy this executor will ever accept
+    /// (reloads can only narrow it), and the confinement it applies to itself at start-up
+    #[arg(long)]
+    pub pin_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

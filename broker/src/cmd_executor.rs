@@ -8,12 +8,64 @@ use iii_shell_executor::server::{check_peer, serve_connection};
 use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
+use iii_shell_protocol::config::Config;
+
 use crate::cli::ExecutorArgs;
 
-pub async fn run(args: ExecutorArgs) -> i32 {
+/// Hardens the executor process. Must run before any other thread exists: capabilities are
+/// per thread, and every thread created later inherits the state of the one that creates it.
+pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
     prepare_process();
+    let pinned = match &args.pin_config {
+        Some(path) => match load_envelope(path) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!("refusing to start: --pin-config {}: {e}", path.display());
+                return Err(2);
+            }
+        },
+        None => None,
+    };
+    let envelope = pinned.as_ref().map(|c| c.confinement.clone()).unwrap_or_default();
+    match iii_shell_executor::confine::harden_executor(&envelope) {
+        Ok(report) => {
+            for p in &report.problems {
+                tracing::warn!("confinement is best-effort here: {p}");
+            }
+            tracing::info!(
+                uid = report.uid,
+                no_new_privs = report.no_new_privs,
+                seccomp = report.seccomp_mode,
+                capabilities = ?report.caps.effective,
+                "executor hardened"
+            );
+            Ok(pinned)
+        }
+        Err(e) => {
+            tracing::error!("refusing to start: {e}");
+            Err(2)
+        }
+    }
+}
+
+/// Reads the pinned envelope: it must be owned by root (or by us) and writable by nobody else.
+pub fn load_envelope(path: &std::path::Path) -> Result<Config, String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let me = nix::unistd::getuid().as_raw();
+    if md.uid() != 0 && md.uid() != me {
+        return Err(format!("owned by uid {}, not root", md.uid()));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(format!("mode {:04o} lets others write it", md.mode() & 0o7777));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    Config::from_yaml(&text).map_err(|e| e.0)
+}
+
+pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     spawn_orphan_reaper();
-    let exec = Arc::new(Executor::new());
+    let exec = Arc::new(Executor::with_envelope(pinned));
     let own_uid = nix::unistd::getuid().as_raw();
     let expected = args.peer_uid.unwrap_or(own_uid);
 

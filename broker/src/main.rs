@@ -9,7 +9,10 @@ fn main() {
         Some(Command::CheckConfig { file }) => check_config(&file),
         Some(Command::Executor(args)) => {
             logging::init("info");
-            runtime(2).block_on(cmd_executor::run(args))
+            match cmd_executor::harden(&args) {
+                Ok(pinned) => runtime(2).block_on(cmd_executor::run(args, pinned)),
+                Err(code) => code,
+            }
         }
         Some(Command::Call(args)) => {
             logging::init("warn");

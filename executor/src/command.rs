@@ -135,6 +135,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     };
     let mut plan = SpawnPlan::new(&program, &spec.argv, env, stdin_child, out_w, err_w).map_err(io)?;
     plan.cwd = cwd;
+    plan.confinement = policy.commands.child();
     let cgroup = JobCgroup::create().map(|(cg, procs)| {
         plan.cgroup_procs = Some(procs);
         cg

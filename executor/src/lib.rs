@@ -6,6 +6,7 @@
 
 pub mod capture;
 pub mod command;
+pub mod confine;
 pub mod denylist;
 pub mod env_policy;
 pub mod error;
@@ -36,6 +37,8 @@ pub struct Executor {
     pub policy: PolicyStore,
     pub jobs: Jobs,
     pub events: broadcast::Sender<Event>,
+    /// The pinned envelope: the widest policy this executor accepts.
+    pub envelope: Option<iii_shell_protocol::config::Config>,
 }
 
 impl Default for Executor {
@@ -46,8 +49,12 @@ impl Default for Executor {
 
 impl Executor {
     pub fn new() -> Self {
+        Self::with_envelope(None)
+    }
+
+    pub fn with_envelope(envelope: Option<iii_shell_protocol::config::Config>) -> Self {
         let (events, _) = broadcast::channel(1024);
-        Executor { policy: PolicyStore::default(), jobs: Jobs::new(events.clone()), events }
+        Executor { policy: PolicyStore::default(), jobs: Jobs::new(events.clone()), events, envelope }
     }
 
     fn current(&self) -> Result<Arc<Policy>, ExecError> {
@@ -83,7 +90,7 @@ impl Executor {
                 tracing::debug!(generation, current, "ignoring a stale policy");
                 Ok(Reply::PolicyAccepted { generation: current })
             }
-            Request::SetPolicy { generation, config_json } => match Policy::build(generation, &config_json) {
+            Request::SetPolicy { generation, config_json } => match Policy::build(generation, &config_json).and_then(|p| self.within_envelope(p)) {
                 Ok(p) => {
                     tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
                     self.policy.set(p);
@@ -107,6 +114,16 @@ impl Executor {
             Request::JobKill { job_id } => self.jobs.kill(&job_id).await.map(Reply::JobKill),
         };
         r.map_err(|e| e.to_wire())
+    }
+
+    fn within_envelope(&self, p: Policy) -> Result<Policy, String> {
+        if let Some(env) = &self.envelope {
+            let beyond = p.config.exceeds(env);
+            if !beyond.is_empty() {
+                return Err(format!("the pinned envelope forbids widening: {}", beyond.join("; ")));
+            }
+        }
+        Ok(p)
     }
 
     /// Kills every job and removes job cgroups (shutdown).

@@ -5,7 +5,10 @@
 
 use std::sync::{Arc, RwLock};
 
-use iii_shell_protocol::config::Config;
+use iii_shell_protocol::config::{Config, ConfinementMode};
+
+use crate::confine::{landlock_rules, seccomp, Rlimits};
+use crate::spawn::ChildConfinement;
 
 use crate::denylist::Denylist;
 use crate::jail::Jail;
@@ -16,6 +19,44 @@ pub struct Policy {
     pub config: Config,
     pub denylist: Denylist,
     pub jail: Jail,
+    /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
+    pub commands: CommandConfinement,
+}
+
+#[derive(Debug)]
+pub struct CommandConfinement {
+    pub landlock: landlock_rules::CommandRuleset,
+    pub seccomp: Option<Arc<seccomp::Filter>>,
+    pub rlimits: Rlimits,
+}
+
+impl CommandConfinement {
+    pub fn build(config: &Config) -> Result<CommandConfinement, String> {
+        let landlock = landlock_rules::build(config)?;
+        let seccomp = if config.confinement.seccomp { Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?)) } else { None };
+        let c = CommandConfinement { landlock, seccomp, rlimits: Rlimits::from_config(&config.confinement.rlimits) };
+        if config.confinement.mode == ConfinementMode::Strict {
+            let mut gaps = c.landlock.gaps.clone();
+            if c.seccomp.is_none() {
+                gaps.push("seccomp is disabled".into());
+            }
+            if !gaps.is_empty() {
+                return Err(format!("strict confinement cannot be met for commands: {}", gaps.join("; ")));
+            }
+        }
+        Ok(c)
+    }
+
+    /// What a spawned child applies to itself.
+    pub fn child(&self) -> ChildConfinement {
+        use std::os::fd::AsRawFd;
+        ChildConfinement {
+            rlimits: self.rlimits,
+            no_new_privs: true,
+            landlock_fd: self.landlock.fd.as_ref().map(|f| f.as_raw_fd()),
+            seccomp: self.seccomp.clone(),
+        }
+    }
 }
 
 impl Policy {
@@ -29,7 +70,8 @@ impl Policy {
             &config.fs.denylist_paths,
             &config.code.non_accessible_globs,
         )?;
-        Ok(Policy { generation, config, denylist, jail })
+        let commands = CommandConfinement::build(&config)?;
+        Ok(Policy { generation, config, denylist, jail, commands })
     }
 }
 

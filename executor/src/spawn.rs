@@ -24,6 +24,19 @@ pub struct SpawnPlan {
     pub cwd: Option<OwnedFd>,
     /// An open `cgroup.procs` of the job cgroup; the child writes "0" to join it.
     pub cgroup_procs: Option<OwnedFd>,
+    /// Confinement applied in the child just before execve.
+    pub confinement: ChildConfinement,
+}
+
+/// What the child applies to itself before execve. Built in the parent, per policy.
+#[derive(Clone, Default)]
+pub struct ChildConfinement {
+    pub rlimits: crate::confine::Rlimits,
+    pub no_new_privs: bool,
+    /// A Landlock ruleset fd (raw, owned by the policy, which outlives the spawn).
+    pub landlock_fd: Option<i32>,
+    /// The seccomp program (kept alive by the Arc while the child uses it).
+    pub seccomp: Option<std::sync::Arc<crate::confine::seccomp::Filter>>,
 }
 
 impl SpawnPlan {
@@ -51,6 +64,7 @@ impl SpawnPlan {
             stderr,
             cwd: None,
             cgroup_procs: None,
+            confinement: ChildConfinement::default(),
         })
     }
 }
@@ -71,6 +85,10 @@ struct ChildCtx {
     fds: [RawFd; 3],
     cwd: RawFd,
     cgroup_procs: RawFd,
+    rlimits: crate::confine::Rlimits,
+    no_new_privs: bool,
+    landlock_fd: RawFd,
+    seccomp: *const libc::sock_fprog,
     /// Written by the child when it fails before or at execve.
     err: i32,
 }
@@ -92,6 +110,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     argv_ptrs.push(std::ptr::null());
     let mut envp_ptrs: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
     envp_ptrs.push(std::ptr::null());
+    let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
         program: plan.program.as_ptr(),
         argv: argv_ptrs.as_ptr(),
@@ -99,6 +118,10 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         fds: [plan.stdin.as_raw_fd(), plan.stdout.as_raw_fd(), plan.stderr.as_raw_fd()],
         cwd: plan.cwd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
         cgroup_procs: plan.cgroup_procs.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+        rlimits: plan.confinement.rlimits,
+        no_new_privs: plan.confinement.no_new_privs,
+        landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
+        seccomp: fprog.as_ref().map(|p| p as *const libc::sock_fprog).unwrap_or(std::ptr::null()),
         err: 0,
     };
     let mut stack = vec![0u8; CHILD_STACK];
@@ -185,6 +208,21 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
             }
         }
         if ctx.cwd >= 0 && libc::fchdir(ctx.cwd) < 0 {
+            return fail(ctx);
+        }
+        for &(resource, value) in &ctx.rlimits.entries[..ctx.rlimits.len] {
+            let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+            if libc::setrlimit(resource as _, &lim) < 0 {
+                return fail(ctx);
+            }
+        }
+        if ctx.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return fail(ctx);
+        }
+        if ctx.landlock_fd >= 0 && libc::syscall(libc::SYS_landlock_restrict_self, ctx.landlock_fd, 0u32) < 0 {
+            return fail(ctx);
+        }
+        if !ctx.seccomp.is_null() && libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0u32, ctx.seccomp) < 0 {
             return fail(ctx);
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();

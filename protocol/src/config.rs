@@ -46,6 +46,105 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// Default working directory of commands when a call gives no `cwd`; null = the executor's own working directory.
     pub working_dir: Option<String>,
+    /// Kernel confinement of commands and of the executor: Landlock, seccomp, capabilities, resource limits.
+    pub confinement: ConfinementConfig,
+}
+
+/// How strictly configured confinement layers must be enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfinementMode {
+    /// Run with whatever the kernel supports, and say so loudly at start-up.
+    #[default]
+    BestEffort,
+    /// Fail closed when any configured layer cannot be fully enforced.
+    Strict,
+}
+
+/// TCP restriction for commands (Landlock ABI 4 and later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkAccess {
+    /// Commands may bind and connect TCP ports.
+    #[default]
+    Allow,
+    /// Commands may connect but not bind TCP ports.
+    DenyBind,
+    /// Commands may neither bind nor connect TCP ports.
+    Deny,
+}
+
+/// Kernel confinement settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfinementConfig {
+    /// `best_effort` (default) runs with what the kernel supports and says so; `strict` refuses to run when a configured layer cannot be fully enforced.
+    pub mode: ConfinementMode,
+    /// Apply Landlock to commands (built from the live jail).
+    pub landlock: bool,
+    /// Apply the seccomp deny filter to the executor and every command.
+    pub seccomp: bool,
+    /// Syscalls re-allowed from the seccomp deny list by name (e.g. `ptrace` for debuggers).
+    #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub seccomp_allow: Vec<String>,
+    /// Capabilities the executor keeps (names like `CAP_CHOWN`); every other one is dropped from all sets. Default none.
+    #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub capabilities: Vec<String>,
+    /// When jailed: writable scratch paths for commands besides the roots.
+    #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub scratch_paths: Vec<String>,
+    /// When jailed: paths commands may read and execute from besides the roots.
+    #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub system_paths: Vec<String>,
+    /// TCP bind/connect restriction for commands.
+    pub network: NetworkAccess,
+    /// Unprivileged user the broker drops to when started as root.
+    pub broker_user: String,
+    /// Per-command resource limits.
+    pub rlimits: RlimitConfig,
+}
+
+/// Per-command resource limits; null keeps the executor's own limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RlimitConfig {
+    /// RLIMIT_NPROC: processes of the command's uid.
+    pub max_processes: Option<u64>,
+    /// RLIMIT_AS: address space in bytes.
+    pub address_space_bytes: Option<u64>,
+    /// RLIMIT_FSIZE: largest file a command may write, in bytes.
+    pub file_size_bytes: Option<u64>,
+    /// RLIMIT_NOFILE: open files per process (default 4096).
+    pub open_files: Option<u64>,
+    /// RLIMIT_CPU: CPU seconds per process.
+    pub cpu_seconds: Option<u64>,
+}
+
+impl Default for RlimitConfig {
+    fn default() -> Self {
+        RlimitConfig { max_processes: None, address_space_bytes: None, file_size_bytes: None, open_files: Some(4096), cpu_seconds: None }
+    }
+}
+
+impl Default for ConfinementConfig {
+    fn default() -> Self {
+        ConfinementConfig {
+            mode: ConfinementMode::BestEffort,
+            landlock: true,
+            seccomp: true,
+            seccomp_allow: Vec::new(),
+            capabilities: Vec::new(),
+            scratch_paths: strings(&["/tmp", "/var/tmp", "/dev/shm"]),
+            system_paths: strings(&["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys", "/run", "/dev"]),
+            network: NetworkAccess::Allow,
+            broker_user: "nobody".to_string(),
+            rlimits: RlimitConfig::default(),
+        }
+    }
 }
 
 /// Environment forwarding.
@@ -213,6 +312,7 @@ impl Default for Config {
             turns: TurnsConfig::default(),
             sandbox: SandboxConfig::default(),
             working_dir: None,
+            confinement: ConfinementConfig::default(),
         }
     }
 }
@@ -349,6 +449,98 @@ impl Config {
         }
         if !self.sandbox.enabled && old.sandbox.enabled {
             // Narrowing, not widening; nothing to report.
+        }
+        why
+    }
+}
+
+impl Config {
+    /// What `self` grants beyond `envelope` (a pinned, widest-allowed policy). Empty means
+    /// `self` is within the envelope.
+    pub fn exceeds(&self, envelope: &Config) -> Vec<String> {
+        use std::path::Path;
+        let mut why = Vec::new();
+        let (e, n) = (envelope, self);
+        let inside = |p: &str, roots: &[String]| roots.iter().any(|r| Path::new(p).starts_with(r));
+        if !e.fs.host_roots.is_empty() {
+            if n.fs.host_roots.is_empty() {
+                why.push("fs.host_roots is empty but the envelope is jailed".to_string());
+            }
+            for r in &n.fs.host_roots {
+                if !inside(r, &e.fs.host_roots) {
+                    why.push(format!("fs.host_roots entry {r} is outside the envelope's roots"));
+                }
+            }
+        }
+        let flag = |why: &mut Vec<String>, name: &str, new: bool, env: bool| {
+            if new && !env {
+                why.push(format!("{name} is enabled but the envelope disables it"));
+            }
+        };
+        flag(&mut why, "fs.allow_unjailed", n.fs.allow_unjailed, e.fs.allow_unjailed);
+        flag(&mut why, "fs.allow_special_bits", n.fs.allow_special_bits, e.fs.allow_special_bits);
+        flag(&mut why, "env.inherit", n.env.inherit, e.env.inherit);
+        flag(&mut why, "sandbox.enabled", n.sandbox.enabled, e.sandbox.enabled);
+        flag(&mut why, "confinement.landlock off", !n.confinement.landlock, !e.confinement.landlock);
+        flag(&mut why, "confinement.seccomp off", !n.confinement.seccomp, !e.confinement.seccomp);
+        if e.confinement.mode == ConfinementMode::Strict && n.confinement.mode != ConfinementMode::Strict {
+            why.push("confinement.mode is best_effort but the envelope is strict".into());
+        }
+        let missing = |why: &mut Vec<String>, name: &str, new: &[String], env: &[String]| {
+            for x in env {
+                if !new.contains(x) {
+                    why.push(format!("{name} lost {x}"));
+                }
+            }
+        };
+        missing(&mut why, "fs.denylist_paths", &n.fs.denylist_paths, &e.fs.denylist_paths);
+        missing(&mut why, "denylist_patterns", &n.denylist_patterns, &e.denylist_patterns);
+        missing(&mut why, "code.non_accessible_globs", &n.code.non_accessible_globs, &e.code.non_accessible_globs);
+        let extra = |why: &mut Vec<String>, name: &str, new: &[String], env: &[String]| {
+            for x in new {
+                if !env.contains(x) {
+                    why.push(format!("{name} adds {x}"));
+                }
+            }
+        };
+        extra(&mut why, "env.allow", &n.env.allow, &e.env.allow);
+        extra(&mut why, "confinement.capabilities", &n.confinement.capabilities, &e.confinement.capabilities);
+        extra(&mut why, "confinement.seccomp_allow", &n.confinement.seccomp_allow, &e.confinement.seccomp_allow);
+        for p in &n.confinement.scratch_paths {
+            if !inside(p, &e.confinement.scratch_paths) {
+                why.push(format!("confinement.scratch_paths adds {p}"));
+            }
+        }
+        for p in &n.confinement.system_paths {
+            if !inside(p, &e.confinement.system_paths) {
+                why.push(format!("confinement.system_paths adds {p}"));
+            }
+        }
+        let rank = |a: NetworkAccess| match a {
+            NetworkAccess::Deny => 0,
+            NetworkAccess::DenyBind => 1,
+            NetworkAccess::Allow => 2,
+        };
+        if rank(n.confinement.network) > rank(e.confinement.network) {
+            why.push("confinement.network is wider than the envelope's".into());
+        }
+        // Caps where 0 means unlimited.
+        let cap = |why: &mut Vec<String>, name: &str, new: u64, env: u64| {
+            if env != 0 && (new == 0 || new > env) {
+                why.push(format!("{name} {new} exceeds the envelope's {env}"));
+            }
+        };
+        cap(&mut why, "fs.max_read_bytes", n.fs.max_read_bytes, e.fs.max_read_bytes);
+        cap(&mut why, "fs.max_write_bytes", n.fs.max_write_bytes, e.fs.max_write_bytes);
+        cap(&mut why, "max_bg_timeout_ms", n.max_bg_timeout_ms, e.max_bg_timeout_ms);
+        for (name, new, env) in [
+            ("max_timeout_ms", n.max_timeout_ms, e.max_timeout_ms),
+            ("max_output_bytes", n.max_output_bytes, e.max_output_bytes),
+            ("max_concurrent_jobs", n.max_concurrent_jobs as u64, e.max_concurrent_jobs as u64),
+        ] {
+            if new > env {
+                why.push(format!("{name} {new} exceeds the envelope's {env}"));
+            }
         }
         why
     }

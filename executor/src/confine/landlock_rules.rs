@@ -1,0 +1,184 @@
+//! Landlock for commands, built from the live jail.
+//!
+//! * Jailed: read/write/execute in the roots and the scratch paths; read and execute in the
+//!   system paths; read/write on a few character devices (`/dev/null`, `/dev/tty`, …).
+//! * Unjailed: everything, except the denylisted paths.
+//! * Either way `fs.denylist_paths` stay unreadable. Landlock cannot carve a hole in an
+//!   allowed tree, so a tree that contains a denied path is granted piecewise: its
+//!   directories on the way down get only directory operations (list, create, remove), and
+//!   every sibling off that path gets the full grant. Limits: the denied name still shows in
+//!   listings, and entries created later next to it inherit only the directory operations.
+//! * Scoping (ABI 6+): commands cannot signal, or connect to the abstract sockets of,
+//!   processes outside their domain (the executor and the broker).
+//! * Network (ABI 4+): optional TCP bind/connect restriction.
+//!
+//! The ruleset is built once per policy, in the executor; each spawn only passes its fd to
+//! `landlock_restrict_self` in the child.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use iii_shell_protocol::config::{Config, NetworkAccess};
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
+};
+
+/// Character devices commands may write when jailed.
+pub const DEVICE_FILES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+
+/// How much of the requested ruleset the kernel enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    Fully,
+    Partially,
+    NotEnforced,
+}
+
+impl Enforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Fully => "fully enforced",
+            Enforcement::Partially => "partially enforced",
+            Enforcement::NotEnforced => "not enforced",
+        }
+    }
+}
+
+/// A ruleset ready to apply, and what it amounts to.
+#[derive(Debug)]
+pub struct CommandRuleset {
+    pub fd: Option<OwnedFd>,
+    pub abi: i32,
+    pub enforcement: Enforcement,
+    pub rules: usize,
+    pub scoped: bool,
+    pub network: NetworkAccess,
+    /// Why it is not fully enforced, if it is not.
+    pub gaps: Vec<String>,
+}
+
+/// The kernel's Landlock ABI version (0 when Landlock is unavailable or disabled).
+pub fn kernel_abi() -> i32 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns
+    // a number; no memory is passed.
+    let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    if v < 0 {
+        0
+    } else {
+        v as i32
+    }
+}
+
+fn dir_ops(access: BitFlags<AccessFs>) -> BitFlags<AccessFs> {
+    access
+        & (AccessFs::ReadDir
+            | AccessFs::RemoveDir
+            | AccessFs::RemoveFile
+            | AccessFs::MakeChar
+            | AccessFs::MakeDir
+            | AccessFs::MakeReg
+            | AccessFs::MakeSock
+            | AccessFs::MakeFifo
+            | AccessFs::MakeBlock
+            | AccessFs::MakeSym
+            | AccessFs::Refer)
+}
+
+/// Grants `access` on `path`, piecewise around the denied paths beneath it.
+fn grant(out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>, path: &Path, access: BitFlags<AccessFs>, denied: &[PathBuf], depth: usize) {
+    if denied.iter().any(|d| d == path) || depth > 32 {
+        return;
+    }
+    let below = denied.iter().any(|d| d.starts_with(path) && d != path);
+    if !below {
+        out.push((path.to_path_buf(), access));
+        return;
+    }
+    out.push((path.to_path_buf(), dir_ops(access)));
+    let Ok(rd) = std::fs::read_dir(path) else { return };
+    for e in rd.flatten() {
+        let child = e.path();
+        // A symlink is never a rule source: its target would be granted wherever it is.
+        if e.file_type().map(|t| t.is_symlink()).unwrap_or(true) {
+            continue;
+        }
+        grant(out, &child, access, denied, depth + 1);
+    }
+}
+
+/// Builds the command ruleset for `config`. Paths that do not exist are skipped.
+pub fn build(config: &Config) -> Result<CommandRuleset, String> {
+    let abi = kernel_abi();
+    let c = &config.confinement;
+    if !c.landlock {
+        return Ok(CommandRuleset { fd: None, abi, enforcement: Enforcement::NotEnforced, rules: 0, scoped: false, network: c.network, gaps: vec!["confinement.landlock is false".into()] });
+    }
+    let full = AccessFs::from_all(ABI::V5);
+    let read_exec = AccessFs::from_read(ABI::V5);
+    let denied: Vec<PathBuf> = config
+        .fs
+        .denylist_paths
+        .iter()
+        .flat_map(|d| {
+            let p = PathBuf::from(d);
+            let canon = std::fs::canonicalize(&p).ok();
+            std::iter::once(p).chain(canon)
+        })
+        .collect();
+    let mut grants = Vec::new();
+    if config.fs.host_roots.is_empty() {
+        grant(&mut grants, Path::new("/"), full, &denied, 0);
+    } else {
+        for r in config.fs.host_roots.iter().chain(c.scratch_paths.iter()) {
+            let p = std::fs::canonicalize(r).unwrap_or_else(|_| PathBuf::from(r));
+            grant(&mut grants, &p, full, &denied, 0);
+        }
+        for s in &c.system_paths {
+            grant(&mut grants, Path::new(s), read_exec, &denied, 0);
+        }
+        for d in DEVICE_FILES {
+            grant(&mut grants, Path::new(d), read_exec | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate, &denied, 0);
+        }
+    }
+
+    let mut gaps = Vec::new();
+    let mut needed = 5; // the V5 filesystem rights (truncate, refer, ioctl on devices)
+    let scoped = abi >= 6;
+    needed = needed.max(6);
+    if c.network != NetworkAccess::Allow {
+        needed = needed.max(4);
+    }
+    let enforcement = if abi <= 0 {
+        gaps.push("the kernel has no Landlock (or it is disabled)".into());
+        Enforcement::NotEnforced
+    } else if abi < needed {
+        gaps.push(format!("kernel Landlock ABI {abi} < {needed}: some rights (scoping, truncate, device ioctl or network) are not enforced"));
+        Enforcement::Partially
+    } else {
+        Enforcement::Fully
+    };
+    if abi <= 0 {
+        return Ok(CommandRuleset { fd: None, abi, enforcement, rules: 0, scoped: false, network: c.network, gaps });
+    }
+
+    let err = |e: landlock::RulesetError| format!("landlock: {e}");
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(full).map_err(err)?;
+    if c.network != NetworkAccess::Allow {
+        let net = match c.network {
+            NetworkAccess::DenyBind => BitFlags::from(AccessNet::BindTcp),
+            _ => AccessNet::BindTcp | AccessNet::ConnectTcp,
+        };
+        ruleset = ruleset.handle_access(net).map_err(err)?;
+    }
+    ruleset = ruleset.scope(Scope::from_all(ABI::V6)).map_err(err)?;
+    let mut created = ruleset.create().map_err(err)?;
+    let mut rules = 0;
+    for (path, access) in grants {
+        let Ok(fd) = PathFd::new(&path) else { continue };
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(err)?;
+        rules += 1;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    Ok(CommandRuleset { fd, abi, enforcement, rules, scoped, network: c.network, gaps })
+}

@@ -1,0 +1,230 @@
+//! The seccomp deny filter, as a hand-built classic BPF program.
+//!
+//! Built here rather than with seccompiler because the filter needs three things that crate
+//! cannot express together: a range check that refuses every x32 system call (numbers with
+//! the `__X32_SYSCALL_BIT`), different errnos per rule (`clone3` answers ENOSYS so libc falls
+//! back to `clone`, whose flags a filter can inspect; everything else EPERM), and argument
+//! masks on `clone`/`unshare`.
+//!
+//! Layout: check the architecture (a foreign one is killed); refuse x32; for each denied
+//! system call return EPERM; refuse namespace flags on `clone`/`unshare`; allow the rest.
+
+/// One denied system call and why it is denied (shown by `doctor`).
+#[derive(Debug, Clone, Copy)]
+pub struct Denied {
+    pub name: &'static str,
+    pub nr: i64,
+    pub why: &'static str,
+}
+
+macro_rules! deny {
+    ($name:ident, $why:expr) => {
+        Denied { name: stringify!($name), nr: libc::$name as i64, why: $why }
+    };
+}
+
+/// The deny list. `clone` and `unshare` are handled separately (only namespace flags).
+pub fn deny_list() -> Vec<Denied> {
+    let mut v = vec![
+        deny!(SYS_kexec_load, "replaces the running kernel"),
+        deny!(SYS_kexec_file_load, "replaces the running kernel"),
+        deny!(SYS_init_module, "loads kernel code"),
+        deny!(SYS_finit_module, "loads kernel code"),
+        deny!(SYS_delete_module, "unloads kernel code"),
+        deny!(SYS_mount, "changes the filesystem namespace (can hide or replace the jail)"),
+        deny!(SYS_umount2, "changes the filesystem namespace"),
+        deny!(SYS_pivot_root, "changes the root filesystem"),
+        deny!(SYS_open_tree, "new mount API: clones mounts"),
+        deny!(SYS_move_mount, "new mount API: attaches mounts"),
+        deny!(SYS_fsopen, "new mount API: creates filesystems"),
+        deny!(SYS_fsconfig, "new mount API: configures filesystems"),
+        deny!(SYS_fsmount, "new mount API: creates mounts"),
+        deny!(SYS_swapon, "host memory management"),
+        deny!(SYS_swapoff, "host memory management"),
+        deny!(SYS_reboot, "reboots or halts the host"),
+        deny!(SYS_acct, "redirects process accounting to a file"),
+        deny!(SYS_syslog, "reads or clears the kernel log"),
+        deny!(SYS_bpf, "loads kernel programs; a large attack surface"),
+        deny!(SYS_perf_event_open, "kernel profiling; side channels and a large attack surface"),
+        deny!(SYS_userfaultfd, "a common kernel exploitation primitive"),
+        deny!(SYS_ptrace, "inspects and controls other processes (re-allow for debuggers)"),
+        deny!(SYS_process_vm_readv, "reads another process's memory"),
+        deny!(SYS_process_vm_writev, "writes another process's memory"),
+        deny!(SYS_keyctl, "the kernel keyring: shared secrets and a large attack surface"),
+        deny!(SYS_add_key, "the kernel keyring"),
+        deny!(SYS_request_key, "the kernel keyring"),
+        deny!(SYS_io_uring_setup, "io_uring bypasses seccomp for the operations it performs"),
+        deny!(SYS_io_uring_enter, "io_uring bypasses seccomp for the operations it performs"),
+        deny!(SYS_io_uring_register, "io_uring bypasses seccomp for the operations it performs"),
+        deny!(SYS_open_by_handle_at, "opens files by handle, bypassing path checks (the shocker escape)"),
+        deny!(SYS_name_to_handle_at, "produces handles for open_by_handle_at"),
+        deny!(SYS_settimeofday, "changes the host clock"),
+        deny!(SYS_clock_settime, "changes the host clock"),
+        deny!(SYS_adjtimex, "changes the host clock"),
+        deny!(SYS_clock_adjtime, "changes the host clock"),
+        deny!(SYS_setns, "enters another namespace"),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    {
+        v.push(deny!(SYS_iopl, "raw I/O port access"));
+        v.push(deny!(SYS_ioperm, "raw I/O port access"));
+    }
+    v
+}
+
+/// Namespace flags refused on `clone` and `unshare`.
+pub const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWCGROUP
+    | 0x80) as u64; // CLONE_NEWTIME
+
+/// Every name `seccomp_allow` may mention.
+pub fn known_names() -> Vec<&'static str> {
+    let mut v: Vec<&str> = deny_list().iter().map(|d| d.name.trim_start_matches("SYS_")).collect();
+    v.extend(["clone_namespaces", "unshare", "clone3"]);
+    v
+}
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+
+// seccomp_data offsets.
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const OFF_ARG0_LO: u32 = 16;
+#[allow(dead_code)]
+const OFF_ARG0_HI: u32 = 20;
+
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt: 0, jf: 0, k }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+/// A compiled filter.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    pub program: Vec<libc::sock_filter>,
+    /// The names actually denied (after `seccomp_allow`).
+    pub denied: Vec<&'static str>,
+}
+
+impl PartialEq for Filter {
+    fn eq(&self, other: &Self) -> bool {
+        self.denied == other.denied
+    }
+}
+
+/// Builds the filter, minus the re-allowed names (`ptrace`, `unshare`, `clone_namespaces`,
+/// `clone3`, …). Unknown names are an error.
+pub fn build(allow: &[String]) -> Result<Filter, String> {
+    let known = known_names();
+    for a in allow {
+        if !known.contains(&a.as_str()) {
+            return Err(format!("confinement.seccomp_allow: unknown system call {a:?} (known: {})", known.join(", ")));
+        }
+    }
+    let allowed = |n: &str| allow.iter().any(|a| a == n);
+    let denied: Vec<Denied> = deny_list().into_iter().filter(|d| !allowed(d.name.trim_start_matches("SYS_"))).collect();
+    let errno = |e: i32| stmt(RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff));
+    let mut p = vec![
+        stmt(LD_W_ABS, OFF_ARCH),
+        jump(JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(RET_K, SECCOMP_RET_KILL_PROCESS),
+        stmt(LD_W_ABS, OFF_NR),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        // x32 system calls share the x86_64 audit arch: refuse the whole range.
+        p.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
+        p.push(errno(libc::EPERM));
+    }
+    for d in &denied {
+        p.push(jump(JEQ_K, d.nr as u32, 0, 1));
+        p.push(errno(libc::EPERM));
+    }
+    if !allowed("clone3") {
+        // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
+        p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+        p.push(errno(libc::ENOSYS));
+    }
+    let ns_low = (NAMESPACE_FLAGS & 0xffff_ffff) as u32;
+    if !allowed("clone_namespaces") {
+        // clone: refuse namespace flags (arg0 low word on x86_64 and arm64).
+        p.push(jump(JEQ_K, libc::SYS_clone as u32, 0, 4));
+        p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
+        p.push(jump(JSET_K, ns_low, 0, 1));
+        p.push(errno(libc::EPERM));
+        p.push(stmt(LD_W_ABS, OFF_NR));
+    }
+    if !allowed("unshare") {
+        p.push(jump(JEQ_K, libc::SYS_unshare as u32, 0, 4));
+        p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
+        p.push(jump(JSET_K, ns_low, 0, 1));
+        p.push(errno(libc::EPERM));
+        p.push(stmt(LD_W_ABS, OFF_NR));
+    }
+    p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
+    let mut names: Vec<&'static str> = denied.iter().map(|d| d.name).collect();
+    if !allowed("clone3") {
+        names.push("SYS_clone3 (ENOSYS)");
+    }
+    if !allowed("clone_namespaces") {
+        names.push("SYS_clone with namespace flags");
+    }
+    if !allowed("unshare") {
+        names.push("SYS_unshare with namespace flags");
+    }
+    Ok(Filter { program: p, denied: names })
+}
+
+impl Filter {
+    /// The `sock_fprog` to hand to `seccomp(2)`; valid while `self` lives.
+    pub fn fprog(&self) -> libc::sock_fprog {
+        libc::sock_fprog { len: self.program.len() as u16, filter: self.program.as_ptr() as *mut libc::sock_filter }
+    }
+}
+
+/// Installs `filter` on the calling thread's process (all threads, TSYNC). Requires
+/// no_new_privs (set it first).
+pub fn install_self(filter: &Filter) -> std::io::Result<()> {
+    let prog = filter.fprog();
+    // SAFETY: `prog` points into `filter.program`, which outlives the call; the kernel copies
+    // the program.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_TSYNC,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The `Seccomp:` mode of this process (0 none, 1 strict, 2 filter), from /proc.
+pub fn current_mode() -> Option<u32> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok())
+}

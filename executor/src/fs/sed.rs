@@ -1,0 +1,276 @@
+//! `shell::fs::sed`: find-and-replace over a list of files or a directory tree.
+//!
+//! Semantics:
+//! * Exactly one of `files` (non-empty) and `path` is given; both or neither is S210. An empty
+//!   pattern is S210, a regex that does not compile S217 (for the whole call).
+//! * `regex: true`: `pattern` is a Rust regex over the file's bytes (non-UTF-8 files work),
+//!   with multi-line anchors (`^`/`$` match at every line, and `$` also before `\r\n`), and
+//!   `$1` / `${name}` in `replacement` expand to groups. `regex: false`: both `pattern` and
+//!   `replacement` are literal. `first_only` replaces the first match of each file only.
+//! * A file with a match is rewritten atomically (temp file + rename in its directory) with
+//!   its permission bits kept; every other byte, CRLF and invalid UTF-8 included, is
+//!   unchanged. A file without a match is not touched (its mtime stays).
+//! * `files` form: each entry is resolved through the jail (a symlink inside the jail is
+//!   followed, and the file it names is edited) and has one result, in the order given:
+//!   `success: true` with its count (0 when nothing matched), or `success: false` with the
+//!   error (missing and denied read the same, S211 wording; outside the jail S215; not a
+//!   regular file; over `fs.max_read_bytes`; result over `fs.max_write_bytes`). `path` is the
+//!   canonical path when the entry resolved, else the entry as given. `recursive` and the
+//!   globs do not apply.
+//! * `path` form: the tree is walked exactly like `shell::fs::grep` walks it (same globs,
+//!   `recursive`, no symlinks, denied entries skipped silently; a root that is a single file
+//!   is a one-file tree). Binary files (a NUL byte) and files over `fs.max_read_bytes` are
+//!   skipped. **Only files with at least one match are listed** (sorted by path), so a sweep
+//!   over a large tree returns the edited files, not every file it read; a matched file
+//!   whose rewrite failed is listed with `success: false`. A root that is missing, denied or
+//!   outside the jail fails the whole call (S211 / S215).
+//! * `fs.max_write_bytes` (0 = unlimited): a file whose result would exceed it fails with an
+//!   S218-style message and is left untouched.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use iii_shell_protocol::fs::{FsSedFileResult, SedResponse, SedSpec};
+use regex::bytes::{Captures, NoExpand, Regex, RegexBuilder, Replacer};
+
+use crate::error::ExecError;
+use crate::fs::atomic::write_atomic;
+use crate::fs::grep::{open_regular, open_root, walk, Filters, Root};
+use crate::jail::{fstat, map_errno, open_beneath, Parent};
+use crate::policy::Policy;
+
+/// Find-and-replace across `spec.files` or the tree under `spec.path` (see the module docs).
+pub fn sed(policy: &Policy, spec: &SedSpec) -> Result<SedResponse, ExecError> {
+    if spec.pattern.is_empty() {
+        return Err(ExecError::Invalid("pattern is empty".into()));
+    }
+    match (spec.files.is_empty(), &spec.path) {
+        (false, Some(_)) => {
+            return Err(ExecError::Invalid("give either `files` or `path`, not both".into()));
+        }
+        (true, None) => {
+            return Err(ExecError::Invalid("give either `files` (a non-empty list) or `path`".into()));
+        }
+        _ => {}
+    }
+    let pattern = if spec.regex { spec.pattern.clone() } else { regex::escape(&spec.pattern) };
+    let re = RegexBuilder::new(&pattern)
+        .case_insensitive(spec.ignore_case)
+        .multi_line(true)
+        .crlf(true)
+        .build()
+        .map_err(|e| ExecError::BadRegex(format!("invalid regex: {e}")))?;
+    let edit = Edit {
+        re,
+        replacement: spec.replacement.as_bytes(),
+        expand: spec.regex,
+        limit: usize::from(spec.first_only),
+        max_read: policy.config.fs.max_read_bytes,
+        max_write: policy.config.fs.max_write_bytes,
+    };
+
+    let results = match &spec.path {
+        None => spec.files.iter().map(|f| edit_listed(policy, &edit, f)).collect(),
+        Some(path) => edit_tree(policy, &edit, spec, path)?,
+    };
+    let total_replacements = results.iter().map(|r| r.replacements).sum();
+    Ok(SedResponse { results, total_replacements })
+}
+
+/// One compiled substitution and the size caps.
+struct Edit<'a> {
+    re: Regex,
+    replacement: &'a [u8],
+    expand: bool,
+    /// 0 = every match, 1 = first only.
+    limit: usize,
+    max_read: u64,
+    max_write: u64,
+}
+
+/// A `Replacer` that counts what it replaces.
+struct Counting<'a> {
+    replacement: &'a [u8],
+    expand: bool,
+    count: u64,
+}
+
+impl Replacer for Counting<'_> {
+    fn replace_append(&mut self, caps: &Captures<'_>, dst: &mut Vec<u8>) {
+        self.count += 1;
+        if self.expand {
+            caps.expand(self.replacement, dst);
+        } else {
+            NoExpand(self.replacement).replace_append(caps, dst);
+        }
+    }
+}
+
+/// What happened to one file.
+enum Outcome {
+    /// Skipped without reading it through (binary, or over the read cap in the tree form).
+    Skipped,
+    /// `n` replacements made (0: nothing matched, file untouched).
+    Replaced(u64),
+}
+
+impl Edit<'_> {
+    /// Reads `file`, substitutes, and when anything matched writes the result over the
+    /// entry that `parent()` yields (called only then). `skip_unfit` skips binary and
+    /// oversized files instead of failing them.
+    fn apply(
+        &self,
+        file: std::fs::File,
+        st: &libc::stat,
+        display: &str,
+        skip_unfit: bool,
+        parent: impl FnOnce() -> Result<Parent, ExecError>,
+    ) -> Result<Outcome, ExecError> {
+        let too_big = |size: u64| {
+            ExecError::TooLarge(format!("{display}: file of {size} bytes exceeds fs.max_read_bytes ({})", self.max_read))
+        };
+        let size = st.st_size as u64;
+        if self.max_read > 0 && size > self.max_read {
+            return if skip_unfit { Ok(Outcome::Skipped) } else { Err(too_big(size)) };
+        }
+        let mut data = Vec::with_capacity(size as usize);
+        let cap = if self.max_read > 0 { self.max_read + 1 } else { u64::MAX };
+        file.take(cap)
+            .read_to_end(&mut data)
+            .map_err(|e| ExecError::Internal(format!("read {display}: {e}")))?;
+        if self.max_read > 0 && data.len() as u64 > self.max_read {
+            // It grew since the stat.
+            return if skip_unfit { Ok(Outcome::Skipped) } else { Err(too_big(data.len() as u64)) };
+        }
+        if skip_unfit && data.contains(&0) {
+            return Ok(Outcome::Skipped);
+        }
+        let mut counter = Counting { replacement: self.replacement, expand: self.expand, count: 0 };
+        let new = self.re.replacen(&data, self.limit, counter.by_ref());
+        if counter.count == 0 {
+            return Ok(Outcome::Replaced(0));
+        }
+        if self.max_write > 0 && new.len() as u64 > self.max_write {
+            return Err(ExecError::TooLarge(format!(
+                "{display}: result of {} bytes exceeds fs.max_write_bytes ({}); file left unchanged",
+                new.len(),
+                self.max_write
+            )));
+        }
+        let parent = parent()?;
+        same_file(&parent, st, display)?;
+        write_atomic(&parent, &new, st.st_mode & 0o7777)?;
+        Ok(Outcome::Replaced(counter.count))
+    }
+}
+
+/// Checks that the entry about to be replaced is still the file that was read (not
+/// swapped for another file or a symlink in between).
+fn same_file(parent: &Parent, st: &libc::stat, display: &str) -> Result<(), ExecError> {
+    let now = open_beneath(
+        Some(&parent.dir),
+        Path::new(&parent.name),
+        libc::O_PATH | libc::O_NOFOLLOW,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+    )
+    .and_then(|fd| fstat(&fd))
+    .map_err(|e| map_errno(display, e))?;
+    if now.st_dev != st.st_dev || now.st_ino != st.st_ino {
+        return Err(ExecError::Internal(format!("{display}: file changed during the edit; left unchanged")));
+    }
+    Ok(())
+}
+
+/// The `files` form: one result per entry, failures included.
+fn edit_listed(policy: &Policy, edit: &Edit<'_>, input: &str) -> FsSedFileResult {
+    let mut shown = input.to_string();
+    let outcome = (|| {
+        let resolved = policy.jail.resolve(input)?;
+        shown = resolved.path.to_string_lossy().into_owned();
+        let canon = resolved
+            .path
+            .to_str()
+            .ok_or_else(|| ExecError::Invalid(format!("path is not valid UTF-8: {input}")))?;
+        let parent = policy.jail.parent(canon, false)?;
+        let fd = open_beneath(
+            Some(&parent.dir),
+            Path::new(&parent.name),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+        )
+        .map_err(|e| map_errno(input, e))?;
+        let st = fstat(&fd).map_err(|e| ExecError::Internal(format!("stat {input}: {e}")))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(ExecError::WrongType(format!("not a regular file: {input}")));
+        }
+        edit.apply(std::fs::File::from(fd), &st, input, false, || Ok(parent))
+    })();
+    match outcome {
+        Ok(Outcome::Replaced(n)) => FsSedFileResult { path: shown, replacements: n, success: true, error: None },
+        Ok(Outcome::Skipped) => FsSedFileResult { path: shown, replacements: 0, success: true, error: None },
+        Err(e) => FsSedFileResult { path: shown, replacements: 0, success: false, error: Some(e.to_string()) },
+    }
+}
+
+/// The `path` form: edits every eligible file of the tree; lists the files that matched.
+fn edit_tree(policy: &Policy, edit: &Edit<'_>, spec: &SedSpec, input: &str) -> Result<Vec<FsSedFileResult>, ExecError> {
+    let filters = Filters::new(&spec.include_glob, &spec.exclude_glob)?;
+    let results = Mutex::new(Vec::new());
+    let record = |path: &Path, outcome: Result<Outcome, ExecError>| {
+        let r = match outcome {
+            Ok(Outcome::Skipped | Outcome::Replaced(0)) => return,
+            Ok(Outcome::Replaced(n)) => FsSedFileResult { path: path.to_string_lossy().into_owned(), replacements: n, success: true, error: None },
+            Err(e) => FsSedFileResult { path: path.to_string_lossy().into_owned(), replacements: 0, success: false, error: Some(e.to_string()) },
+        };
+        results.lock().unwrap_or_else(|p| p.into_inner()).push((path.to_path_buf(), r));
+    };
+    match open_root(policy, input)? {
+        Root::File { file, path, st } => {
+            let name = path.file_name().map(Path::new).unwrap_or(Path::new(""));
+            if filters.file_ok(name) {
+                let canon = path.to_string_lossy().into_owned();
+                let outcome = edit.apply(file, &st, &canon, true, || match path.to_str() {
+                    Some(p) => policy.jail.parent(p, false),
+                    None => Err(ExecError::Invalid(format!("path is not valid UTF-8: {input}"))),
+                });
+                record(&path, outcome);
+            }
+        }
+        Root::Dir { fd, path: root } => {
+            walk(policy, &root, spec.recursive, &filters, 0, || {
+                let (fd, root, record) = (&fd, &root, &record);
+                move |abs: &Path, rel: &Path| {
+                    let Some((file, st)) = open_regular(fd, rel) else { return };
+                    let display = abs.to_string_lossy();
+                    let outcome = edit.apply(file, &st, &display, true, || tree_parent(fd, root, rel, &display));
+                    record(abs, outcome);
+                }
+            });
+        }
+    }
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(results.into_iter().map(|(_, r)| r).collect())
+}
+
+/// The directory holding `rel`, opened beneath the root without following any symlink.
+fn tree_parent(root_fd: &OwnedFd, root: &Path, rel: &Path, display: &str) -> Result<Parent, ExecError> {
+    let name: OsString = rel
+        .file_name()
+        .map(|n| n.to_os_string())
+        .ok_or_else(|| ExecError::Internal(format!("{display}: no file name")))?;
+    let dir_rel = rel.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = open_beneath(
+        Some(root_fd),
+        dir_rel,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(|e| map_errno(display, e))?;
+    let dir_path: PathBuf = if dir_rel == Path::new(".") { root.to_path_buf() } else { root.join(dir_rel) };
+    let path = dir_path.join(&name);
+    Ok(Parent { dir, dir_path, name, path })
+}
