@@ -32,6 +32,12 @@ pub enum Command {
     Executor(ExecutorArgs),
     /// Make one call through the full validate → executor path and print the JSON result
     Call(CallArgs),
+    /// Self-checks run as a command under the executor (used by doctor and tests)
+    #[command(hide = true)]
+    Probe {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Parse and validate a configuration file
     CheckConfig {
         /// The YAML file to check

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cmd_call;
 pub mod cmd_executor;
+pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod engine;
 pub mod executor_client;
@@ -13,6 +14,7 @@ pub mod functions;
 pub mod lifecycle;
 pub mod logging;
 pub mod runtime;
+pub mod sandbox_jobs;
 pub mod schema;
 pub mod services;
 pub mod spawn_executor;

@@ -7,6 +7,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
+        Some(Command::Probe { args }) => iii_shell_broker::cmd_probe::run(&args),
         Some(Command::Executor(args)) => {
             logging::init("info");
             match cmd_executor::harden(&args) {
