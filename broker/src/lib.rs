@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod cmd_call;
+pub mod confine;
 pub mod cmd_executor;
 pub mod cmd_probe;
 pub mod cmd_serve;

@@ -242,6 +242,14 @@ impl Lifecycle {
                 json!({"ok": true})
             }
             Err(why) => {
+                // The same stored value delivered again (the `configuration:updated` our own
+                // re-register fires after a reconnect, the resync re-fetch) was already
+                // rejected and reported: no second ERROR, no second count.
+                let status = self.services.runtime.status();
+                if status.last_outcome == crate::runtime::ReloadOutcome::Rejected && status.last_error.as_deref() == Some(why.as_str()) {
+                    tracing::debug!("the stored configuration is unchanged since it was rejected; the last-good configuration stays in force");
+                    return json!({"ok": false});
+                }
                 tracing::error!("configuration reload rejected; the last-good configuration stays in force: {why}");
                 self.services.runtime.reject(why);
                 json!({"ok": false})

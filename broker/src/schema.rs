@@ -12,7 +12,9 @@ use serde_json::Value;
 /// `enum: [x]` (unit enum variants, internally tagged `kind`), as the published ide 0.12.9
 /// schemas do.
 pub fn schema_for<T: JsonSchema>() -> Value {
-    let generator = SchemaSettings::draft07().with_transform(ReplaceConstValue::default()).into_generator();
+    let generator = SchemaSettings::draft07()
+        .with_transform(ReplaceConstValue::default())
+        .into_generator();
     let schema = generator.into_root_schema_for::<T>();
     schema.to_value()
 }

@@ -340,7 +340,8 @@ pub struct WriteRequest {
     #[serde(default)]
     pub path: Option<String>,
     /// Single-file content: an inline string (host only) or a ContentRef { channel_id, access_key, direction } for an open write stream; omit with `files`.
-    #[serde(default)]
+    // No `#[serde(default)]`: a missing Option field reads as None anyway, and the published
+    // schema has no `default` here.
     pub content: Option<WriteContentWire>,
     /// Octal permission string for the single-file form, e.g. "0644" (the default); omit when using `files`.
     #[serde(default)]
@@ -349,7 +350,8 @@ pub struct WriteRequest {
     #[serde(default)]
     pub parents: Option<bool>,
     /// Batch form: write several files in one call. When present, the single-file fields (`path`/`content`/`mode`/`parents`) must be omitted.
-    #[serde(default)]
+    // No `#[serde(default)]`: a missing Option field reads as None anyway, and the published
+    // schema has no `default` here.
     pub files: Option<Vec<WriteFileSpec>>,
     /// host (default) or { kind: "sandbox", sandbox_id }.
     #[serde(default = "default_target")]

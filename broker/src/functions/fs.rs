@@ -285,10 +285,30 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
         return to_value(&WriteResponse { bytes_written: results.iter().map(|r| r.bytes_written).sum(), path: String::new(), files: results });
     }
 
-    // Host: inline files go in one request; streamed ones each get their own.
+    // Host. Check what can be checked before anything is written, so a batch with a bad
+    // entry writes nothing: relative paths while unjailed, and inline sizes over the cap.
+    let cap = rt.config.fs.max_write_bytes;
+    for p in &planned {
+        if rt.config.fs.host_roots.is_empty() && !p.path.starts_with('/') {
+            return Err(invalid(format!(
+                "path must be absolute when unjailed (fs.host_roots is empty; `~` is not expanded): {}",
+                p.path
+            )));
+        }
+        if let WriteContentWire::Inline(text) = &p.content {
+            if cap > 0 && text.len() as u64 > cap {
+                return Err(WireError::new(Code::S218, format!("{}: {} bytes exceed fs.max_write_bytes ({cap})", p.path, text.len())));
+            }
+        }
+    }
+    // Each file is its own request; large inline content is streamed to the executor so no
+    // single socket frame has to carry it.
     let mut results = Vec::new();
     for p in planned {
         let w = match p.content {
+            WriteContentWire::Inline(text) if text.len() > INLINE_FRAME_MAX => {
+                write_inline_streamed(services, text.into_bytes(), p.path, p.mode, p.parents).await?
+            }
             WriteContentWire::Inline(text) => {
                 let file = WriteFile { path: p.path, mode: p.mode, parents: p.parents, data: text.into_bytes() };
                 match host(services, FsOp::Write { files: vec![file] }).await? {
@@ -305,6 +325,28 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
     } else {
         let r = results.remove(0);
         to_value(&WriteResponse { bytes_written: r.bytes_written, path: r.path, files: Vec::new() })
+    }
+}
+
+/// Inline content above this size goes to the executor as a stream of chunks rather than in
+/// one request frame (frames are capped at `MAX_FRAME_BYTES`).
+const INLINE_FRAME_MAX: usize = 8 << 20;
+
+/// Sends inline bytes to the executor as a streamed write.
+async fn write_inline_streamed(services: &Arc<Services>, data: Vec<u8>, path: String, mode: u32, parents: bool) -> Result<WriteResponse, WireError> {
+    let (tx, rx) = tokio::sync::mpsc::channel(iii_shell_protocol::messages::STREAM_WINDOW);
+    let feed = tokio::spawn(async move {
+        for chunk in data.chunks(iii_shell_protocol::messages::STREAM_CHUNK) {
+            if tx.send(Ok(chunk.to_vec())).await.is_err() {
+                return;
+            }
+        }
+    });
+    let reply = services.executor.call_with_input(Request::Fs(FsOp::WriteStream { path, mode, parents }), rx).await;
+    feed.abort();
+    match reply? {
+        Reply::Fs(FsReply::Write(w)) => Ok(w),
+        _ => Err(unexpected_reply()),
     }
 }
 

@@ -16,28 +16,28 @@ pub fn definitions() -> Vec<FunctionDef> {
     vec![
         FunctionDef {
             id: "shell::workspace::roots",
-            description: "Workspace roots an operator can browse when choosing a working directory: the jail roots, or (unjailed) home, the worker's working directory and /tmp.",
+            description: "Console-only workspace picker control plane: return canonical host directory anchors that an operator can browse before choosing a per-session working directory.",
             metadata: meta(false, false, false),
             request_format: schema_for::<WorkspaceRootsRequest>(),
             response_format: schema_for::<WorkspaceRootsResponse>(),
         },
         FunctionDef {
             id: "shell::workspace::list",
-            description: "List the child directories (never files) of a host directory, canonical paths, for the console's directory picker.",
+            description: "Console-only workspace picker control plane: list child directories under an existing host directory. Returns canonical paths and never returns files.",
             metadata: meta(false, false, false),
             request_format: schema_for::<WorkspaceListRequest>(),
             response_format: schema_for::<WorkspaceListResponse>(),
         },
         FunctionDef {
             id: "shell::workspace::validate",
-            description: "Check that a path is an existing directory and return its canonical form.",
+            description: "Console-only workspace picker control plane: validate that `path` is an existing host directory and return its canonical path.",
             metadata: meta(false, false, false),
             request_format: schema_for::<WorkspaceValidateRequest>(),
             response_format: schema_for::<WorkspaceValidateResponse>(),
         },
         FunctionDef {
             id: "shell::workspace::read-bytes",
-            description: "Internal console UI: one base64 byte range of a file (at most 4 MiB raw per call), for the explorer's chunked reads.",
+            description: "Console-only: one bounded byte range of a file, base64 (at most 4 MiB raw per call), so a page can stream a large image without one oversized frame.",
             metadata: meta(true, false, false),
             request_format: schema_for::<WorkspaceReadBytesRequest>(),
             response_format: schema_for::<WorkspaceReadBytesResponse>(),

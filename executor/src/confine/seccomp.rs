@@ -228,3 +228,33 @@ pub fn current_mode() -> Option<u32> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     s.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok())
 }
+
+/// A default-deny filter: the listed system calls are allowed, every other one fails with
+/// EPERM (x32 too); `clone` only without namespace flags, `clone3` answers ENOSYS.
+pub fn allowlist_filter(allowed: &[i64]) -> Filter {
+    let errno = |e: i32| stmt(RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff));
+    let mut p = vec![
+        stmt(LD_W_ABS, OFF_ARCH),
+        jump(JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(RET_K, SECCOMP_RET_KILL_PROCESS),
+        stmt(LD_W_ABS, OFF_NR),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        p.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
+        p.push(errno(libc::EPERM));
+    }
+    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    p.push(errno(libc::ENOSYS));
+    let ns_low = (NAMESPACE_FLAGS & 0xffff_ffff) as u32;
+    p.push(jump(JEQ_K, libc::SYS_clone as u32, 0, 4));
+    p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
+    p.push(jump(JSET_K, ns_low, 0, 1));
+    p.push(errno(libc::EPERM));
+    p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
+    for nr in allowed {
+        p.push(jump(JEQ_K, *nr as u32, 0, 1));
+        p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
+    }
+    p.push(errno(libc::EPERM));
+    Filter { program: p, denied: vec!["everything not on the broker allowlist"] }
+}

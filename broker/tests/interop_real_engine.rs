@@ -1,0 +1,273 @@
+//! Interop with a real iii engine (not the in-process test engine).
+//!
+//! Opt-in: set `III_ENGINE_BIN` to an `iii` engine binary. The test starts it on a free
+//! loopback port with a minimal configuration in a temporary directory (its working directory,
+//! so everything the engine persists stays there), starts `iii-shell serve` against it, then
+//! calls `shell::exec` from a second, raw WebSocket client. Without the variable the test
+//! prints a skip message and passes.
+//!
+//! The engine configuration used (engine `config.yaml` format, a `workers:` list):
+//! `iii-worker-manager` listens on `127.0.0.1:<port>`; the `configuration` worker's `fs`
+//! adapter stores under the temporary directory; `iii-telemetry` is disabled (also through
+//! `III_TELEMETRY_ENABLED=false`); `IIIWORKER_DISABLE_BUILTIN_DAEMONS=1` keeps the engine from
+//! spawning auxiliary daemons.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const SKIP: &str = "skipping: set III_ENGINE_BIN to an iii engine binary to run the interop test";
+
+/// Kills and reaps a child process on drop.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.len().saturating_sub(40);
+        format!(
+            "--- last lines of {} log ({}) ---\n{}",
+            self.name,
+            self.log.display(),
+            lines[start..].join("\n")
+        )
+    }
+
+    fn ensure_running(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Err(format!(
+                "{} exited early with {status}\n{}",
+                self.name,
+                self.log_tail()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().unwrap().port()
+}
+
+fn spawn_logged(name: &'static str, mut cmd: Command, log: &Path) -> Proc {
+    let out = std::fs::File::create(log).expect("create log file");
+    let err = out.try_clone().unwrap();
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    Proc {
+        name,
+        child,
+        log: log.to_path_buf(),
+    }
+}
+
+fn engine_config(port: u16, dir: &Path) -> String {
+    let store = dir.join("configuration");
+    format!(
+        r#"workers:
+  - name: iii-worker-manager
+    config:
+      host: 127.0.0.1
+      port: {port}
+  - name: configuration
+    config:
+      adapter:
+        name: fs
+        config:
+          directory: "{store}"
+  - name: iii-telemetry
+    config:
+      enabled: false
+"#,
+        store = store.display()
+    )
+}
+
+async fn wait_for_port(port: u16, engine: &mut Proc, deadline: Instant) {
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        if let Err(e) = engine.ensure_running() {
+            panic!("{e}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine did not listen on 127.0.0.1:{port}\n{}",
+            engine.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn send(ws: &mut Ws, frame: Value) {
+    ws.send(Message::text(frame.to_string()))
+        .await
+        .expect("send frame");
+}
+
+/// Invokes `function_id` and waits for its `invocationresult` (other frames are skipped).
+async fn invoke(
+    ws: &mut Ws,
+    function_id: &str,
+    data: Value,
+    timeout: Duration,
+) -> Result<Value, Value> {
+    let id = uuid::Uuid::new_v4().to_string();
+    send(ws, json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data})).await;
+    let wait = async {
+        while let Some(msg) = ws.next().await {
+            let text = match msg.expect("read frame") {
+                Message::Text(t) => t.to_string(),
+                Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                Message::Close(c) => panic!("the engine closed the client socket: {c:?}"),
+                _ => continue,
+            };
+            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            if frame["type"] == "invocationresult" && frame["invocation_id"] == id.as_str() {
+                return match frame.get("error") {
+                    Some(e) if !e.is_null() => Err(e.clone()),
+                    _ => Ok(frame.get("result").cloned().unwrap_or(Value::Null)),
+                };
+            }
+        }
+        panic!("the engine closed the client socket");
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .unwrap_or_else(|_| panic!("no invocationresult for {function_id} within {timeout:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_exec_through_a_real_engine() {
+    let Some(engine_bin) = std::env::var_os("III_ENGINE_BIN").filter(|v| !v.is_empty()) else {
+        eprintln!("{SKIP}");
+        return;
+    };
+    let engine_bin = PathBuf::from(engine_bin);
+    assert!(
+        engine_bin.is_file(),
+        "III_ENGINE_BIN={} is not a file",
+        engine_bin.display()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, engine_config(port, dir.path())).unwrap();
+
+    let mut engine_cmd = Command::new(&engine_bin);
+    engine_cmd
+        .arg("--no-update-check")
+        .arg("--config")
+        .arg(&config_path)
+        .current_dir(dir.path())
+        .env("III_TELEMETRY_ENABLED", "false")
+        .env("IIIWORKER_DISABLE_BUILTIN_DAEMONS", "1");
+    let mut engine = spawn_logged("engine", engine_cmd, &dir.path().join("engine.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_for_port(port, &mut engine, deadline).await;
+    let url = format!("ws://127.0.0.1:{port}");
+
+    let mut worker_cmd = Command::new(env!("CARGO_BIN_EXE_iii-shell"));
+    worker_cmd
+        .arg("serve")
+        .arg("--config")
+        .arg(dir.path().join("no-seed.yaml")) // missing: the built-in default is the seed
+        .current_dir(dir.path())
+        .env("III_URL", &url)
+        .env_remove("III_ENGINE_URL")
+        .env(
+            "III_WORKER_NAME",
+            format!("iii-shell-interop-{}", std::process::id()),
+        );
+    let mut worker = spawn_logged("iii-shell", worker_cmd, &dir.path().join("iii-shell.log"));
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .expect("client connects to the engine");
+    send(
+        &mut ws,
+        json!({
+            "type": "invokefunction",
+            "invocation_id": null,
+            "function_id": "engine::workers::register",
+            "action": {"type": "void"},
+            "data": {"runtime": "rust", "name": format!("interop-client-{}", std::process::id()), "pid": std::process::id()}
+        }),
+    )
+    .await;
+
+    // The worker registers its functions once its configuration is confirmed; until then the
+    // engine answers function_not_found.
+    let result = loop {
+        match invoke(
+            &mut ws,
+            "shell::exec",
+            json!({"command": "echo", "args": ["interop"]}),
+            Duration::from_secs(30),
+        )
+        .await
+        {
+            Ok(v) => break v,
+            Err(e) if e["code"] == "function_not_found" && Instant::now() < deadline => {
+                if let Err(msg) = worker.ensure_running() {
+                    panic!("{msg}\n{}", engine.log_tail());
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!(
+                "shell::exec failed: {e}\n{}\n{}",
+                worker.log_tail(),
+                engine.log_tail()
+            ),
+        }
+    };
+    assert_eq!(result["stdout"], "interop\n", "result: {result}");
+    assert_eq!(result["exit_code"], 0, "result: {result}");
+    assert_eq!(result["timed_out"], false, "result: {result}");
+
+    // The worker's hot-reload status is reachable through the engine as well.
+    let status = invoke(
+        &mut ws,
+        "shell::config-status",
+        json!({}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("shell::config-status");
+    assert_eq!(status["last_outcome"], "applied", "status: {status}");
+
+    let _ = ws.close(None).await;
+    drop(worker);
+    drop(engine);
+}
