@@ -188,7 +188,12 @@ impl EngineLink {
     /// Calls a function through the engine and waits for its result (waiting for a
     /// connection first). Builtins are resolved in `default`, so no namespace is sent.
     pub async fn call(&self, function_id: &str, data: Value) -> Result<Value, ErrorBody> {
-        let timeout = self.inner.opts.call_timeout;
+        self.call_with_timeout(function_id, data, self.inner.opts.call_timeout).await
+    }
+
+    /// Like [`Self::call`] with its own deadline (waiting for a connection counts toward it);
+    /// on expiry the error code is `timeout`.
+    pub async fn call_with_timeout(&self, function_id: &str, data: Value, timeout: Duration) -> Result<Value, ErrorBody> {
         let work = async {
             loop {
                 self.connected().await;
@@ -405,7 +410,13 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
         let mut st = lock(&inner.state);
         st.out = None;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    // Handlers still running hold clones of `tx` and would keep the writer, the old socket and
+    // its Pings alive after the connection is over (and on a half-open socket `close` may
+    // never finish); their results can reach no one any more.
+    let mut writer = writer;
+    if tokio::time::timeout(Duration::from_secs(1), &mut writer).await.is_err() {
+        writer.abort();
+    }
     ended
 }
 

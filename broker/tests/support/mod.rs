@@ -1,0 +1,527 @@
+//! Harness for the `engine_*` end-to-end tests: the real `iii-shell serve` binary against the
+//! in-process test engine (`iii_test_engine`), with a second engine connection as the caller.
+//!
+//! Every spawned worker writes its stderr (and its executor's) to a file in its own temp dir,
+//! so tests can assert on log lines. Dropping a [`Worker`] SIGKILLs the worker, every process
+//! below it, and every process whose command line carries one of the worker's markers (jobs
+//! orphaned by a killed executor).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use iii_shell_protocol::config::{Config, SHIPPED_CONFIG_YAML};
+use iii_test_engine::{TestEngine, WorkerInfo};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_iii-shell");
+
+/// Generous bound for anything that should happen "soon" on a loaded 2-core CI box.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Environment variables of the worker contract, removed from the inherited environment so
+/// that only what a test sets reaches the worker.
+const CONTRACT_ENV: &[&str] = &[
+    "III_URL",
+    "III_ENGINE_URL",
+    "III_WORKER_NAME",
+    "III_NAMESPACE",
+    "III_ISOLATION",
+    "III_SHELL_PING_MS",
+    "III_SHELL_IDLE_MS",
+    "III_SHELL_RETRY_MS",
+    "RUST_LOG",
+];
+
+/// How to start one `iii-shell serve`.
+pub struct WorkerBuilder {
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    config: Option<PathBuf>,
+    subcommand: bool,
+}
+
+impl Default for WorkerBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorkerBuilder {
+    pub fn new() -> Self {
+        WorkerBuilder {
+            dir: tempfile::tempdir().expect("tempdir"),
+            args: Vec::new(),
+            env: Vec::new(),
+            config: None,
+            subcommand: true,
+        }
+    }
+
+    /// `III_URL` = the engine's URL.
+    pub fn engine(self, engine: &TestEngine) -> Self {
+        self.env("III_URL", &engine.url())
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// Short keepalive timings (Ping 200 ms, idle 1 s, retry 300 ms).
+    pub fn fast_keepalive(self) -> Self {
+        self.env("III_SHELL_PING_MS", "200")
+            .env("III_SHELL_IDLE_MS", "1000")
+            .env("III_SHELL_RETRY_MS", "300")
+    }
+
+    /// Writes `yaml` as the `--config` seed file.
+    pub fn seed_yaml(mut self, yaml: &str) -> Self {
+        let path = self.dir.path().join("seed.yaml");
+        std::fs::write(&path, yaml).expect("write seed");
+        self.config = Some(path);
+        self
+    }
+
+    /// A `--config` seed file holding `config`.
+    pub fn seed(self, config: &Config) -> Self {
+        let yaml = serde_norway::to_string(config).expect("config to yaml");
+        self.seed_yaml(&yaml)
+    }
+
+    /// Runs `iii-shell` without the `serve` subcommand (as `iii worker add` does).
+    pub fn without_subcommand(mut self) -> Self {
+        self.subcommand = false;
+        self
+    }
+
+    pub fn start(self) -> Worker {
+        let stderr_path = self.dir.path().join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let config = self
+            .config
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("no-seed.yaml"));
+        let mut cmd = Command::new(BIN);
+        if self.subcommand {
+            cmd.arg("serve");
+        }
+        cmd.arg("--config").arg(&config).args(&self.args);
+        for k in CONTRACT_ENV {
+            cmd.env_remove(k);
+        }
+        cmd.env("RUST_LOG", "info").env("NO_COLOR", "1");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .expect("spawn iii-shell serve");
+        Worker {
+            pid: child.id() as i32,
+            child,
+            stderr_path,
+            dir: self.dir,
+            markers: Mutex::new(Vec::new()),
+            exited: None,
+        }
+    }
+}
+
+/// A running `iii-shell serve`.
+pub struct Worker {
+    pub pid: i32,
+    child: Child,
+    stderr_path: PathBuf,
+    dir: tempfile::TempDir,
+    markers: Mutex<Vec<String>>,
+    exited: Option<ExitStatus>,
+}
+
+impl Worker {
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder::new()
+    }
+
+    /// A worker with default settings connected to `engine` (no seed file).
+    pub fn start(engine: &TestEngine) -> Worker {
+        WorkerBuilder::new().engine(engine).start()
+    }
+
+    /// The worker's own temp dir (its cwd).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Everything written to stderr so far (worker and executor), ANSI codes stripped.
+    pub fn stderr(&self) -> String {
+        strip_ansi(&std::fs::read_to_string(&self.stderr_path).unwrap_or_default())
+    }
+
+    /// Stderr lines containing `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.stderr()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Waits until a stderr line contains `needle`.
+    pub async fn wait_log(&self, needle: &str, limit: Duration) -> bool {
+        eventually(limit, || !self.log_lines(needle).is_empty()).await
+    }
+
+    /// Like [`Self::wait_log`], panicking with the log on timeout.
+    pub async fn expect_log(&self, needle: &str) {
+        if !self.wait_log(needle, WAIT).await {
+            panic!(
+                "no stderr line contains {needle:?}; stderr:\n{}",
+                self.stderr()
+            );
+        }
+    }
+
+    /// Pid of the current executor: a live child of the worker started as `executor --fd`.
+    pub fn executor_pid(&self) -> Option<i32> {
+        children_of(self.pid)
+            .into_iter()
+            .find(|p| cmdline(*p).is_some_and(|c| c.contains("executor --fd")))
+    }
+
+    /// Waits for an executor other than `not` to be running.
+    pub async fn wait_executor(&self, not: Option<i32>) -> i32 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(p) = self.executor_pid().filter(|p| Some(*p) != not) {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no executor (other than {not:?}) came up; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.pid), sig).expect("signal the worker");
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.try_exit() {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// A unique token for a command line (e.g. `sleep <marker>`); processes carrying it are
+    /// killed when the worker is dropped, wherever they were re-parented to.
+    pub fn marker(&self, seconds: u32) -> String {
+        let m = unique_sleep_arg(seconds);
+        self.markers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(m.clone());
+        m
+    }
+
+    /// The connection of this worker the engine saw last (by pid).
+    pub fn info(&self, engine: &TestEngine) -> Option<WorkerInfo> {
+        engine
+            .workers()
+            .into_iter()
+            .rev()
+            .find(|w| w.pid == Some(self.pid as u64))
+    }
+
+    /// Every connection of this worker, in connect order.
+    pub fn connections(&self, engine: &TestEngine) -> Vec<WorkerInfo> {
+        engine
+            .workers()
+            .into_iter()
+            .filter(|w| w.pid == Some(self.pid as u64))
+            .collect()
+    }
+
+    /// Waits for a live connection of this worker.
+    pub async fn wait_connected(&self, engine: &TestEngine) -> WorkerInfo {
+        let ok = engine
+            .wait_until(WAIT, |e| {
+                e.workers()
+                    .iter()
+                    .any(|w| w.connected && w.pid == Some(self.pid as u64))
+            })
+            .await;
+        assert!(ok, "the worker never connected; stderr:\n{}", self.stderr());
+        self.info(engine).expect("connection info")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let mut victims = descendants(self.pid);
+        let markers = self
+            .markers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for m in &markers {
+            victims.extend(procs_with(m));
+        }
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+        }
+        for p in victims {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a worker for `engine` and waits until `shell::exec` is registered.
+pub async fn start_ready(engine: &TestEngine) -> Worker {
+    let w = Worker::start(engine);
+    wait_ready(engine, &w).await;
+    w
+}
+
+/// Waits until the worker's functions (and its config trigger binding) are filed.
+pub async fn wait_ready(engine: &TestEngine, w: &Worker) {
+    for id in [
+        "shell::exec",
+        "shell::config-status",
+        "shell::on-config-change",
+    ] {
+        if engine.wait_for_function(id, WAIT).await.is_none() {
+            panic!("{id} was never registered; stderr:\n{}", w.stderr());
+        }
+    }
+    // The configuration binding is sent right after the functions.
+    let bound = engine
+        .wait_until(WAIT, |e| {
+            e.triggers().iter().any(|t| {
+                t.trigger_type == "configuration" && t.function_id == "shell::on-config-change"
+            })
+        })
+        .await;
+    assert!(
+        bound,
+        "the configuration trigger was never bound; stderr:\n{}",
+        w.stderr()
+    );
+}
+
+/// Ids of `shell::*` functions currently registered, in any namespace.
+pub fn shell_functions(engine: &TestEngine) -> Vec<String> {
+    engine
+        .functions()
+        .into_iter()
+        .filter(|f| f.id.starts_with("shell::"))
+        .map(|f| f.id)
+        .collect()
+}
+
+/// Every function id this build registers: the catalogue plus the internal change handler.
+pub fn all_function_ids() -> Vec<String> {
+    let mut ids: Vec<String> = iii_shell_broker::functions::catalogue()
+        .iter()
+        .map(|f| f.id.to_string())
+        .collect();
+    ids.push(iii_shell_broker::lifecycle::ON_CHANGE_ID.to_string());
+    ids
+}
+
+/// The functions every build has, whatever else it adds.
+pub const CORE_FUNCTIONS: &[&str] = &[
+    "shell::exec",
+    "shell::exec_bg",
+    "shell::status",
+    "shell::list",
+    "shell::kill",
+    "shell::config-status",
+    "shell::on-config-change",
+];
+
+/// The shipped `config.yaml` as a JSON value.
+pub fn shipped_value() -> Value {
+    serde_json::to_value(Config::from_yaml(SHIPPED_CONFIG_YAML).expect("shipped config parses"))
+        .unwrap()
+}
+
+/// The built-in default jailed to `root`.
+pub fn jailed(root: &Path) -> Config {
+    let mut c = Config::builtin_default();
+    c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
+    c.fs.allow_unjailed = false;
+    c
+}
+
+pub fn jailed_value(root: &Path) -> Value {
+    serde_json::to_value(jailed(root)).unwrap()
+}
+
+pub fn unjailed_value() -> Value {
+    serde_json::to_value(Config::builtin_default()).unwrap()
+}
+
+/// `shell::exec` of `pwd` in `cwd`.
+pub fn pwd_in(cwd: &str) -> Value {
+    json!({"command": "pwd", "cwd": cwd})
+}
+
+/// Polls `f` until it holds or `limit` passes.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().unwrap().port()
+}
+
+/// `<seconds>.<unique digits>`: a `sleep` argument that is unique to this test run.
+pub fn unique_sleep_arg(seconds: u32) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(1);
+    format!(
+        "{seconds}.{:07}{:03}1",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed) % 1000
+    )
+}
+
+/// The command line of `pid`, NULs as spaces.
+pub fn cmdline(pid: i32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        String::from_utf8_lossy(&raw)
+            .replace('\0', " ")
+            .trim_end()
+            .to_string(),
+    )
+}
+
+/// `(state, ppid)` of `pid`.
+fn stat(pid: i32) -> Option<(char, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = s.rsplit_once(')')?;
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+fn all_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    matches!(stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
+}
+
+/// Live (non-zombie) children of `parent`.
+pub fn children_of(parent: i32) -> Vec<i32> {
+    all_pids()
+        .into_iter()
+        .filter(|p| matches!(stat(*p), Some((s, pp)) if pp == parent && s != 'Z' && s != 'X'))
+        .collect()
+}
+
+/// Every live process below `root`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for c in children_of(p) {
+            if !out.contains(&c) {
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Live (non-zombie) processes whose command line contains `needle`.
+pub fn procs_with(needle: &str) -> Vec<i32> {
+    all_pids()
+        .into_iter()
+        .filter(|p| alive(*p) && cmdline(*p).is_some_and(|c| c.contains(needle)))
+        .collect()
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Asserts that an error has `code`, showing the whole error otherwise.
+#[track_caller]
+pub fn assert_code<T: std::fmt::Debug>(r: &Result<T, iii_test_engine::ErrorBody>, code: &str) {
+    match r {
+        Err(e) if e.code == code => {}
+        other => panic!("expected error {code}, got {other:?}"),
+    }
+}
