@@ -30,6 +30,8 @@ pub enum Command {
     Serve,
     /// Run only the executor
     Executor(ExecutorArgs),
+    /// Run only the broker (the network half)
+    Broker(BrokerArgs),
     /// Make one call through the full validate → executor path and print the JSON result
     Call(CallArgs),
     /// Self-checks run as a command under the executor (used by doctor and tests)
@@ -60,6 +62,22 @@ pub struct ExecutorArgs {
     /// (reloads can only narrow it), and the confinement it applies to itself at start-up
     #[arg(long)]
     pub pin_config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BrokerArgs {
+    /// Connect to the executor listening on this socket (separate units)
+    #[arg(long, conflicts_with = "executor_fd")]
+    pub executor_socket: Option<PathBuf>,
+    /// The executor's socket, inherited from `serve`
+    #[arg(long, hide = true)]
+    pub executor_fd: Option<i32>,
+    /// The supervisor's control socket, inherited from `serve`
+    #[arg(long, hide = true)]
+    pub control_fd: Option<i32>,
+    /// The seed configuration, already validated by `serve`
+    #[arg(long, hide = true)]
+    pub seed_json: Option<String>,
 }
 
 #[derive(Debug, Args)]

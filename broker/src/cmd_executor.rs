@@ -16,6 +16,18 @@ use crate::cli::ExecutorArgs;
 /// per thread, and every thread created later inherits the state of the one that creates it.
 pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
     prepare_process();
+    if args.fd.is_some() {
+        // Spawned by `serve` or `call`: shut down (killing our jobs) when the parent goes.
+        // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) };
+    }
+    // Bind the socket and hand it to the peer uid now: chown needs CAP_CHOWN, which the
+    // hardening below drops.
+    if let Some(path) = &args.socket {
+        let own_uid = nix::unistd::getuid().as_raw();
+        let listener = bind_socket(path, args.peer_uid.unwrap_or(own_uid), own_uid)?;
+        *PREBOUND.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
+    }
     let pinned = match &args.pin_config {
         Some(path) => match load_envelope(path) {
             Ok(c) => Some(c),
@@ -101,22 +113,21 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     }
 
     let Some(path) = args.socket else { return 2 };
-    let _ = std::fs::remove_file(&path);
-    let listener = match tokio::net::UnixListener::bind(&path) {
+    let prebound = PREBOUND.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let listener = match prebound.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|_| tokio::net::UnixListener::from_std(listener))
+    {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot bind the executor socket");
+            tracing::error!(path = %path.display(), error = %e, "cannot listen on the executor socket");
             return 2;
         }
     };
-    // Only the named peer may connect: owner = peer uid, mode 0600.
-    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-    if expected != own_uid {
-        if let Err(e) = nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(expected)), None) {
-            tracing::error!(error = %e, "cannot hand the socket to uid {expected}");
-            return 2;
-        }
-    }
     tracing::info!(path = %path.display(), peer_uid = expected, "executor listening");
     let code = loop {
         tokio::select! {
@@ -136,6 +147,34 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     exec.shutdown();
     let _ = std::fs::remove_file(&path);
     code
+}
+
+/// The `--socket` listener, bound by [`harden`] while the process may still chown it.
+static PREBOUND: std::sync::Mutex<Option<std::os::unix::net::UnixListener>> =
+    std::sync::Mutex::new(None);
+
+/// Binds the executor socket; only the named peer may connect: owner = peer uid, mode 0600.
+fn bind_socket(
+    path: &std::path::Path,
+    expected: u32,
+    own_uid: u32,
+) -> Result<std::os::unix::net::UnixListener, i32> {
+    let _ = std::fs::remove_file(path);
+    let listener = match std::os::unix::net::UnixListener::bind(path) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot bind the executor socket");
+            return Err(2);
+        }
+    };
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    if expected != own_uid {
+        if let Err(e) = nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(expected)), None) {
+            tracing::error!(error = %e, "cannot hand the socket to uid {expected}");
+            return Err(2);
+        }
+    }
+    Ok(listener)
 }
 
 /// SIGTERM or SIGINT.

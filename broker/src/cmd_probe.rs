@@ -8,8 +8,10 @@
 /// Makes the named system call; returns the raw result and errno.
 fn call(name: &str) -> Option<(i64, i32)> {
     let null = std::ptr::null::<u8>();
-    let mut buf = [0u8; 64];
-    let b = buf.as_mut_ptr();
+    // Large enough for every struct a probe passes (io_uring_params is 120 bytes, struct
+    // timex 208): a call that succeeds copies the whole struct back into it.
+    let mut buf = [0u64; 64];
+    let b = buf.as_mut_ptr() as *mut u8;
     // SAFETY: every call passes null pointers, zero lengths, or a small stack buffer that
     // outlives the call; none of them can affect memory we rely on. Their only effects are on
     // kernel state the probe is meant to test (and they fail when confinement works).

@@ -128,11 +128,28 @@ impl ExecutorClient {
         let (events, _) = broadcast::channel(1024);
         let (closed_tx, closed) = watch::channel(false);
 
+        let pending_w = pending.clone();
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
-                if let Err(e) = write_frame(&mut wr, &frame).await {
-                    tracing::warn!(error = %e, "write to executor failed");
-                    break;
+                match write_frame(&mut wr, &frame).await {
+                    Ok(()) => {}
+                    // Refused while encoding, before a byte was written: the connection is
+                    // intact, so fail that one request instead of every call in flight.
+                    Err(iii_shell_protocol::frame::FrameError::TooLarge(n)) => {
+                        tracing::warn!(bytes = n, "a frame for the executor is over the size limit; failing that request");
+                        if let ClientFrame::Request { id, .. } = &frame {
+                            if let Some(w) = pending_w.lock().ok().and_then(|mut m| m.remove(id)) {
+                                let _ = w.send(Err(WireError::new(
+                                    Code::S216,
+                                    format!("request of {n} bytes exceeds the executor socket's frame limit"),
+                                )));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "write to executor failed");
+                        break;
+                    }
                 }
             }
         });

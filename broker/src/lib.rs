@@ -4,6 +4,7 @@
 //! socket. It never touches the host filesystem or runs programs itself.
 
 pub mod cli;
+pub mod cmd_broker;
 pub mod cmd_call;
 pub mod confine;
 pub mod cmd_executor;
@@ -11,6 +12,7 @@ pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod engine;
 pub mod executor_client;
+pub mod executor_source;
 pub mod functions;
 pub mod lifecycle;
 pub mod logging;
@@ -19,5 +21,4 @@ pub mod sandbox_jobs;
 pub mod schema;
 pub mod services;
 pub mod spawn_executor;
-pub mod supervisor;
 pub mod validate;

@@ -1,6 +1,6 @@
 use clap::Parser;
 use iii_shell_broker::cli::{Cli, Command};
-use iii_shell_broker::{cmd_call, cmd_executor, cmd_serve, logging};
+use iii_shell_broker::{cmd_broker, cmd_call, cmd_executor, cmd_serve, logging};
 use iii_shell_protocol::config::Config;
 
 fn main() {
@@ -21,9 +21,16 @@ fn main() {
             let path = explicit.then_some(cli.serve.config.as_path());
             runtime(2).block_on(cmd_call::run(args, path))
         }
+        Some(Command::Broker(args)) => {
+            logging::init("info");
+            match cmd_broker::prepare(&cli.serve, &args) {
+                Ok((seed, source)) => runtime(2).block_on(cmd_broker::run(cli.serve, seed, source)),
+                Err(code) => code,
+            }
+        }
         Some(Command::Serve) | None => {
             logging::init("info");
-            runtime(2).block_on(cmd_serve::run(cli.serve))
+            cmd_serve::run(cli.serve)
         }
     };
     std::process::exit(code);

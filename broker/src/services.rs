@@ -8,6 +8,7 @@ use iii_shell_protocol::{Code, WireError};
 use crate::engine::EngineLink;
 use crate::executor_client::{executor_lost, ExecutorClient, OutputStream};
 use crate::runtime::RuntimeCell;
+use crate::sandbox_jobs::SandboxJobs;
 
 /// The executor connection in use; replaced when a respawned executor comes up.
 #[derive(Default)]
@@ -53,13 +54,20 @@ impl ExecutorSlot {
 pub struct Services {
     pub runtime: Arc<RuntimeCell>,
     pub executor: Arc<ExecutorSlot>,
+    /// Background jobs on sandbox targets (host jobs live in the executor).
+    pub sandbox_jobs: SandboxJobs,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
     engine: RwLock<Option<EngineLink>>,
 }
 
 impl Services {
     pub fn new() -> Arc<Services> {
-        Arc::new(Services { runtime: Arc::default(), executor: Arc::default(), engine: RwLock::new(None) })
+        Arc::new(Services {
+            runtime: Arc::default(),
+            executor: Arc::default(),
+            sandbox_jobs: SandboxJobs::default(),
+            engine: RwLock::new(None),
+        })
     }
 
     pub fn set_engine(&self, link: EngineLink) {

@@ -38,7 +38,31 @@ pub fn spawn_executor_with(exe: &std::path::Path, extra_args: &[String]) -> std:
     Ok((child, UnixStream::from_std(ours)?))
 }
 
-fn clear_cloexec(fd: &OwnedFd) -> std::io::Result<()> {
+/// Spawns `iii-shell executor --fd N`; returns the child and our end as a plain fd (to hand
+/// to another process).
+pub fn spawn_executor_raw(exe: &std::path::Path, extra_args: &[String]) -> std::io::Result<(Child, OwnedFd)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let theirs: OwnedFd = theirs.into();
+    clear_cloexec(&theirs)?;
+    let mut cmd = Command::new(exe);
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", crate::logging::default_filter());
+    }
+    let child = cmd
+        .arg("executor")
+        .arg("--fd")
+        .arg(theirs.as_raw_fd().to_string())
+        .args(extra_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    drop(theirs);
+    Ok((child, ours.into()))
+}
+
+/// Clears close-on-exec on one descriptor so the next child inherits it.
+pub fn clear_cloexec(fd: &OwnedFd) -> std::io::Result<()> {
     // SAFETY: F_GETFD/F_SETFD on a descriptor we own.
     unsafe {
         let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFD);

@@ -172,7 +172,7 @@ impl Jobs {
 
     pub async fn kill(&self, id: &str) -> Result<KillResponse, ExecError> {
         let job = self.get(id)?;
-        {
+        let exited_on_its_own = {
             let mut st = lock(&job.state);
             if st.status != JobStatus::Running {
                 let reason = format!("job already {}", st.status.as_str());
@@ -186,7 +186,26 @@ impl Jobs {
                     reason: Some("a kill of this job is already in progress".into()),
                 });
             }
-            st.kill_reason = Some("killed by shell::kill".into());
+            // The root already exited by itself and `supervise` is finalising the record (it
+            // waits briefly for the output readers): that job finished, so do not turn it into
+            // "killed" and drop its exit code.
+            let exited = root_exited(&job.tree);
+            if !exited {
+                st.kill_reason = Some("killed by shell::kill".into());
+            }
+            exited
+        };
+        if exited_on_its_own {
+            let mut done = job.done.clone();
+            let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
+            let st = lock(&job.state);
+            let reason = format!("job already {}", st.status.as_str());
+            return Ok(KillResponse {
+                job_id: job.id.clone(),
+                killed: false,
+                status: st.status,
+                reason: Some(reason),
+            });
         }
         job.tree.kill();
         let mut done = job.done.clone();
@@ -208,6 +227,13 @@ impl Jobs {
             }
         }
     }
+}
+
+/// True once a job's root process has exited: it is a zombie awaiting its supervisor, or
+/// already reaped. (Until it is reaped, its pid cannot be reused.)
+fn root_exited(tree: &JobTree) -> bool {
+    crate::procfs::stat(tree.root).is_some_and(|s| s.state == b'Z')
+        || tree.reaped.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy

@@ -37,6 +37,9 @@ pub struct LinkOptions {
     pub idle_timeout: Duration,
     pub retry_every: Duration,
     pub call_timeout: Duration,
+    /// The pid registered with the engine: the process the launcher started (the `serve`
+    /// supervisor when the broker runs under it).
+    pub pid: u32,
 }
 
 impl LinkOptions {
@@ -56,6 +59,7 @@ impl LinkOptions {
             idle_timeout: ms("III_SHELL_IDLE_MS", 60_000),
             retry_every: ms("III_SHELL_RETRY_MS", 2_000),
             call_timeout: Duration::from_secs(30),
+            pid: std::process::id(),
         }
     }
 }
@@ -194,6 +198,8 @@ impl EngineLink {
     /// Like [`Self::call`] with its own deadline (waiting for a connection counts toward it);
     /// on expiry the error code is `timeout`.
     pub async fn call_with_timeout(&self, function_id: &str, data: Value, timeout: Duration) -> Result<Value, ErrorBody> {
+        // The id of the invocation in flight, so that a timed-out one is not left pending.
+        let in_flight: Mutex<Option<String>> = Mutex::new(None);
         let work = async {
             loop {
                 self.connected().await;
@@ -207,6 +213,7 @@ impl EngineLink {
                             let ok = out.send(Message::Text(frame.to_string().into())).is_ok();
                             if ok {
                                 st.pending.insert(id.clone(), tx);
+                                *in_flight.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
                             }
                             ok
                         }
@@ -220,9 +227,16 @@ impl EngineLink {
                 return rx.await.unwrap_or_else(|_| Err(connection_lost()));
             }
         };
-        tokio::time::timeout(timeout, work)
-            .await
-            .unwrap_or_else(|_| Err(ErrorBody::new("timeout", format!("{function_id}: no answer within {timeout:?}"))))
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => {
+                let id = in_flight.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(id) = id {
+                    lock(&self.inner.state).pending.remove(&id);
+                }
+                Err(ErrorBody::new("timeout", format!("{function_id}: no answer within {timeout:?}")))
+            }
+        }
     }
 
     /// Fire-and-forget call (no result), dropped when not connected.
@@ -521,7 +535,7 @@ fn worker_metadata(opts: &LinkOptions) -> Value {
         "version": opts.version,
         "runtime": "rust",
         "os": format!("{} {} (unix)", std::env::consts::OS, std::env::consts::ARCH),
-        "pid": std::process::id(),
+        "pid": opts.pid,
         "description": "iii-shell: privilege-separated shell and filesystem worker",
     });
     if let Some(ns) = &opts.namespace {

@@ -10,7 +10,7 @@ use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
-use super::{meta, to_value, FunctionDef};
+use super::{meta, sandbox, to_value, FunctionDef};
 use crate::runtime::Runtime;
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
@@ -63,18 +63,16 @@ fn runtime(services: &Services) -> Result<Arc<Runtime>, WireError> {
         .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))
 }
 
-fn checked(services: &Services, payload: &Value) -> Result<CheckedExec, WireError> {
-    let rt = runtime(services)?;
+fn checked(rt: &Runtime, payload: &Value) -> Result<CheckedExec, WireError> {
     exec_request(payload, &rt.config)
 }
 
-fn sandbox_unavailable() -> WireError {
-    WireError::new(Code::S216, "sandbox forwarding is not available in this build")
-}
-
 pub async fn exec(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
-    let c = checked(services, &payload)?;
-    let Some(spec) = c.spec else { return Err(sandbox_unavailable()) };
+    let rt = runtime(services)?;
+    let c = checked(&rt, &payload)?;
+    let Some(spec) = c.spec else {
+        return to_value(&sandbox::exec(services, &rt, &c).await?);
+    };
     match services.executor.call(Request::Exec(spec)).await? {
         Reply::Exec(r) => to_value(&r),
         _ => Err(unexpected_reply()),
@@ -82,8 +80,13 @@ pub async fn exec(services: &Arc<Services>, payload: Value) -> Result<Value, Wir
 }
 
 pub async fn exec_bg(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
-    let c = checked(services, &payload)?;
-    let Some(spec) = c.spec else { return Err(sandbox_unavailable()) };
+    let rt = runtime(services)?;
+    let c = checked(&rt, &payload)?;
+    let Some(spec) = c.spec else {
+        return to_value(&sandbox::exec_bg(services, &rt, c).await?);
+    };
+    // The job cap is shared with sandbox jobs (the executor only counts host jobs).
+    sandbox::check_shared_job_cap(services, rt.config.max_concurrent_jobs as usize).await?;
     match services.executor.call(Request::ExecBg(spec)).await? {
         Reply::ExecBg(r) => to_value(&r),
         _ => Err(unexpected_reply()),
@@ -92,6 +95,10 @@ pub async fn exec_bg(services: &Arc<Services>, payload: Value) -> Result<Value, 
 
 pub async fn status(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
     let req: StatusRequest = parse(&payload)?;
+    // Sandbox jobs live in the broker, host jobs in the executor.
+    if let Some(job) = services.sandbox_jobs.status(&req.job_id) {
+        return to_value(&StatusResponse { job });
+    }
     match services.executor.call(Request::JobStatus { job_id: req.job_id }).await? {
         Reply::JobStatus(r) => to_value(&r),
         _ => Err(unexpected_reply()),
@@ -99,14 +106,20 @@ pub async fn status(services: &Arc<Services>, payload: Value) -> Result<Value, W
 }
 
 pub async fn list(services: &Arc<Services>) -> Result<Value, WireError> {
-    match services.executor.call(Request::JobList).await? {
-        Reply::JobList(r) => to_value::<ListResponse>(&r),
-        _ => Err(unexpected_reply()),
-    }
+    let mut jobs = match services.executor.call(Request::JobList).await? {
+        Reply::JobList(r) => r.jobs,
+        _ => return Err(unexpected_reply()),
+    };
+    jobs.extend(services.sandbox_jobs.summaries());
+    jobs.sort_by(|a, b| a.started_at_ms.cmp(&b.started_at_ms).then_with(|| a.id.cmp(&b.id)));
+    to_value(&ListResponse { count: jobs.len(), jobs })
 }
 
 pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
     let req: KillRequest = parse(&payload)?;
+    if let Some(r) = services.sandbox_jobs.kill(&req.job_id) {
+        return to_value(&r);
+    }
     match services.executor.call(Request::JobKill { job_id: req.job_id }).await? {
         Reply::JobKill(r) => to_value::<KillResponse>(&r),
         _ => Err(unexpected_reply()),

@@ -372,12 +372,13 @@ async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireErr
     }
     need_path(&r.path, "path")?;
     let engine = services.engine()?;
-    let (writer, reader) = channel::create(&engine).await.map_err(|e| WireError::new(Code::S216, format!("cannot create a channel: {}", e.message)))?;
+    // Open the file first: a failed read (missing, denied, too large) creates no channel.
     let (reply, mut stream) = services.executor.call_with_output(Request::Fs(FsOp::Read { path: r.path })).await?;
     let start = match reply {
         Reply::Fs(FsReply::ReadStart(s)) => s,
         _ => return Err(unexpected_reply()),
     };
+    let (writer, reader) = channel::create(&engine).await.map_err(|e| WireError::new(Code::S216, format!("cannot create a channel: {}", e.message)))?;
     let ws = channel::open(&engine, &writer, ContentDirection::Write).await.map_err(|e| WireError::new(Code::S216, e))?;
     tokio::spawn(async move {
         let mut out = channel::ChannelWriter::new(ws);

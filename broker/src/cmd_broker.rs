@@ -1,0 +1,153 @@
+//! `iii-shell broker`: the network half. Connects to the engine, runs the configuration
+//! lifecycle and serves every function until SIGTERM/SIGINT, forwarding work to an executor
+//! it reaches through an inherited socket (`serve`) or a socket path (separate units).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cli::{BrokerArgs, ServeArgs};
+use crate::confine::{confine_self, drop_user, lookup_user};
+use crate::lifecycle::load_seed;
+use crate::cmd_executor::shutdown_signal;
+use crate::engine::endpoint::{namespace, resolve_url, spawn_probe, worker_name};
+use crate::engine::frames::ErrorBody;
+use crate::engine::{EngineLink, Invoker, LinkOptions};
+use crate::functions::{dispatch, CallMeta};
+use crate::lifecycle::{Lifecycle, ON_CHANGE_ID};
+use crate::services::Services;
+use crate::executor_source::ExecutorSource;
+use iii_shell_protocol::config::Config;
+
+/// Everything the broker does before its async runtime exists: find the executor, read the
+/// seed, drop to the unprivileged user if still root, and confine itself (Landlock applies
+/// to the calling thread and the threads it creates later, so this must come first).
+pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, ExecutorSource), i32> {
+    if args.control_fd.is_some() {
+        // Spawned by `serve`: go away with our supervisor.
+        // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) };
+    }
+    let seed = match &args.seed_json {
+        Some(json) => match serde_json::from_str::<serde_json::Value>(json).map_err(|e| e.to_string()).and_then(|v| Config::from_value(&v).map_err(|e| e.0)) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("bad --seed-json: {e}");
+                return Err(1);
+            }
+        },
+        None => match load_seed(&serve.config) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("{e}; refusing to start (fix or remove the file)");
+                return Err(1);
+            }
+        },
+    };
+    let source = match (args.executor_fd, &args.executor_socket) {
+        // SAFETY: `serve` handed us these descriptor numbers; nothing else here uses them.
+        (Some(fd), _) => unsafe { ExecutorSource::inherited(fd, args.control_fd) },
+        (None, Some(path)) => ExecutorSource::Path(path.clone()),
+        (None, None) => {
+            tracing::error!("iii-shell broker needs --executor-socket PATH");
+            return Err(2);
+        }
+    };
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let dropped = lookup_user(&seed.confinement.broker_user).and_then(|(u, g)| drop_user(u, g));
+        if let Err(e) = dropped {
+            tracing::error!("refusing to run the broker as root: {e}");
+            return Err(1);
+        }
+    }
+    match confine_self(&seed.confinement) {
+        Ok(r) => {
+            for p in &r.problems {
+                tracing::warn!("broker confinement is best-effort here: {p}");
+            }
+            tracing::info!(uid = r.uid, gid = r.gid, landlock = %r.landlock, seccomp = %r.seccomp, "broker confined");
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            return Err(1);
+        }
+    }
+    Ok((seed, source))
+}
+
+pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
+    let under_supervisor = matches!(source, ExecutorSource::Inherited { control: Some(_), .. });
+    let url = resolve_url(args.url.as_deref());
+    spawn_probe(&url);
+
+    let services = Services::new();
+    let executors = match source.start(services.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("{e}");
+            return 1;
+        }
+    };
+
+    let lifecycle_slot: Arc<std::sync::OnceLock<Arc<Lifecycle>>> = Arc::default();
+    let invoker: Invoker = {
+        let services = services.clone();
+        let slot = lifecycle_slot.clone();
+        Arc::new(move |function_id: String, data: serde_json::Value, metadata: Option<serde_json::Value>| {
+            let services = services.clone();
+            let slot = slot.clone();
+            Box::pin(async move {
+                if function_id == ON_CHANGE_ID {
+                    return match slot.get() {
+                        Some(lc) => Ok(lc.on_change().await),
+                        None => Err(ErrorBody::new("S216", "configuration lifecycle not started")),
+                    };
+                }
+                dispatch(&services, &function_id, data, CallMeta { metadata }).await.map_err(ErrorBody::from)
+            })
+        })
+    };
+    let mut opts = LinkOptions::new(url, worker_name(), namespace());
+    if under_supervisor {
+        // SAFETY: getppid cannot fail.
+        opts.pid = unsafe { libc::getppid() } as u32;
+    }
+    let link = EngineLink::start(opts, invoker);
+    services.set_engine(link.clone());
+    let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed);
+    let _ = lifecycle_slot.set(lifecycle.clone());
+
+    let booted = {
+        let lc = lifecycle.clone();
+        async move {
+            lc.boot(Duration::from_secs(2)).await;
+            // Re-sync after every reconnect that follows the boot. The connection epoch also
+            // catches a reconnect that completes between two polls.
+            let mut seen = lc.link.connection_epoch();
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let now = lc.link.connection_epoch();
+                if now != seen && lc.link.is_connected() {
+                    seen = now;
+                    lc.resync().await;
+                }
+            }
+        }
+    };
+    let code = tokio::select! {
+        _ = booted => 0,
+        why = link.fatal() => {
+            tracing::error!("stopping: {why}");
+            1
+        }
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down: no new calls; answering the ones in flight");
+            link.drain(Duration::from_secs(30)).await;
+            0
+        }
+    };
+    link.stop();
+    executors.shutdown(&services).await;
+    tracing::info!("stopped");
+    code
+}
