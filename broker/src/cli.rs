@@ -40,6 +40,8 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Report what confines the broker, the executor and commands on this machine
+    Doctor(DoctorArgs),
     /// Parse and validate a configuration file
     CheckConfig {
         /// The YAML file to check
@@ -78,6 +80,19 @@ pub struct BrokerArgs {
     /// The seed configuration, already validated by `serve`
     #[arg(long, hide = true)]
     pub seed_json: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+    /// Inspect the executor listening on this socket instead of starting one
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Start the executor with this pinned envelope
+    #[arg(long)]
+    pub pin_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -92,6 +92,56 @@ fn call(name: &str) -> Option<(i64, i32)> {
     Some((r as i64, errno))
 }
 
+/// Confines this process exactly as the broker does, then checks what it can still do and
+/// prints a JSON `ProcessReport` (for `doctor`).
+fn broker_probe(seed_json: Option<&str>) -> i32 {
+    use iii_shell_protocol::config::Config;
+    let config = match seed_json.map(serde_json::from_str::<serde_json::Value>) {
+        Some(Ok(v)) => Config::from_value(&v).unwrap_or_else(|_| Config::builtin_default()),
+        _ => Config::builtin_default(),
+    };
+    let mut problems = Vec::new();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        if let Err(e) = crate::confine::lookup_user(&config.confinement.broker_user).and_then(|(u, g)| {
+            // Same order as `serve`: bounding set first, then groups, gid, uid.
+            for cap in 0..64 {
+                // SAFETY: PR_CAPBSET_DROP only changes this process's bounding set.
+                unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+            }
+            crate::confine::drop_user(u, g)
+        }) {
+            problems.push(e);
+        }
+    }
+    let report = crate::confine::confine_self(&config.confinement);
+    let mut r = iii_shell_executor::doctor::process_report("broker");
+    match report {
+        Ok(b) => {
+            r.landlock = b.landlock;
+            r.seccomp = b.seccomp;
+            problems.extend(b.problems);
+        }
+        Err(e) => problems.push(e),
+    }
+    let check = |what: &str, res: std::io::Result<()>| match res {
+        Ok(()) => (what.to_string(), "ALLOWED".to_string()),
+        Err(e) => (what.to_string(), format!("refused: {e}")),
+    };
+    r.checks.push(check("open /etc/passwd", std::fs::File::open("/etc/passwd").map(|_| ())));
+    r.checks.push(check("create /tmp/iii-shell-broker-probe", std::fs::File::create("/tmp/iii-shell-broker-probe").map(|_| ())));
+    r.checks.push(check("exec /bin/true", std::process::Command::new("/bin/true").status().map(|_| ())));
+    r.checks.push(check("ptrace(TRACEME)", match call("ptrace") {
+        Some((_, 0)) => Ok(()),
+        Some((_, e)) => Err(std::io::Error::from_raw_os_error(e)),
+        None => Ok(()),
+    }));
+    let _ = std::fs::remove_file("/tmp/iii-shell-broker-probe");
+    r.problems = problems;
+    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    0
+}
+
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("syscall") => {
@@ -108,6 +158,7 @@ pub fn run(args: &[String]) -> i32 {
             }
             code
         }
+        Some("broker") => broker_probe(args.get(1).map(String::as_str)),
         Some("status") => {
             let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             for l in s.lines() {

@@ -216,6 +216,15 @@ impl ExecutorClient {
     }
 
     async fn call_with_id(&self, id: u64, request: Request) -> Result<Reply, WireError> {
+        let (rx, guard) = self.send_request(id, request).await?;
+        let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
+        guard.disarm();
+        result
+    }
+
+    /// Registers the waiter of `id` and queues its request frame. The guard cancels the
+    /// request if it is dropped before being disarmed.
+    async fn send_request(&self, id: u64, request: Request) -> Result<(oneshot::Receiver<Result<Reply, WireError>>, CancelOnDrop), WireError> {
         if *self.closed.borrow() {
             return Err(executor_lost());
         }
@@ -227,9 +236,7 @@ impl ExecutorClient {
         if self.tx.send(ClientFrame::Request { id, request }).await.is_err() {
             return Err(executor_lost());
         }
-        let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
-        guard.disarm();
-        result
+        Ok((rx, guard))
     }
 
     /// Sends a request whose reply is followed by an output stream (a streamed read).
@@ -269,7 +276,19 @@ impl ExecutorClient {
                 }
             }
         };
-        let call = self.call_with_id(id, request);
+        // The request frame must be queued before the first chunk of its stream: the executor
+        // drops chunks for an id it does not know yet, and the lost credits would stall the
+        // stream until its idle limit.
+        let (rx, guard) = match self.send_request(id, request).await {
+            Ok(started) => started,
+            Err(e) => {
+                if let Ok(mut r) = self.routes.lock() {
+                    r.credits.remove(&id);
+                }
+                return Err(e);
+            }
+        };
+        let call = async move { rx.await.unwrap_or_else(|_| Err(executor_lost())) };
         tokio::pin!(call);
         tokio::pin!(pump);
         let mut pumping = true;
@@ -279,6 +298,7 @@ impl ExecutorClient {
                 _ = &mut pump, if pumping => pumping = false,
             }
         };
+        guard.disarm();
         if let Ok(mut r) = self.routes.lock() {
             r.credits.remove(&id);
         }

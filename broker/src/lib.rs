@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cmd_broker;
 pub mod cmd_call;
+pub mod cmd_doctor;
 pub mod confine;
 pub mod cmd_executor;
 pub mod cmd_probe;

@@ -7,6 +7,10 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
+        Some(Command::Doctor(args)) => {
+            logging::init("warn");
+            runtime(2).block_on(iii_shell_broker::cmd_doctor::run(args, &cli.serve.config))
+        }
         Some(Command::Probe { args }) => iii_shell_broker::cmd_probe::run(&args),
         Some(Command::Executor(args)) => {
             logging::init("info");

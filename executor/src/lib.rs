@@ -8,6 +8,7 @@ pub mod capture;
 pub mod command;
 pub mod confine;
 pub mod denylist;
+pub mod doctor;
 pub mod env_policy;
 pub mod error;
 pub mod fs;
@@ -75,12 +76,19 @@ impl Executor {
                 Err(e) => (Err(e.to_wire()), None),
             };
         }
+        if let Request::Doctor = request {
+            let envelope = self.envelope.as_ref().map(|e| {
+                let roots = if e.fs.host_roots.is_empty() { "unjailed".to_string() } else { e.fs.host_roots.join(", ") };
+                format!("pinned: roots {roots}; capabilities {:?}; seccomp_allow {:?}; mode {:?}", e.confinement.capabilities, e.confinement.seccomp_allow, e.confinement.mode)
+            });
+            return (Ok(Reply::Doctor(Box::new(doctor::report(self.policy.get(), envelope).await))), None);
+        }
         (self.handle_simple(request, cancel).await, None)
     }
 
     async fn handle_simple(&self, request: Request, cancel: Arc<Notify>) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) => Err(ExecError::Internal("unreachable".into())),
+            Request::Fs(_) | Request::Doctor => Err(ExecError::Internal("unreachable".into())),
             Request::Ping => Ok(Reply::Pong),
             Request::SetPolicy { generation, .. }
                 if self.policy.get().is_some_and(|p| p.generation > generation) =>

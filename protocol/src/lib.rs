@@ -7,6 +7,7 @@
 //! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape).
 
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod exec;
 pub mod frame;

@@ -86,6 +86,7 @@ pub enum Request {
     JobList,
     JobKill { job_id: String },
     Fs(FsOp),
+    Doctor,
     Ping,
 }
 
@@ -100,6 +101,7 @@ impl Request {
             Request::JobList => "job_list",
             Request::JobKill { .. } => "job_kill",
             Request::Fs(_) => "fs",
+            Request::Doctor => "doctor",
             Request::Ping => "ping",
         }
     }
@@ -115,6 +117,7 @@ pub enum Reply {
     JobList(ListResponse),
     JobKill(KillResponse),
     Fs(FsReply),
+    Doctor(Box<crate::doctor::DoctorReport>),
     Pong,
 }
 

@@ -1,0 +1,99 @@
+//! The executor's half of `iii-shell doctor`: its own state, and what commands get.
+
+use std::sync::Arc;
+
+use iii_shell_protocol::config::{ConfinementMode, NetworkAccess};
+use iii_shell_protocol::doctor::{CommandReport, DoctorReport, ProcessReport};
+use iii_shell_protocol::messages::ExecSpec;
+use tokio::sync::Notify;
+
+use crate::confine::{self, landlock_rules::kernel_abi};
+use crate::policy::Policy;
+
+pub fn process_report(role: &str) -> ProcessReport {
+    let s = confine::observe();
+    ProcessReport {
+        role: role.to_string(),
+        pid: std::process::id(),
+        uid: s.uid,
+        gid: s.gid,
+        cap_effective: s.caps.effective,
+        cap_permitted: s.caps.permitted,
+        cap_inheritable: s.caps.inheritable,
+        cap_bounding: s.caps.bounding,
+        cap_ambient: s.caps.ambient,
+        no_new_privs: s.no_new_privs,
+        seccomp_mode: s.seccomp_mode,
+        seccomp: match s.seccomp_mode {
+            2 => "filter installed".into(),
+            1 => "strict mode".into(),
+            _ => "none".into(),
+        },
+        landlock: "not applied to itself (fs operations are confined by the fd-relative jail; commands get their own ruleset)".into(),
+        dumpable: s.dumpable,
+        subreaper: s.subreaper,
+        checks: Vec::new(),
+        problems: Vec::new(),
+    }
+}
+
+/// Builds the report; runs one real command to show what a command actually gets.
+pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> DoctorReport {
+    let executor = process_report("executor");
+    let Some(policy) = policy else {
+        return DoctorReport { executor, commands: CommandReport { gaps: vec!["no policy yet".into()], ..Default::default() }, envelope };
+    };
+    let c = &policy.config.confinement;
+    let ll = &policy.commands.landlock;
+    let names = ["max_processes", "address_space_bytes", "file_size_bytes", "open_files", "cpu_seconds"];
+    let rl = &policy.commands.rlimits;
+    let mut rlimits = Vec::new();
+    for &(res, v) in &rl.entries[..rl.len] {
+        let name = match res as u32 {
+            r if r == libc::RLIMIT_NPROC as u32 => names[0],
+            r if r == libc::RLIMIT_AS as u32 => names[1],
+            r if r == libc::RLIMIT_FSIZE as u32 => names[2],
+            r if r == libc::RLIMIT_NOFILE as u32 => names[3],
+            _ => names[4],
+        };
+        rlimits.push((name.to_string(), v));
+    }
+    let spec = ExecSpec {
+        argv: vec!["cat".into(), "/proc/self/status".into()],
+        cwd: None,
+        env: Vec::new(),
+        stdin: None,
+        timeout_ms: 5000,
+    };
+    let observed = match crate::run::run(policy.clone(), spec, Arc::new(Notify::new())).await {
+        Ok(r) => r
+            .stdout
+            .lines()
+            .filter(|l| ["NoNewPrivs", "Seccomp:", "CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"].iter().any(|k| l.starts_with(k)))
+            .map(|l| l.replace('\t', " "))
+            .collect(),
+        Err(e) => vec![format!("could not run a probe command: {}", e)],
+    };
+    let commands = CommandReport {
+        mode: match c.mode {
+            ConfinementMode::Strict => "strict".into(),
+            ConfinementMode::BestEffort => "best_effort".into(),
+        },
+        jailed: policy.jail.is_jailed(),
+        landlock_abi: kernel_abi(),
+        landlock: ll.enforcement.as_str().to_string(),
+        landlock_rules: ll.rules as u64,
+        scoping: ll.scoped,
+        network: match c.network {
+            NetworkAccess::Allow => "allow".into(),
+            NetworkAccess::DenyBind => "deny bind".into(),
+            NetworkAccess::Deny => "deny bind and connect".into(),
+        },
+        seccomp_denied: policy.commands.seccomp.as_ref().map(|f| f.denied.iter().map(|s| s.to_string()).collect()).unwrap_or_default(),
+        rlimits,
+        cgroups: crate::tree::cgroup_base().is_some(),
+        observed,
+        gaps: ll.gaps.clone(),
+    };
+    DoctorReport { executor, commands, envelope }
+}

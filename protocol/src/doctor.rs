@@ -1,0 +1,53 @@
+//! What `iii-shell doctor` reports about each half and about commands.
+
+use serde::{Deserialize, Serialize};
+
+/// The confinement state of one process, as it reads it back from the kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub role: String,
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub cap_effective: Vec<String>,
+    pub cap_permitted: Vec<String>,
+    pub cap_inheritable: Vec<String>,
+    pub cap_bounding: Vec<String>,
+    pub cap_ambient: Vec<String>,
+    pub no_new_privs: bool,
+    /// 0 none, 1 strict, 2 filter.
+    pub seccomp_mode: u32,
+    pub seccomp: String,
+    pub landlock: String,
+    pub dumpable: bool,
+    pub subreaper: bool,
+    /// Checks that must fail for a confined process, with what happened.
+    pub checks: Vec<(String, String)>,
+    pub problems: Vec<String>,
+}
+
+/// How commands are confined under the current policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandReport {
+    pub mode: String,
+    pub jailed: bool,
+    pub landlock_abi: i32,
+    pub landlock: String,
+    pub landlock_rules: u64,
+    pub scoping: bool,
+    pub network: String,
+    pub seccomp_denied: Vec<String>,
+    pub rlimits: Vec<(String, u64)>,
+    pub cgroups: bool,
+    /// What a real command saw (`/proc/self/status` lines), run through the spawn path.
+    pub observed: Vec<String>,
+    pub gaps: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoctorReport {
+    pub executor: ProcessReport,
+    pub commands: CommandReport,
+    /// Summary of the pinned envelope, if the executor has one.
+    pub envelope: Option<String>,
+}
