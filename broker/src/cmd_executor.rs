@@ -39,6 +39,17 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         None => None,
     };
     let envelope = pinned.as_ref().map(|c| c.confinement.clone()).unwrap_or_default();
+    if args.socket.is_some() {
+        let own = nix::unistd::getuid().as_raw();
+        if args.peer_uid.unwrap_or(own) == own {
+            let msg = "the executor socket's peer uid equals the uid commands run as, so a command could connect to it; run the broker as another user and pass --peer-uid";
+            if envelope.mode == iii_shell_protocol::config::ConfinementMode::Strict {
+                tracing::error!("refusing to start in strict mode: {msg}");
+                return Err(2);
+            }
+            tracing::warn!("{msg}");
+        }
+    }
     match iii_shell_executor::confine::harden_executor(&envelope) {
         Ok(report) => {
             for p in &report.problems {
