@@ -27,6 +27,9 @@ pub struct Policy {
 pub struct CommandConfinement {
     pub landlock: landlock_rules::CommandRuleset,
     pub seccomp: Option<Arc<seccomp::Filter>>,
+    /// False when the executor's own filter (inherited by every child) is the same one:
+    /// loading it again per spawn would only cost time.
+    pub seccomp_per_spawn: bool,
     pub rlimits: Rlimits,
 }
 
@@ -34,7 +37,23 @@ impl CommandConfinement {
     pub fn build(config: &Config) -> Result<CommandConfinement, String> {
         let landlock = landlock_rules::build(config)?;
         let seccomp = if config.confinement.seccomp { Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?)) } else { None };
-        let c = CommandConfinement { landlock, seccomp, rlimits: Rlimits::from_config(&config.confinement.rlimits) };
+        let seccomp_per_spawn = match (&seccomp, crate::confine::BASELINE.get()) {
+            (Some(f), Some(base)) => &f.denied != base,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let c = CommandConfinement { landlock, seccomp, seccomp_per_spawn, rlimits: Rlimits::from_config(&config.confinement.rlimits) };
+        let mut extra_gaps = Vec::new();
+        if let (Some(f), Some(base)) = (&c.seccomp, crate::confine::BASELINE.get()) {
+            for name in base.iter().filter(|n| !f.denied.contains(n)) {
+                extra_gaps.push(format!(
+                    "{} is re-allowed by confinement.seccomp_allow but the executor's own filter still denies it: put it in the pinned envelope and restart the executor",
+                    name.trim_start_matches("SYS_")
+                ));
+            }
+        }
+        let mut c = c;
+        c.landlock.gaps.extend(extra_gaps);
         if config.confinement.mode == ConfinementMode::Strict {
             let mut gaps = c.landlock.gaps.clone();
             if c.seccomp.is_none() {
@@ -54,7 +73,7 @@ impl CommandConfinement {
             rlimits: self.rlimits,
             no_new_privs: true,
             landlock_fd: self.landlock.fd.as_ref().map(|f| f.as_raw_fd()),
-            seccomp: self.seccomp.clone(),
+            seccomp: if self.seccomp_per_spawn { self.seccomp.clone() } else { None },
         }
     }
 }

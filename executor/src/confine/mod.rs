@@ -39,6 +39,10 @@ impl Rlimits {
     }
 }
 
+/// The deny list of the filter this process installed on itself, if any. Every child
+/// inherits that filter, so a command filter with the same list need not be loaded again.
+pub static BASELINE: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+
 /// What the executor did to itself at start-up, for `doctor` and the start-up log.
 #[derive(Debug, Clone, Default)]
 pub struct SelfReport {
@@ -121,7 +125,10 @@ pub fn harden_executor(envelope: &ConfinementConfig) -> Result<SelfReport, Strin
     if envelope.seccomp {
         let filter = seccomp::build(&envelope.seccomp_allow)?;
         match seccomp::install_self(&filter) {
-            Ok(()) => denied = filter.denied.iter().map(|s| s.to_string()).collect(),
+            Ok(()) => {
+                denied = filter.denied.iter().map(|s| s.to_string()).collect();
+                let _ = BASELINE.set(filter.denied.clone());
+            }
             Err(e) => problems.push(format!("seccomp: {e}")),
         }
     } else {
