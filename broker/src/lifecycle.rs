@@ -90,7 +90,7 @@ pub struct Lifecycle {
 /// What the store holds for `shell`.
 enum Stored {
     Missing,
-    Valid(Config),
+    Valid(Box<Config>),
     Invalid(String),
     Unavailable(String),
 }
@@ -131,7 +131,7 @@ impl Lifecycle {
                     "the stored configuration 'shell' is null: refusing to fall back to a default; write a value with configuration::set".into(),
                 ),
                 Some(value) => match Config::from_value(value) {
-                    Ok(c) => Stored::Valid(c),
+                    Ok(c) => Stored::Valid(Box::new(c)),
                     Err(e) => Stored::Invalid(format!("the stored configuration 'shell' is invalid: {e}")),
                 },
             },
@@ -170,6 +170,7 @@ impl Lifecycle {
                     }
                 }
                 Stored::Valid(config) => {
+                    let config = *config;
                     if !schema_registered {
                         if let Err(e) = self.register_schema(None).await {
                             tracing::warn!(code = %e.code, "configuration::register (schema only) failed: {}", e.message);
@@ -232,7 +233,7 @@ impl Lifecycle {
     pub async fn on_change(&self) -> Value {
         let _guard = self.reload_lock.lock().await;
         let outcome = match self.fetch().await {
-            Stored::Valid(config) => self.apply(config).await.map_err(|e| format!("the executor refused it: {}", e.message)),
+            Stored::Valid(config) => self.apply(*config).await.map_err(|e| format!("the executor refused it: {}", e.message)),
             Stored::Missing => Err("the configuration 'shell' was deleted from the store".to_string()),
             Stored::Invalid(why) | Stored::Unavailable(why) => Err(why),
         };
@@ -274,7 +275,7 @@ impl Lifecycle {
     async fn on_change_if_differs(&self) -> Option<()> {
         let current = self.services.runtime.get()?;
         if let Stored::Valid(c) = self.fetch().await {
-            if c == current.config {
+            if *c == current.config {
                 return Some(());
             }
         }
