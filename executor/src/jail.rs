@@ -145,7 +145,15 @@ impl Jail {
         let rest = anchor.rest.clone();
         let name = match rest.components().next_back() {
             Some(Component::Normal(n)) => n.to_os_string(),
-            _ => return Err(ExecError::Invalid(format!("path does not name an entry inside a directory: {input}"))),
+            _ => {
+                // `..` or `.` last: a path that leaves the jail is an escape, not a bad request.
+                if let Err(e) = open_beneath(Some(anchor.base), &rest, libc::O_PATH, anchor.resolve) {
+                    if e.raw_os_error() == Some(libc::EXDEV) {
+                        return Err(ExecError::Escape(input.to_string()));
+                    }
+                }
+                return Err(ExecError::Invalid(format!("path does not name an entry inside a directory: {input}")));
+            }
         };
         let dir_rel = rest.parent().map(Path::to_path_buf).unwrap_or_default();
         let dir_rel = if dir_rel.as_os_str().is_empty() { PathBuf::from(".") } else { dir_rel };
@@ -326,20 +334,37 @@ pub fn open_beneath(dirfd: Option<&OwnedFd>, path: &Path, flags: i32, resolve: u
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = resolve;
     let dir = dirfd.map(|f| f.as_raw_fd()).unwrap_or(libc::AT_FDCWD);
-    // SAFETY: `c` is a valid NUL-terminated string and `how` a properly initialised open_how
-    // that outlives the call; the kernel copies both. The returned fd is fresh and owned by us.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
+    let mut tries = 0u32;
+    let fd = loop {
+        // SAFETY: `c` is a valid NUL-terminated string and `how` a properly initialised
+        // open_how that outlives the call; the kernel copies both. The returned fd is fresh
+        // and owned by us.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            break fd;
+        }
+        let e = std::io::Error::last_os_error();
+        // EAGAIN: with RESOLVE_BENEATH the kernel could not rule out a `..` escape because a
+        // rename (anywhere on the system) raced the walk. openat2(2) says to retry.
+        if e.raw_os_error() == Some(libc::EAGAIN) && resolve & libc::RESOLVE_BENEATH != 0 && tries < 400 {
+            tries += 1;
+            if tries < 32 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            continue;
+        }
+        return Err(e);
     };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
     // SAFETY: the syscall returned a new, valid file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

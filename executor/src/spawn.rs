@@ -225,6 +225,15 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         if !ctx.seccomp.is_null() && libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0u32, ctx.seccomp) < 0 {
             return fail(ctx);
         }
+        // Nothing but stdio crosses execve: descriptors the executor inherited without
+        // close-on-exec (from the broker, or whoever started it) would otherwise reach every
+        // command. Marked rather than closed, so the fds above stay usable until execve.
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) < 0 {
+            // Kernels before 5.11: mark a bounded range one by one.
+            for fd in 3..4096 {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

@@ -8,6 +8,10 @@
 //!   directories on the way down get only directory operations (list, create, remove), and
 //!   every sibling off that path gets the full grant. Limits: the denied name still shows in
 //!   listings, and entries created later next to it inherit only the directory operations.
+//! * Device nodes under `/dev` are treated like denied paths: block devices always (a raw
+//!   disk read bypasses every rule above), and when jailed every character device except
+//!   [`DEVICE_FILES`]. Grant paths are canonicalized before they are compared with the
+//!   (canonical) denied paths, and nothing at or under a denied path is granted.
 //! * Scoping (ABI 6+): commands cannot signal, or connect to the abstract sockets of,
 //!   processes outside their domain (the executor and the broker).
 //! * Network (ABI 4+): optional TCP bind/connect restriction.
@@ -85,9 +89,38 @@ fn dir_ops(access: BitFlags<AccessFs>) -> BitFlags<AccessFs> {
             | AccessFs::Refer)
 }
 
-/// Grants `access` on `path`, piecewise around the denied paths beneath it.
+/// Device nodes commands must not open, for the piecewise grant: every block device (a raw
+/// read of a disk bypasses every path rule and the denylist) and, when jailed, every
+/// character device except [`DEVICE_FILES`] (consoles, serial lines, input devices and the
+/// like would otherwise be readable through a `/dev` system path, by a uid-0 command).
+/// Device nodes that appear later get no rights: their directory is granted piecewise.
+fn device_nodes(jailed: bool) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut out = Vec::new();
+    let mut stack = vec![(PathBuf::from("/dev"), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            if DEVICE_FILES.iter().any(|d| p.starts_with(d)) {
+                continue;
+            }
+            // Not followed: a symlink (`/dev/fd`, `/dev/disk/by-*/…`) is never a rule source.
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() && depth < 8 {
+                stack.push((p, depth + 1));
+            } else if t.is_block_device() || (jailed && t.is_char_device()) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Grants `access` on `path`, piecewise around the denied paths beneath it. A path at or
+/// under a denied path gets nothing (the denylist covers everything under its entries).
 fn grant(out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>, path: &Path, access: BitFlags<AccessFs>, denied: &[PathBuf], depth: usize) {
-    if denied.iter().any(|d| d == path) || depth > 32 {
+    if denied.iter().any(|d| path.starts_with(d)) || depth > 32 {
         return;
     }
     let below = denied.iter().any(|d| d.starts_with(path) && d != path);
@@ -116,7 +149,8 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
     }
     let full = AccessFs::from_all(ABI::V5);
     let read_exec = AccessFs::from_read(ABI::V5);
-    let denied: Vec<PathBuf> = config
+    let jailed = !config.fs.host_roots.is_empty();
+    let mut denied: Vec<PathBuf> = config
         .fs
         .denylist_paths
         .iter()
@@ -126,19 +160,23 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
             std::iter::once(p).chain(canon)
         })
         .collect();
+    denied.extend(device_nodes(jailed));
+    // Every grant path is canonical, like the denied paths it is compared with: a rule is
+    // attached to the inode a path resolves to, so a symlinked grant path (`/lib` ->
+    // `usr/lib`) compared lexically would grant a denied path beneath its target in full.
+    let canonical = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
     let mut grants = Vec::new();
-    if config.fs.host_roots.is_empty() {
+    if !jailed {
         grant(&mut grants, Path::new("/"), full, &denied, 0);
     } else {
         for r in config.fs.host_roots.iter().chain(c.scratch_paths.iter()) {
-            let p = std::fs::canonicalize(r).unwrap_or_else(|_| PathBuf::from(r));
-            grant(&mut grants, &p, full, &denied, 0);
+            grant(&mut grants, &canonical(r), full, &denied, 0);
         }
         for s in &c.system_paths {
-            grant(&mut grants, Path::new(s), read_exec, &denied, 0);
+            grant(&mut grants, &canonical(s), read_exec, &denied, 0);
         }
         for d in DEVICE_FILES {
-            grant(&mut grants, Path::new(d), read_exec | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate, &denied, 0);
+            grant(&mut grants, &canonical(d), read_exec | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate, &denied, 0);
         }
     }
 

@@ -15,6 +15,7 @@ pub struct TempFile {
     name: CString,
     target: CString,
     file: Option<std::fs::File>,
+    mode: u32,
     pub written: u64,
 }
 
@@ -23,7 +24,14 @@ impl TempFile {
     pub fn create(parent: &Parent, mode: u32) -> Result<TempFile, ExecError> {
         let dir = parent.dir.try_clone().map_err(io("dup dir"))?;
         let target = parent.c_name();
-        let tmp = format!(".{}.iii-{}.tmp", parent.name.to_string_lossy(), uuid::Uuid::new_v4().simple());
+        // Keep the temp name within NAME_MAX (255 bytes) however long the target's name is:
+        // `.` + stem + `.iii-` + 32 hex + `.tmp` leaves 213 bytes for the stem.
+        let full = parent.name.to_string_lossy();
+        let mut cut = full.len().min(213);
+        while !full.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let tmp = format!(".{}.iii-{}.tmp", &full[..cut], uuid::Uuid::new_v4().simple());
         let name = CString::new(tmp).map_err(|_| ExecError::Invalid("bad file name".into()))?;
         // SAFETY: openat on a directory fd we own with a NUL-terminated name; O_EXCL and
         // O_NOFOLLOW guarantee a fresh regular file is created, never an existing one.
@@ -36,7 +44,13 @@ impl TempFile {
             )
         };
         if fd < 0 {
-            return Err(io("create temp file")(std::io::Error::last_os_error()));
+            let e = std::io::Error::last_os_error();
+            // A directory we may not write to reads like a missing one (S211), never as an
+            // I/O failure that would reveal it exists. Callers re-echo their own input path.
+            if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+                return Err(ExecError::NotFound(parent.path.to_string_lossy().into_owned()));
+            }
+            return Err(io("create temp file")(e));
         }
         // SAFETY: a new descriptor that nothing else owns.
         let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -44,11 +58,11 @@ impl TempFile {
         // SAFETY: fchmod on a descriptor we own.
         if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
             let e = std::io::Error::last_os_error();
-            let t = TempFile { dir, name, target, file: Some(file), written: 0 };
+            let t = TempFile { dir, name, target, file: Some(file), mode, written: 0 };
             drop(t);
             return Err(io("chmod temp file")(e));
         }
-        Ok(TempFile { dir, name, target, file: Some(file), written: 0 })
+        Ok(TempFile { dir, name, target, file: Some(file), mode, written: 0 })
     }
 
     pub fn write(&mut self, data: &[u8]) -> Result<(), ExecError> {
@@ -62,6 +76,14 @@ impl TempFile {
     /// fsync, rename over the target, fsync the directory.
     pub fn commit(mut self) -> Result<u64, ExecError> {
         let file = self.file.take().ok_or_else(|| ExecError::Internal("temp file already closed".into()))?;
+        // Without CAP_FSETID every write() clears setuid/setgid: apply the mode once more now
+        // that the content is complete.
+        if self.mode & 0o6000 != 0 {
+            // SAFETY: fchmod on a descriptor we own.
+            if unsafe { libc::fchmod(file.as_raw_fd(), self.mode as libc::mode_t) } != 0 {
+                return Err(io("chmod temp file")(std::io::Error::last_os_error()));
+            }
+        }
         file.sync_all().map_err(io("fsync"))?;
         drop(file);
         // SAFETY: renameat within one directory fd we own, with NUL-terminated names. The

@@ -31,8 +31,8 @@
 //! ever read except through such an fd.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::ffi::OsStr;
+use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ use ignore::{WalkBuilder, WalkState};
 use iii_shell_protocol::fs::{FsMatch, GrepResponse, GrepSpec};
 
 use crate::error::ExecError;
-use crate::jail::{fstat, open_beneath};
+use crate::jail::{fstat, open_beneath, Jail};
 use crate::policy::Policy;
 
 /// Searches `spec.path` (a file or a directory tree) for `spec.pattern`.
@@ -55,7 +55,11 @@ pub fn grep(policy: &Policy, spec: &GrepSpec) -> Result<GrepResponse, ExecError>
 
 /// [`grep`] with an explicit number of walker threads (0 = one per core, at most 12: the
 /// `ignore` crate's default, which is also ripgrep's).
-pub fn grep_with_threads(policy: &Policy, spec: &GrepSpec, threads: usize) -> Result<GrepResponse, ExecError> {
+pub fn grep_with_threads(
+    policy: &Policy,
+    spec: &GrepSpec,
+    threads: usize,
+) -> Result<GrepResponse, ExecError> {
     if spec.pattern.is_empty() {
         return Err(ExecError::Invalid("pattern is empty".into()));
     }
@@ -92,7 +96,9 @@ pub fn grep_with_threads(policy: &Policy, spec: &GrepSpec, threads: usize) -> Re
                         // Every match this file could hold sorts after a full result set.
                         return;
                     }
-                    let Some((file, _)) = open_regular(fd, rel) else { return };
+                    let Some((file, _)) = open_regular(fd, rel) else {
+                        return;
+                    };
                     // A file past the end of a full result set is only searched to learn
                     // whether anything was dropped, so one match is enough.
                     let cap = if beyond { 0 } else { limit };
@@ -103,7 +109,10 @@ pub fn grep_with_threads(policy: &Policy, spec: &GrepSpec, threads: usize) -> Re
         }
     }
     let c = collector.into_inner().unwrap_or_else(|p| p.into_inner());
-    Ok(GrepResponse { matches: c.files.into_values().flatten().collect(), truncated: c.truncated })
+    Ok(GrepResponse {
+        matches: c.files.into_values().flatten().collect(),
+        truncated: c.truncated,
+    })
 }
 
 fn new_searcher() -> Searcher {
@@ -119,7 +128,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Searches one opened file and hands its matches to the collector; a binary or unreadable
 /// file contributes nothing.
-fn search_one(searcher: &mut Searcher, matcher: &RegexMatcher, file: &File, sink: &mut FileSink<'_>, collector: &Mutex<Collector>) {
+fn search_one(
+    searcher: &mut Searcher,
+    matcher: &RegexMatcher,
+    file: &File,
+    sink: &mut FileSink<'_>,
+    collector: &Mutex<Collector>,
+) {
     if searcher.search_file(matcher, file, &mut *sink).is_err() || sink.binary {
         return;
     }
@@ -142,18 +157,31 @@ struct Collector {
 /// `memcmp`: each `/` becomes NUL (which no file name contains), so a component that is a
 /// prefix of another sorts first, exactly as in the component comparison.
 fn sort_key(path: &Path) -> Vec<u8> {
-    path.as_os_str().as_bytes().iter().map(|&b| if b == b'/' { 0 } else { b }).collect()
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&b| if b == b'/' { 0 } else { b })
+        .collect()
 }
 
 impl Collector {
     fn new(limit: usize) -> Collector {
-        Collector { limit, files: BTreeMap::new(), count: 0, truncated: false }
+        Collector {
+            limit,
+            files: BTreeMap::new(),
+            count: 0,
+            truncated: false,
+        }
     }
 
     /// True when the set is full and `path` sorts after every file in it, so none of its
     /// matches could be kept.
     fn beyond(&self, path: &Path) -> bool {
-        self.count >= self.limit && self.files.last_key_value().is_none_or(|(k, _)| sort_key(path) > *k)
+        self.count >= self.limit
+            && self
+                .files
+                .last_key_value()
+                .is_none_or(|(k, _)| sort_key(path) > *k)
     }
 
     fn add(&mut self, path: &Path, matches: Vec<FsMatch>, more: bool, cut: bool) {
@@ -166,7 +194,9 @@ impl Collector {
         self.files.insert(sort_key(path), matches);
         // Drop matches from the end (largest path, last lines) until the set fits.
         while self.count > self.limit {
-            let Some(mut last) = self.files.last_entry() else { break };
+            let Some(mut last) = self.files.last_entry() else {
+                break;
+            };
             let excess = self.count - self.limit;
             self.truncated = true;
             if last.get().len() <= excess {
@@ -196,14 +226,27 @@ struct FileSink<'p> {
 
 impl<'p> FileSink<'p> {
     fn new(cap: usize, max_line: usize, path: &'p Path) -> FileSink<'p> {
-        FileSink { cap, max_line, path, shown: None, matches: Vec::new(), more: false, cut: false, binary: false }
+        FileSink {
+            cap,
+            max_line,
+            path,
+            shown: None,
+            matches: Vec::new(),
+            more: false,
+            cut: false,
+            binary: false,
+        }
     }
 }
 
 impl Sink for FileSink<'_> {
     type Error = std::io::Error;
 
-    fn matched(&mut self, _searcher: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+    fn matched(
+        &mut self,
+        _searcher: &Searcher,
+        mat: &SinkMatch<'_>,
+    ) -> Result<bool, std::io::Error> {
         let first = mat.line_number().unwrap_or(0);
         for (i, line) in mat.lines().enumerate() {
             if self.matches.len() >= self.cap {
@@ -213,7 +256,9 @@ impl Sink for FileSink<'_> {
             let (content, cut) = line_content(line, self.max_line);
             self.cut |= cut;
             let path = self.path;
-            let shown = self.shown.get_or_insert_with(|| path.to_string_lossy().into_owned());
+            let shown = self
+                .shown
+                .get_or_insert_with(|| path.to_string_lossy().into_owned());
             self.matches.push(FsMatch {
                 path: shown.clone(),
                 line: first + i as u64,
@@ -251,7 +296,11 @@ pub(crate) fn line_content(line: &[u8], max: usize) -> (String, bool) {
 /// A resolved search root.
 pub(crate) enum Root {
     /// A regular file, opened for reading, with its `stat`.
-    File { file: File, path: PathBuf, st: libc::stat },
+    File {
+        file: File,
+        path: PathBuf,
+        st: libc::stat,
+    },
     /// A directory, opened for reading (used as the anchor of every open beneath it).
     Dir { fd: OwnedFd, path: PathBuf },
 }
@@ -260,12 +309,23 @@ pub(crate) enum Root {
 /// anything but a regular file or a directory S212.
 pub(crate) fn open_root(policy: &Policy, input: &str) -> Result<Root, ExecError> {
     // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below anyway).
-    let r = policy.jail.resolve_with(input, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY)?;
+    let r = policy
+        .jail
+        .resolve_with(input, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY)?;
     let st = fstat(&r.fd).map_err(|e| ExecError::Internal(format!("stat {input}: {e}")))?;
     match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => Ok(Root::File { file: File::from(r.fd), path: r.path, st }),
-        libc::S_IFDIR => Ok(Root::Dir { fd: r.fd, path: r.path }),
-        _ => Err(ExecError::WrongType(format!("not a regular file or a directory: {input}"))),
+        libc::S_IFREG => Ok(Root::File {
+            file: File::from(r.fd),
+            path: r.path,
+            st,
+        }),
+        libc::S_IFDIR => Ok(Root::Dir {
+            fd: r.fd,
+            path: r.path,
+        }),
+        _ => Err(ExecError::WrongType(format!(
+            "not a regular file or a directory: {input}"
+        ))),
     }
 }
 
@@ -284,6 +344,7 @@ pub(crate) fn open_regular(root_fd: &OwnedFd, rel: &Path) -> Option<(File, libc:
 }
 
 /// Include/exclude globs, ripgrep style (see the module docs).
+#[derive(Clone)]
 pub(crate) struct Filters {
     include: Option<Globs>,
     exclude: Option<Globs>,
@@ -291,6 +352,7 @@ pub(crate) struct Filters {
 
 /// Globs without `/` (matched against the name) and with `/` (matched against the
 /// root-relative path).
+#[derive(Clone)]
 struct Globs {
     name: GlobSet,
     path: GlobSet,
@@ -304,19 +366,31 @@ impl Globs {
         let (mut name, mut path) = (GlobSetBuilder::new(), GlobSetBuilder::new());
         for g in globs {
             let bad = |e: globset::Error| ExecError::Invalid(format!("{what} entry {g:?}: {e}"));
-            let t = g.strip_prefix("./").or_else(|| g.strip_prefix('/')).unwrap_or(g);
+            let t = g
+                .strip_prefix("./")
+                .or_else(|| g.strip_prefix('/'))
+                .unwrap_or(g);
             if t.is_empty() {
                 return Err(ExecError::Invalid(format!("{what} entry {g:?} is empty")));
             }
-            let glob = GlobBuilder::new(t).literal_separator(true).build().map_err(bad)?;
+            let glob = GlobBuilder::new(t)
+                .literal_separator(true)
+                .build()
+                .map_err(bad)?;
             if t.contains('/') {
                 path.add(glob);
             } else {
                 name.add(glob);
             }
         }
-        let build = |b: GlobSetBuilder| b.build().map_err(|e| ExecError::Invalid(format!("{what}: {e}")));
-        Ok(Some(Globs { name: build(name)?, path: build(path)? }))
+        let build = |b: GlobSetBuilder| {
+            b.build()
+                .map_err(|e| ExecError::Invalid(format!("{what}: {e}")))
+        };
+        Ok(Some(Globs {
+            name: build(name)?,
+            path: build(path)?,
+        }))
     }
 
     fn is_match(&self, rel: &Path) -> bool {
@@ -326,12 +400,16 @@ impl Globs {
 
 impl Filters {
     pub(crate) fn new(include: &[String], exclude: &[String]) -> Result<Filters, ExecError> {
-        Ok(Filters { include: Globs::new(include, "include_glob")?, exclude: Globs::new(exclude, "exclude_glob")? })
+        Ok(Filters {
+            include: Globs::new(include, "include_glob")?,
+            exclude: Globs::new(exclude, "exclude_glob")?,
+        })
     }
 
     /// Whether a file at `rel` (relative to the root) is searched.
     pub(crate) fn file_ok(&self, rel: &Path) -> bool {
-        self.include.as_ref().is_none_or(|g| g.is_match(rel)) && !self.exclude.as_ref().is_some_and(|g| g.is_match(rel))
+        self.include.as_ref().is_none_or(|g| g.is_match(rel))
+            && !self.exclude.as_ref().is_some_and(|g| g.is_match(rel))
     }
 
     /// Whether the directory at `rel` is pruned.
@@ -343,32 +421,59 @@ impl Filters {
 /// Walks the tree under the canonical directory `root` in parallel and calls a per-thread
 /// visitor (made by `make`) with `(absolute path, root-relative path)` for every regular
 /// file that is neither denied nor filtered out. Symlinks are never followed, denied and
-/// excluded directories are not entered, and `recursive: false` stops at the root's own
-/// entries. Walk errors (an unreadable directory) are skipped.
-pub(crate) fn walk<'s, M, V>(policy: &'s Policy, root: &'s Path, recursive: bool, filters: &'s Filters, threads: usize, mut make: M)
-where
+/// excluded directories are not entered (not even listed), and `recursive: false` stops at
+/// the root's own entries. Walk errors (an unreadable directory) are skipped.
+pub(crate) fn walk<'s, M, V>(
+    policy: &'s Policy,
+    root: &'s Path,
+    recursive: bool,
+    filters: &'s Filters,
+    threads: usize,
+    mut make: M,
+) where
     M: FnMut() -> V,
     V: FnMut(&Path, &Path) + Send + 's,
 {
-    let root_len = root.as_os_str().len() + usize::from(!root.as_os_str().as_bytes().ends_with(b"/"));
+    // Every entry is `root` + `/` + its relative path (the walker joins names onto the root
+    // it was given); slicing that off is much cheaper than `strip_prefix`.
+    let root_len =
+        root.as_os_str().len() + usize::from(!root.as_os_str().as_bytes().ends_with(b"/"));
     let mut b = WalkBuilder::new(root);
     b.standard_filters(false)
         .follow_links(false)
         .threads(threads)
         .max_depth(if recursive { None } else { Some(1) });
+    // Prune denied and excluded directories before the walker opens them. The entry filter
+    // must be `'static`, so it works on its own copy of the deny rules, compiled from the
+    // same configuration as `policy.jail`; the visitor below re-checks every entry against
+    // `policy.jail` itself, which stays the authority (and covers a copy that failed).
+    let deny_copy = prune_jail(policy);
+    let dir_filters = filters.clone();
+    b.filter_entry(move |e| {
+        if !e.file_type().is_some_and(|t| t.is_dir()) {
+            return true;
+        }
+        if deny_copy.as_ref().is_some_and(|j| j.is_denied(e.path())) {
+            return false;
+        }
+        rel_path(e.path(), root_len).is_none_or(|rel| !dir_filters.dir_excluded(rel))
+    });
     b.build_parallel().run(|| {
         let mut visit = make();
         Box::new(move |entry| {
-            let Ok(entry) = entry else { return WalkState::Continue };
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
             if entry.depth() == 0 {
                 return WalkState::Continue;
             }
-            let Some(ft) = entry.file_type() else { return WalkState::Continue };
+            let Some(ft) = entry.file_type() else {
+                return WalkState::Continue;
+            };
             let abs = entry.path();
-            // Every entry is `root` + `/` + its relative path (the walker joins names onto
-            // the root it was given); slicing is much cheaper than `strip_prefix`.
-            let Some(rel) = abs.as_os_str().as_bytes().get(root_len..) else { return WalkState::Continue };
-            let rel = Path::new(OsStr::from_bytes(rel));
+            let Some(rel) = rel_path(abs, root_len) else {
+                return WalkState::Continue;
+            };
             if ft.is_dir() {
                 if policy.jail.is_denied(abs) || filters.dir_excluded(rel) {
                     return WalkState::Skip;
@@ -381,6 +486,25 @@ where
     });
 }
 
+/// `abs` without its first `root_len` bytes (the root and its `/`).
+fn rel_path(abs: &Path, root_len: usize) -> Option<&Path> {
+    let rel = abs.as_os_str().as_bytes().get(root_len..)?;
+    Some(Path::new(OsStr::from_bytes(rel)))
+}
+
+/// An owned copy of the policy's deny rules (see [`walk`]); `None` when it cannot be built
+/// (a root vanished since the policy was loaded), in which case only the visitor checks.
+fn prune_jail(policy: &Policy) -> Option<std::sync::Arc<Jail>> {
+    let c = &policy.config;
+    Jail::new(
+        &c.fs.host_roots,
+        &c.fs.denylist_paths,
+        &c.code.non_accessible_globs,
+    )
+    .ok()
+    .map(std::sync::Arc::new)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,14 +512,27 @@ mod tests {
     #[test]
     fn cut_on_char_boundary() {
         assert_eq!(line_content(b"abc\r\n", 10), ("abc".to_string(), false));
-        assert_eq!(line_content("ééé\n".as_bytes(), 5), ("éé".to_string(), true));
-        assert_eq!(line_content("ééé".as_bytes(), 6), ("ééé".to_string(), false));
-        assert_eq!(line_content(b"a\xffb", 10), ("a\u{fffd}b".to_string(), false));
+        assert_eq!(
+            line_content("ééé\n".as_bytes(), 5),
+            ("éé".to_string(), true)
+        );
+        assert_eq!(
+            line_content("ééé".as_bytes(), 6),
+            ("ééé".to_string(), false)
+        );
+        assert_eq!(
+            line_content(b"a\xffb", 10),
+            ("a\u{fffd}b".to_string(), false)
+        );
     }
 
     #[test]
     fn collector_keeps_first_in_path_order() {
-        let m = |p: &str, l| FsMatch { path: p.into(), line: l, content: String::new() };
+        let m = |p: &str, l| FsMatch {
+            path: p.into(),
+            line: l,
+            content: String::new(),
+        };
         let mut c = Collector::new(3);
         c.add(Path::new("/b"), vec![m("/b", 1), m("/b", 2)], false, false);
         assert!(!c.beyond(Path::new("/c")));
@@ -404,16 +541,50 @@ mod tests {
         assert!(c.beyond(Path::new("/d")));
         assert!(!c.beyond(Path::new("/b.x")));
         c.add(Path::new("/a"), vec![m("/a", 7)], false, false);
-        let got: Vec<_> = c.files.into_values().flatten().map(|m| (m.path, m.line)).collect();
-        assert_eq!(got, vec![("/a".into(), 7), ("/b".into(), 1), ("/b".into(), 2)]);
+        let got: Vec<_> = c
+            .files
+            .into_values()
+            .flatten()
+            .map(|m| (m.path, m.line))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("/a".into(), 7), ("/b".into(), 1), ("/b".into(), 2)]
+        );
     }
 
     #[test]
     fn sort_key_orders_like_path() {
-        let mut paths = ["/a/b", "/a.b", "/a", "/a/b/c", "/a-b/c", "/ab", "/a/ba", "/a/b.c"].map(PathBuf::from).to_vec();
+        let mut paths = [
+            "/a/b", "/a.b", "/a", "/a/b/c", "/a-b/c", "/ab", "/a/ba", "/a/b.c",
+        ]
+        .map(PathBuf::from)
+        .to_vec();
         let mut by_key = paths.clone();
         paths.sort();
         by_key.sort_by_key(|p| sort_key(p));
         assert_eq!(paths, by_key);
+    }
+
+    /// What the walk does for every file: a path whose directory was swapped for a symlink
+    /// (here: is one) cannot be opened, inside the jail or out of it.
+    #[test]
+    fn open_regular_refuses_symlinks_anywhere_on_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.txt"), "s").unwrap();
+        std::fs::write(root.join("real/f.txt"), "f").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("swapped")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("inner")).unwrap();
+        std::os::unix::fs::symlink(root.join("real/f.txt"), root.join("link.txt")).unwrap();
+        let fd = open_beneath(None, &root, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        assert!(open_regular(&fd, Path::new("real/f.txt")).is_some());
+        assert!(open_regular(&fd, Path::new("swapped/secret.txt")).is_none());
+        assert!(open_regular(&fd, Path::new("inner/f.txt")).is_none());
+        assert!(open_regular(&fd, Path::new("link.txt")).is_none());
+        assert!(open_regular(&fd, Path::new("../outside/secret.txt")).is_none());
+        assert!(open_regular(&fd, Path::new("real")).is_none());
     }
 }

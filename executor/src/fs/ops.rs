@@ -194,6 +194,11 @@ pub fn chmod(policy: &Policy, input: &str, mode: u32, uid: Option<u32>, gid: Opt
             }
             let fd = open_beneath(Some(&parent.dir), Path::new(&parent.name), libc::O_PATH | libc::O_NOFOLLOW, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS)
                 .map_err(|e| map_errno(input, e))?;
+            // O_PATH|O_NOFOLLOW hands back the link itself if one was swapped in since the
+            // lstat above: still refuse it.
+            if fstat(&fd).is_ok_and(|st| is_symlink(&st)) {
+                return Err(ExecError::WrongType(format!("is a symlink (chmod does not follow links): {input}")));
+            }
             (fd, parent.path)
         }
         Err(ExecError::Invalid(_)) => {
@@ -249,6 +254,9 @@ fn chmod_tree(policy: &Policy, dir: &OwnedFd, dir_path: &Path, mode: u32, uid: O
         }
         let flags = if is_dir(&st) { libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW } else { libc::O_PATH | libc::O_NOFOLLOW };
         let Ok(fd) = open_beneath(Some(dir), Path::new(&name), flags, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS) else { continue };
+        if fstat(&fd).map_or(true, |st| is_symlink(&st)) {
+            continue; // swapped for a link since the lstat above
+        }
         if change(&fd, mode, uid, gid).is_ok() {
             n += 1;
         }
@@ -288,6 +296,15 @@ pub fn mv(policy: &Policy, src: &str, dst: &str, overwrite: bool) -> Result<MvRe
     Ok(MvResponse { moved: true, src: display(&from.path), dst: display(&to.path), overwrote: existed })
 }
 
+/// Re-words a not-found error with the caller's own path, so a denied write reads exactly
+/// like one to a missing path.
+pub fn echo_input(e: ExecError, input: &str) -> ExecError {
+    match e {
+        ExecError::NotFound(_) => ExecError::NotFound(input.to_string()),
+        other => other,
+    }
+}
+
 /// The cap check shared by every write form.
 pub fn check_write_cap(policy: &Policy, len: u64, path: &str) -> Result<(), ExecError> {
     let cap = policy.config.fs.max_write_bytes;
@@ -301,10 +318,11 @@ pub fn check_write_cap(policy: &Policy, len: u64, path: &str) -> Result<(), Exec
 pub fn write_target(policy: &Policy, path: &str, mode: u32, parents: bool) -> Result<Parent, ExecError> {
     check_mode(policy, mode)?;
     let parent = policy.jail.parent(path, parents)?;
-    if let Ok(st) = statat(&parent.dir, &parent.c_name(), true) {
-        if is_dir(&st) {
-            return Err(ExecError::WrongType(format!("is a directory: {path}")));
-        }
+    match statat(&parent.dir, &parent.c_name(), true) {
+        Ok(st) if is_dir(&st) => return Err(ExecError::WrongType(format!("is a directory: {path}"))),
+        // A name over NAME_MAX would only fail at the final rename, as an I/O error.
+        Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => return Err(map_errno(path, e)),
+        _ => {}
     }
     Ok(parent)
 }
@@ -317,7 +335,7 @@ pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteRespons
     let mut results = Vec::with_capacity(files.len());
     for f in files {
         let parent = write_target(policy, &f.path, f.mode, f.parents)?;
-        let n = write_atomic(&parent, &f.data, f.mode)?;
+        let n = write_atomic(&parent, &f.data, f.mode).map_err(|e| echo_input(e, &f.path))?;
         results.push(WriteFileResult { path: display(&parent.path), bytes_written: n });
     }
     Ok(match results.len() {

@@ -49,14 +49,22 @@ pub fn sed(policy: &Policy, spec: &SedSpec) -> Result<SedResponse, ExecError> {
     }
     match (spec.files.is_empty(), &spec.path) {
         (false, Some(_)) => {
-            return Err(ExecError::Invalid("give either `files` or `path`, not both".into()));
+            return Err(ExecError::Invalid(
+                "give either `files` or `path`, not both".into(),
+            ));
         }
         (true, None) => {
-            return Err(ExecError::Invalid("give either `files` (a non-empty list) or `path`".into()));
+            return Err(ExecError::Invalid(
+                "give either `files` (a non-empty list) or `path`".into(),
+            ));
         }
         _ => {}
     }
-    let pattern = if spec.regex { spec.pattern.clone() } else { regex::escape(&spec.pattern) };
+    let pattern = if spec.regex {
+        spec.pattern.clone()
+    } else {
+        regex::escape(&spec.pattern)
+    };
     let re = RegexBuilder::new(&pattern)
         .case_insensitive(spec.ignore_case)
         .multi_line(true)
@@ -70,14 +78,22 @@ pub fn sed(policy: &Policy, spec: &SedSpec) -> Result<SedResponse, ExecError> {
         limit: usize::from(spec.first_only),
         max_read: policy.config.fs.max_read_bytes,
         max_write: policy.config.fs.max_write_bytes,
+        allow_special_bits: policy.config.fs.allow_special_bits,
     };
 
     let results = match &spec.path {
-        None => spec.files.iter().map(|f| edit_listed(policy, &edit, f)).collect(),
+        None => spec
+            .files
+            .iter()
+            .map(|f| edit_listed(policy, &edit, f))
+            .collect(),
         Some(path) => edit_tree(policy, &edit, spec, path)?,
     };
     let total_replacements = results.iter().map(|r| r.replacements).sum();
-    Ok(SedResponse { results, total_replacements })
+    Ok(SedResponse {
+        results,
+        total_replacements,
+    })
 }
 
 /// One compiled substitution and the size caps.
@@ -89,6 +105,7 @@ struct Edit<'a> {
     limit: usize,
     max_read: u64,
     max_write: u64,
+    allow_special_bits: bool,
 }
 
 /// A `Replacer` that counts what it replaces.
@@ -111,13 +128,27 @@ impl Replacer for Counting<'_> {
 
 /// What happened to one file.
 enum Outcome {
-    /// Skipped without reading it through (binary, or over the read cap in the tree form).
+    /// Skipped in a tree walk: binary, over the read cap, or unreadable.
     Skipped,
     /// `n` replacements made (0: nothing matched, file untouched).
     Replaced(u64),
 }
 
 impl Edit<'_> {
+    /// The mode of the rewritten file: the original permission bits. Setuid/setgid/sticky are
+    /// kept only when `fs.allow_special_bits` permits them and the file already belongs to
+    /// the executor's user and group: the replacement is a new inode owned by the executor,
+    /// and a setuid file must never change hands with its special bits on.
+    fn mode_for(&self, st: &libc::stat) -> u32 {
+        // SAFETY: geteuid/getegid cannot fail and touch no memory.
+        let ours = unsafe { st.st_uid == libc::geteuid() && st.st_gid == libc::getegid() };
+        if self.allow_special_bits && ours {
+            st.st_mode & 0o7777
+        } else {
+            st.st_mode & 0o777
+        }
+    }
+
     /// Reads `file`, substitutes, and when anything matched writes the result over the
     /// entry that `parent()` yields (called only then). `skip_unfit` skips binary and
     /// oversized files instead of failing them.
@@ -130,25 +161,49 @@ impl Edit<'_> {
         parent: impl FnOnce() -> Result<Parent, ExecError>,
     ) -> Result<Outcome, ExecError> {
         let too_big = |size: u64| {
-            ExecError::TooLarge(format!("{display}: file of {size} bytes exceeds fs.max_read_bytes ({})", self.max_read))
+            ExecError::TooLarge(format!(
+                "{display}: file of {size} bytes exceeds fs.max_read_bytes ({})",
+                self.max_read
+            ))
         };
         let size = st.st_size as u64;
         if self.max_read > 0 && size > self.max_read {
-            return if skip_unfit { Ok(Outcome::Skipped) } else { Err(too_big(size)) };
+            return if skip_unfit {
+                Ok(Outcome::Skipped)
+            } else {
+                Err(too_big(size))
+            };
         }
         let mut data = Vec::with_capacity(size as usize);
-        let cap = if self.max_read > 0 { self.max_read + 1 } else { u64::MAX };
-        file.take(cap)
-            .read_to_end(&mut data)
-            .map_err(|e| ExecError::Internal(format!("read {display}: {e}")))?;
+        let cap = if self.max_read > 0 {
+            self.max_read + 1
+        } else {
+            u64::MAX
+        };
+        if let Err(e) = file.take(cap).read_to_end(&mut data) {
+            // An unreadable file in a tree walk is skipped, like grep skips it.
+            return if skip_unfit {
+                Ok(Outcome::Skipped)
+            } else {
+                Err(ExecError::Internal(format!("read {display}: {e}")))
+            };
+        }
         if self.max_read > 0 && data.len() as u64 > self.max_read {
             // It grew since the stat.
-            return if skip_unfit { Ok(Outcome::Skipped) } else { Err(too_big(data.len() as u64)) };
+            return if skip_unfit {
+                Ok(Outcome::Skipped)
+            } else {
+                Err(too_big(data.len() as u64))
+            };
         }
         if skip_unfit && data.contains(&0) {
             return Ok(Outcome::Skipped);
         }
-        let mut counter = Counting { replacement: self.replacement, expand: self.expand, count: 0 };
+        let mut counter = Counting {
+            replacement: self.replacement,
+            expand: self.expand,
+            count: 0,
+        };
         let new = self.re.replacen(&data, self.limit, counter.by_ref());
         if counter.count == 0 {
             return Ok(Outcome::Replaced(0));
@@ -162,7 +217,7 @@ impl Edit<'_> {
         }
         let parent = parent()?;
         same_file(&parent, st, display)?;
-        write_atomic(&parent, &new, st.st_mode & 0o7777)?;
+        write_atomic(&parent, &new, self.mode_for(st))?;
         Ok(Outcome::Replaced(counter.count))
     }
 }
@@ -179,7 +234,9 @@ fn same_file(parent: &Parent, st: &libc::stat, display: &str) -> Result<(), Exec
     .and_then(|fd| fstat(&fd))
     .map_err(|e| map_errno(display, e))?;
     if now.st_dev != st.st_dev || now.st_ino != st.st_ino {
-        return Err(ExecError::Internal(format!("{display}: file changed during the edit; left unchanged")));
+        return Err(ExecError::Internal(format!(
+            "{display}: file changed during the edit; left unchanged"
+        )));
     }
     Ok(())
 }
@@ -209,23 +266,56 @@ fn edit_listed(policy: &Policy, edit: &Edit<'_>, input: &str) -> FsSedFileResult
         edit.apply(std::fs::File::from(fd), &st, input, false, || Ok(parent))
     })();
     match outcome {
-        Ok(Outcome::Replaced(n)) => FsSedFileResult { path: shown, replacements: n, success: true, error: None },
-        Ok(Outcome::Skipped) => FsSedFileResult { path: shown, replacements: 0, success: true, error: None },
-        Err(e) => FsSedFileResult { path: shown, replacements: 0, success: false, error: Some(e.to_string()) },
+        Ok(Outcome::Replaced(n)) => FsSedFileResult {
+            path: shown,
+            replacements: n,
+            success: true,
+            error: None,
+        },
+        Ok(Outcome::Skipped) => FsSedFileResult {
+            path: shown,
+            replacements: 0,
+            success: true,
+            error: None,
+        },
+        Err(e) => FsSedFileResult {
+            path: shown,
+            replacements: 0,
+            success: false,
+            error: Some(e.to_string()),
+        },
     }
 }
 
 /// The `path` form: edits every eligible file of the tree; lists the files that matched.
-fn edit_tree(policy: &Policy, edit: &Edit<'_>, spec: &SedSpec, input: &str) -> Result<Vec<FsSedFileResult>, ExecError> {
+fn edit_tree(
+    policy: &Policy,
+    edit: &Edit<'_>,
+    spec: &SedSpec,
+    input: &str,
+) -> Result<Vec<FsSedFileResult>, ExecError> {
     let filters = Filters::new(&spec.include_glob, &spec.exclude_glob)?;
     let results = Mutex::new(Vec::new());
     let record = |path: &Path, outcome: Result<Outcome, ExecError>| {
         let r = match outcome {
             Ok(Outcome::Skipped | Outcome::Replaced(0)) => return,
-            Ok(Outcome::Replaced(n)) => FsSedFileResult { path: path.to_string_lossy().into_owned(), replacements: n, success: true, error: None },
-            Err(e) => FsSedFileResult { path: path.to_string_lossy().into_owned(), replacements: 0, success: false, error: Some(e.to_string()) },
+            Ok(Outcome::Replaced(n)) => FsSedFileResult {
+                path: path.to_string_lossy().into_owned(),
+                replacements: n,
+                success: true,
+                error: None,
+            },
+            Err(e) => FsSedFileResult {
+                path: path.to_string_lossy().into_owned(),
+                replacements: 0,
+                success: false,
+                error: Some(e.to_string()),
+            },
         };
-        results.lock().unwrap_or_else(|p| p.into_inner()).push((path.to_path_buf(), r));
+        results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((path.to_path_buf(), r));
     };
     match open_root(policy, input)? {
         Root::File { file, path, st } => {
@@ -234,7 +324,9 @@ fn edit_tree(policy: &Policy, edit: &Edit<'_>, spec: &SedSpec, input: &str) -> R
                 let canon = path.to_string_lossy().into_owned();
                 let outcome = edit.apply(file, &st, &canon, true, || match path.to_str() {
                     Some(p) => policy.jail.parent(p, false),
-                    None => Err(ExecError::Invalid(format!("path is not valid UTF-8: {input}"))),
+                    None => Err(ExecError::Invalid(format!(
+                        "path is not valid UTF-8: {input}"
+                    ))),
                 });
                 record(&path, outcome);
             }
@@ -243,9 +335,13 @@ fn edit_tree(policy: &Policy, edit: &Edit<'_>, spec: &SedSpec, input: &str) -> R
             walk(policy, &root, spec.recursive, &filters, 0, || {
                 let (fd, root, record) = (&fd, &root, &record);
                 move |abs: &Path, rel: &Path| {
-                    let Some((file, st)) = open_regular(fd, rel) else { return };
+                    let Some((file, st)) = open_regular(fd, rel) else {
+                        return;
+                    };
                     let display = abs.to_string_lossy();
-                    let outcome = edit.apply(file, &st, &display, true, || tree_parent(fd, root, rel, &display));
+                    let outcome = edit.apply(file, &st, &display, true, || {
+                        tree_parent(fd, root, rel, &display)
+                    });
                     record(abs, outcome);
                 }
             });
@@ -257,12 +353,20 @@ fn edit_tree(policy: &Policy, edit: &Edit<'_>, spec: &SedSpec, input: &str) -> R
 }
 
 /// The directory holding `rel`, opened beneath the root without following any symlink.
-fn tree_parent(root_fd: &OwnedFd, root: &Path, rel: &Path, display: &str) -> Result<Parent, ExecError> {
+fn tree_parent(
+    root_fd: &OwnedFd,
+    root: &Path,
+    rel: &Path,
+    display: &str,
+) -> Result<Parent, ExecError> {
     let name: OsString = rel
         .file_name()
         .map(|n| n.to_os_string())
         .ok_or_else(|| ExecError::Internal(format!("{display}: no file name")))?;
-    let dir_rel = rel.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir_rel = rel
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let dir = open_beneath(
         Some(root_fd),
         dir_rel,
@@ -270,7 +374,16 @@ fn tree_parent(root_fd: &OwnedFd, root: &Path, rel: &Path, display: &str) -> Res
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
     )
     .map_err(|e| map_errno(display, e))?;
-    let dir_path: PathBuf = if dir_rel == Path::new(".") { root.to_path_buf() } else { root.join(dir_rel) };
+    let dir_path: PathBuf = if dir_rel == Path::new(".") {
+        root.to_path_buf()
+    } else {
+        root.join(dir_rel)
+    };
     let path = dir_path.join(&name);
-    Ok(Parent { dir, dir_path, name, path })
+    Ok(Parent {
+        dir,
+        dir_path,
+        name,
+        path,
+    })
 }

@@ -11,7 +11,7 @@ use iii_shell_protocol::messages::{ServerFrame, STREAM_CHUNK};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::atomic::TempFile;
-use super::ops::{check_write_cap, write_target};
+use super::ops::{check_write_cap, echo_input, write_target};
 use crate::error::ExecError;
 use crate::policy::Policy;
 
@@ -35,7 +35,7 @@ pub async fn write_stream(
     ack: impl Fn(),
 ) -> Result<WriteResponse, ExecError> {
     let parent = write_target(policy, path, mode, parents)?;
-    let mut tmp = TempFile::create(&parent, mode)?;
+    let mut tmp = TempFile::create(&parent, mode).map_err(|e| echo_input(e, path))?;
     loop {
         let item = tokio::time::timeout(STREAM_IDLE, inbound.recv())
             .await
