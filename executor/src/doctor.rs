@@ -49,13 +49,10 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
     let rl = &policy.commands.rlimits;
     let mut rlimits = Vec::new();
     for &(res, v) in &rl.entries[..rl.len] {
-        let name = match res as u32 {
-            r if r == libc::RLIMIT_NPROC as u32 => names[0],
-            r if r == libc::RLIMIT_AS as u32 => names[1],
-            r if r == libc::RLIMIT_FSIZE as u32 => names[2],
-            r if r == libc::RLIMIT_NOFILE as u32 => names[3],
-            _ => names[4],
-        };
+        let name = [libc::RLIMIT_NPROC, libc::RLIMIT_AS, libc::RLIMIT_FSIZE, libc::RLIMIT_NOFILE]
+            .iter()
+            .position(|&r| r as i32 == res)
+            .map_or(names[4], |i| names[i]);
         rlimits.push((name.to_string(), v));
     }
     let spec = ExecSpec {

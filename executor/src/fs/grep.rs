@@ -19,7 +19,8 @@
 //!   so the answer does not depend on the walk's thread scheduling. `line` is 1-based,
 //!   `path` is absolute and canonical, `content` is the line without its `\n` / `\r\n`
 //!   (non-UTF-8 bytes read as U+FFFD). A line longer than `max_line_bytes` is cut to at most
-//!   that many bytes on a UTF-8 character boundary.
+//!   that many bytes on a UTF-8 character boundary (and still returned: the seed's schema text
+//!   says such lines are "skipped", the issue asks for the cut; see `line_content`).
 //! * `truncated` is true when a match was dropped by `max_matches` or a line was cut by
 //!   `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
 //!   `truncated: true` when anything matched).
