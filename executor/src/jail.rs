@@ -273,6 +273,12 @@ impl Jail {
         self.roots.iter().any(|r| r.path == path)
     }
 
+    /// True when a `fs.denylist_paths` entry lies strictly below `path`: moving `path` would
+    /// carry that entry out from under its denylist path.
+    pub fn holds_denied(&self, path: &Path) -> bool {
+        self.denylist.iter().any(|d| d.as_path() != path && d.starts_with(path))
+    }
+
     /// True when `path` (absolute) is a denylisted path, lies under one, or matches a
     /// protected glob.
     pub fn is_denied(&self, path: &Path) -> bool {

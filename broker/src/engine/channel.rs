@@ -31,11 +31,17 @@ pub fn channel_url(base: &str, r: &ContentRef, dir: ContentDirection) -> String 
     format!("{}/ws/channels/{}?key={}&dir={d}", base.trim_end_matches('/'), encode(&r.channel_id), encode(&r.access_key))
 }
 
+/// Longest wait for a channel end's WebSocket upgrade.
+const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Opens one end of a channel on the engine we are connected to.
 pub async fn open(link: &EngineLink, r: &ContentRef, dir: ContentDirection) -> Result<Ws, String> {
     let url = channel_url(&super::endpoint::base_url(&link.options().url), r, dir);
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
+    // Bounded: an engine that accepts the TCP connection but never answers the upgrade must
+    // not hold the call forever.
+    let (ws, _) = tokio::time::timeout(OPEN_TIMEOUT, tokio_tungstenite::connect_async_with_config(url.as_str(), None, true))
         .await
+        .map_err(|_| format!("cannot open channel {}: no answer within {OPEN_TIMEOUT:?}", r.channel_id))?
         .map_err(|e| format!("cannot open channel {}: {e}", r.channel_id))?;
     Ok(ws)
 }

@@ -272,6 +272,10 @@ pub fn mv(policy: &Policy, src: &str, dst: &str, overwrite: bool) -> Result<MvRe
     if policy.jail.is_root(&from.path) {
         return Err(ExecError::Invalid(format!("refusing to move a jail root: {src}")));
     }
+    // Moving an ancestor of a denylisted path would expose it under a new name.
+    if policy.jail.holds_denied(&from.path) {
+        return Err(ExecError::NotFound(src.to_string()));
+    }
     let to = policy.jail.parent(dst, false)?;
     let (fc, tc) = (from.c_name(), to.c_name());
     statat(&from.dir, &fc, true).map_err(|e| map_errno(src, e))?;
