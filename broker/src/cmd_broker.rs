@@ -6,16 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cli::{BrokerArgs, ServeArgs};
-use crate::confine::{confine_self, drop_user, lookup_user};
-use crate::lifecycle::load_seed;
 use crate::cmd_executor::shutdown_signal;
+use crate::confine::{confine_self, drop_user, lookup_user};
 use crate::engine::endpoint::{namespace, resolve_url, spawn_probe, worker_name};
 use crate::engine::frames::ErrorBody;
 use crate::engine::{EngineLink, Invoker, LinkOptions};
+use crate::executor_source::ExecutorSource;
 use crate::functions::{dispatch, CallMeta};
+use crate::lifecycle::load_seed;
 use crate::lifecycle::{Lifecycle, ON_CHANGE_ID};
 use crate::services::Services;
-use crate::executor_source::ExecutorSource;
 use iii_shell_protocol::config::Config;
 
 /// Everything the broker does before its async runtime exists: find the executor, read the
@@ -28,7 +28,10 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) };
     }
     let seed = match &args.seed_json {
-        Some(json) => match serde_json::from_str::<serde_json::Value>(json).map_err(|e| e.to_string()).and_then(|v| Config::from_value(&v).map_err(|e| e.0)) {
+        Some(json) => match serde_json::from_str::<serde_json::Value>(json)
+            .map_err(|e| e.to_string())
+            .and_then(|v| Config::from_value(&v).map_err(|e| e.0))
+        {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("bad --seed-json: {e}");
@@ -76,7 +79,13 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
 }
 
 pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
-    let under_supervisor = matches!(source, ExecutorSource::Inherited { control: Some(_), .. });
+    let under_supervisor = matches!(
+        source,
+        ExecutorSource::Inherited {
+            control: Some(_),
+            ..
+        }
+    );
     let url = resolve_url(args.url.as_deref());
     spawn_probe(&url);
 
@@ -93,19 +102,28 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
     let invoker: Invoker = {
         let services = services.clone();
         let slot = lifecycle_slot.clone();
-        Arc::new(move |function_id: String, data: serde_json::Value, metadata: Option<serde_json::Value>| {
-            let services = services.clone();
-            let slot = slot.clone();
-            Box::pin(async move {
-                if function_id == ON_CHANGE_ID {
-                    return match slot.get() {
-                        Some(lc) => Ok(lc.on_change().await),
-                        None => Err(ErrorBody::new("S216", "configuration lifecycle not started")),
-                    };
-                }
-                dispatch(&services, &function_id, data, CallMeta { metadata }).await.map_err(ErrorBody::from)
-            })
-        })
+        Arc::new(
+            move |function_id: String,
+                  data: serde_json::Value,
+                  metadata: Option<serde_json::Value>| {
+                let services = services.clone();
+                let slot = slot.clone();
+                Box::pin(async move {
+                    if function_id == ON_CHANGE_ID {
+                        return match slot.get() {
+                            Some(lc) => Ok(lc.on_change().await),
+                            None => Err(ErrorBody::new(
+                                "S216",
+                                "configuration lifecycle not started",
+                            )),
+                        };
+                    }
+                    dispatch(&services, &function_id, data, CallMeta { metadata })
+                        .await
+                        .map_err(ErrorBody::from)
+                })
+            },
+        )
     };
     let mut opts = LinkOptions::new(url, worker_name(), namespace());
     if under_supervisor {

@@ -20,9 +20,11 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, WireError> {
     match path {
         None => Ok(Config::builtin_default()),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| WireError::new(Code::S210, format!("cannot read {}: {e}", p.display())))?;
-            Config::from_yaml(&text).map_err(|e| WireError::new(Code::S210, format!("{}: {e}", p.display())))
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                WireError::new(Code::S210, format!("cannot read {}: {e}", p.display()))
+            })?;
+            Config::from_yaml(&text)
+                .map_err(|e| WireError::new(Code::S210, format!("{}: {e}", p.display())))
         }
     }
 }
@@ -34,7 +36,10 @@ pub async fn run(args: CallArgs, config_path: Option<&Path>) -> i32 {
             0
         }
         Err(e) => {
-            println!("{}", serde_json::to_string_pretty(&e.to_json()).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&e.to_json()).unwrap_or_default()
+            );
             1
         }
     }
@@ -44,7 +49,8 @@ async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireE
     let config = load_config(config_path)?;
     let payload: Value = match &args.json {
         None => Value::Object(Default::default()),
-        Some(s) => serde_json::from_str(s).map_err(|e| WireError::new(Code::S210, format!("malformed payload: {e}")))?,
+        Some(s) => serde_json::from_str(s)
+            .map_err(|e| WireError::new(Code::S210, format!("malformed payload: {e}")))?,
     };
     let services = Services::new();
     let rt = services.runtime.install(config);
@@ -57,13 +63,19 @@ async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireE
                 .map_err(|e| internal(format!("cannot connect to {}: {e}", path.display())))?,
         ),
         None => {
-            let (child, stream) = spawn_executor(&[]).map_err(|e| internal(format!("cannot start the executor: {e}")))?;
+            let (child, stream) = spawn_executor(&[])
+                .map_err(|e| internal(format!("cannot start the executor: {e}")))?;
             (Some(child), stream)
         }
     };
-    let client = ExecutorClient::connect(stream).await.map_err(|e| internal(e.to_string()))?;
+    let client = ExecutorClient::connect(stream)
+        .await
+        .map_err(|e| internal(e.to_string()))?;
     client
-        .call(Request::SetPolicy { generation: rt.generation, config_json: rt.config_json() })
+        .call(Request::SetPolicy {
+            generation: rt.generation,
+            config_json: rt.config_json(),
+        })
         .await?;
     services.executor.set(client);
     let services: Arc<Services> = services;

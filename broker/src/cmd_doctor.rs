@@ -29,7 +29,10 @@ pub async fn run(args: DoctorArgs, config_path: &Path) -> i32 {
         }
     };
     let broker = broker_report(&config);
-    let socket = args.socket.as_ref().map(|p| socket_report(p, executor.executor.uid));
+    let socket = args
+        .socket
+        .as_ref()
+        .map(|p| socket_report(p, executor.executor.uid));
     let warnings = warnings(&config, &broker, &executor, socket.as_ref());
     if args.json {
         let v = json!({
@@ -49,22 +52,33 @@ pub async fn run(args: DoctorArgs, config_path: &Path) -> i32 {
 
 async fn executor_report(args: &DoctorArgs, config: &Config) -> Result<DoctorReport, String> {
     let (_child, stream) = match &args.socket {
-        Some(p) => (None, tokio::net::UnixStream::connect(p).await.map_err(|e| format!("cannot connect to {}: {e}", p.display()))?),
+        Some(p) => (
+            None,
+            tokio::net::UnixStream::connect(p)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", p.display()))?,
+        ),
         None => {
             let mut extra = Vec::new();
             if let Some(pin) = &args.pin_config {
                 extra.push("--pin-config".to_string());
                 extra.push(pin.display().to_string());
             }
-            let (c, s) = spawn_executor(&extra).map_err(|e| format!("cannot start an executor: {e}"))?;
+            let (c, s) =
+                spawn_executor(&extra).map_err(|e| format!("cannot start an executor: {e}"))?;
             (Some(c), s)
         }
     };
-    let client = ExecutorClient::connect(stream).await.map_err(|e| e.to_string())?;
+    let client = ExecutorClient::connect(stream)
+        .await
+        .map_err(|e| e.to_string())?;
     if args.socket.is_none() {
         let json = serde_json::to_string(config).map_err(|e| e.to_string())?;
         client
-            .call(Request::SetPolicy { generation: 1, config_json: json })
+            .call(Request::SetPolicy {
+                generation: 1,
+                config_json: json,
+            })
             .await
             .map_err(|e| format!("the executor refused the configuration: {}", e.message))?;
     }
@@ -78,14 +92,24 @@ async fn executor_report(args: &DoctorArgs, config: &Config) -> Result<DoctorRep
 fn broker_report(config: &Config) -> ProcessReport {
     let exe = std::env::current_exe().unwrap_or_else(|_| "iii-shell".into());
     let seed = serde_json::to_string(config).unwrap_or_default();
-    let out = std::process::Command::new(exe).args(["probe", "broker", &seed]).env("RUST_LOG", "off").output();
+    let out = std::process::Command::new(exe)
+        .args(["probe", "broker", &seed])
+        .env("RUST_LOG", "off")
+        .output();
     match out {
         Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|e| ProcessReport {
             role: "broker".into(),
-            problems: vec![format!("probe output unreadable: {e}: {}", String::from_utf8_lossy(&o.stderr))],
+            problems: vec![format!(
+                "probe output unreadable: {e}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            )],
             ..Default::default()
         }),
-        Err(e) => ProcessReport { role: "broker".into(), problems: vec![format!("cannot run the broker probe: {e}")], ..Default::default() },
+        Err(e) => ProcessReport {
+            role: "broker".into(),
+            problems: vec![format!("cannot run the broker probe: {e}")],
+            ..Default::default()
+        },
     }
 }
 
@@ -102,14 +126,22 @@ fn socket_report(path: &Path, executor_uid: u32) -> serde_json::Value {
     }
 }
 
-fn warnings(config: &Config, broker: &ProcessReport, ex: &DoctorReport, socket: Option<&serde_json::Value>) -> Vec<String> {
+fn warnings(
+    config: &Config,
+    broker: &ProcessReport,
+    ex: &DoctorReport,
+    socket: Option<&serde_json::Value>,
+) -> Vec<String> {
     let mut w = Vec::new();
     for p in broker.problems.iter().chain(ex.executor.problems.iter()) {
         w.push(p.clone());
     }
     w.extend(ex.commands.gaps.iter().cloned());
     if !ex.commands.cgroups {
-        w.push("no writable cgroup v2: a process that calls setsid() can outlive its job's kill".into());
+        w.push(
+            "no writable cgroup v2: a process that calls setsid() can outlive its job's kill"
+                .into(),
+        );
     }
     if broker.checks.iter().any(|(_, r)| r == "ALLOWED") {
         w.push("the broker can still open files or exec programs after its drop".into());
@@ -120,7 +152,10 @@ fn warnings(config: &Config, broker: &ProcessReport, ex: &DoctorReport, socket: 
         }
     }
     if config.fs.host_roots.is_empty() {
-        w.push("unjailed (fs.allow_unjailed): commands may write anywhere except fs.denylist_paths".into());
+        w.push(
+            "unjailed (fs.allow_unjailed): commands may write anywhere except fs.denylist_paths"
+                .into(),
+        );
     }
     w
 }
@@ -148,29 +183,74 @@ fn print_process(p: &ProcessReport) {
     println!("  no_new_privs       {}", yes(p.no_new_privs));
     println!("  seccomp            {}", p.seccomp);
     println!("  landlock           {}", p.landlock);
-    println!("  dumpable           {}", if p.dumpable { "yes (others may read its memory)" } else { "no" });
+    println!(
+        "  dumpable           {}",
+        if p.dumpable {
+            "yes (others may read its memory)"
+        } else {
+            "no"
+        }
+    );
     for (what, r) in &p.checks {
         println!("  check: {what:<28} {r}");
     }
 }
 
-fn print_human(broker: &ProcessReport, ex: &DoctorReport, socket: Option<&serde_json::Value>, warnings: &[String]) {
+fn print_human(
+    broker: &ProcessReport,
+    ex: &DoctorReport,
+    socket: Option<&serde_json::Value>,
+    warnings: &[String],
+) {
     println!("iii-shell doctor {}\n", iii_shell_protocol::VERSION);
     print_process(broker);
     println!();
     print_process(&ex.executor);
     println!("  child subreaper    {}", yes(ex.executor.subreaper));
-    println!("  envelope           {}", ex.envelope.clone().unwrap_or_else(|| "not pinned (reloads may widen the policy)".into()));
+    println!(
+        "  envelope           {}",
+        ex.envelope
+            .clone()
+            .unwrap_or_else(|| "not pinned (reloads may widen the policy)".into())
+    );
     if let Some(s) = socket {
         println!("  socket             {s}");
     }
     let c = &ex.commands;
-    println!("\ncommands (mode {}, {})", c.mode, if c.jailed { "jailed" } else { "unjailed" });
-    println!("  landlock           {} (kernel ABI {}, {} rules)", c.landlock, c.landlock_abi, c.landlock_rules);
-    println!("  scoping            {}", if c.scoping { "signals and abstract sockets limited to the command's own domain" } else { "NO" });
+    println!(
+        "\ncommands (mode {}, {})",
+        c.mode,
+        if c.jailed { "jailed" } else { "unjailed" }
+    );
+    println!(
+        "  landlock           {} (kernel ABI {}, {} rules)",
+        c.landlock, c.landlock_abi, c.landlock_rules
+    );
+    println!(
+        "  scoping            {}",
+        if c.scoping {
+            "signals and abstract sockets limited to the command's own domain"
+        } else {
+            "NO"
+        }
+    );
     println!("  network            {}", c.network);
-    println!("  seccomp denies     {}", c.seccomp_denied.iter().map(|s| s.trim_start_matches("SYS_")).collect::<Vec<_>>().join(" "));
-    println!("  rlimits            {}", c.rlimits.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+    println!(
+        "  seccomp denies     {}",
+        c.seccomp_denied
+            .iter()
+            .map(|s| s.trim_start_matches("SYS_"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "  rlimits            {}",
+        c.rlimits
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     println!("  job cgroups        {}", yes(c.cgroups));
     println!("  a real command saw {}", c.observed.join(" | "));
     if warnings.is_empty() {

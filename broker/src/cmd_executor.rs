@@ -38,7 +38,10 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         },
         None => None,
     };
-    let envelope = pinned.as_ref().map(|c| c.confinement.clone()).unwrap_or_default();
+    let envelope = pinned
+        .as_ref()
+        .map(|c| c.confinement.clone())
+        .unwrap_or_default();
     if args.socket.is_some() {
         let own = nix::unistd::getuid().as_raw();
         if args.peer_uid.unwrap_or(own) == own {
@@ -80,7 +83,10 @@ pub fn load_envelope(path: &std::path::Path) -> Result<Config, String> {
         return Err(format!("owned by uid {}, not root", md.uid()));
     }
     if md.mode() & 0o022 != 0 {
-        return Err(format!("mode {:04o} lets others write it", md.mode() & 0o7777));
+        return Err(format!(
+            "mode {:04o} lets others write it",
+            md.mode() & 0o7777
+        ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     Config::from_yaml(&text).map_err(|e| e.0)
@@ -191,7 +197,10 @@ fn bind_socket(
 /// SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         std::future::pending::<()>().await;
         return;
     };

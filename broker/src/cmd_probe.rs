@@ -18,15 +18,44 @@ fn call(name: &str) -> Option<(i64, i32)> {
     let r = unsafe {
         match name {
             "kexec_load" => libc::syscall(libc::SYS_kexec_load, 0usize, 0usize, null, 0usize),
-            "kexec_file_load" => libc::syscall(libc::SYS_kexec_file_load, -1i32, -1i32, 0usize, null, 0usize),
+            "kexec_file_load" => libc::syscall(
+                libc::SYS_kexec_file_load,
+                -1i32,
+                -1i32,
+                0usize,
+                null,
+                0usize,
+            ),
             "init_module" => libc::syscall(libc::SYS_init_module, null, 0usize, null),
             "finit_module" => libc::syscall(libc::SYS_finit_module, -1i32, null, 0i32),
-            "delete_module" => libc::syscall(libc::SYS_delete_module, c"iii_no_such_module".as_ptr(), 0i32),
-            "mount" => libc::syscall(libc::SYS_mount, c"none".as_ptr(), c"/nonexistent-iii".as_ptr(), c"tmpfs".as_ptr(), 0usize, null),
+            "delete_module" => libc::syscall(
+                libc::SYS_delete_module,
+                c"iii_no_such_module".as_ptr(),
+                0i32,
+            ),
+            "mount" => libc::syscall(
+                libc::SYS_mount,
+                c"none".as_ptr(),
+                c"/nonexistent-iii".as_ptr(),
+                c"tmpfs".as_ptr(),
+                0usize,
+                null,
+            ),
             "umount2" => libc::syscall(libc::SYS_umount2, c"/nonexistent-iii".as_ptr(), 0i32),
-            "pivot_root" => libc::syscall(libc::SYS_pivot_root, c"/nonexistent-iii".as_ptr(), c"/nonexistent-iii".as_ptr()),
+            "pivot_root" => libc::syscall(
+                libc::SYS_pivot_root,
+                c"/nonexistent-iii".as_ptr(),
+                c"/nonexistent-iii".as_ptr(),
+            ),
             "open_tree" => libc::syscall(libc::SYS_open_tree, -100i32, c"/".as_ptr(), 0u32),
-            "move_mount" => libc::syscall(libc::SYS_move_mount, -1i32, c"".as_ptr(), -1i32, c"".as_ptr(), 0u32),
+            "move_mount" => libc::syscall(
+                libc::SYS_move_mount,
+                -1i32,
+                c"".as_ptr(),
+                -1i32,
+                c"".as_ptr(),
+                0u32,
+            ),
             "fsopen" => libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0u32),
             "fsconfig" => libc::syscall(libc::SYS_fsconfig, -1i32, 0u32, null, null, 0i32),
             "fsmount" => libc::syscall(libc::SYS_fsmount, -1i32, 0u32, 0u32),
@@ -37,23 +66,76 @@ fn call(name: &str) -> Option<(i64, i32)> {
             "acct" => libc::syscall(libc::SYS_acct, null),
             "syslog" => libc::syscall(libc::SYS_syslog, 10i32, null, 0i32),
             "bpf" => libc::syscall(libc::SYS_bpf, 0i32, null, 0u32),
-            "perf_event_open" => libc::syscall(libc::SYS_perf_event_open, null, 0i32, -1i32, -1i32, 0usize),
+            "perf_event_open" => {
+                libc::syscall(libc::SYS_perf_event_open, null, 0i32, -1i32, -1i32, 0usize)
+            }
             "userfaultfd" => libc::syscall(libc::SYS_userfaultfd, 0i32),
             "ptrace" => libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0i32, null, null),
-            "process_vm_readv" => libc::syscall(libc::SYS_process_vm_readv, libc::getpid(), null, 0usize, null, 0usize, 0usize),
-            "process_vm_writev" => libc::syscall(libc::SYS_process_vm_writev, libc::getpid(), null, 0usize, null, 0usize, 0usize),
-            "keyctl" => libc::syscall(libc::SYS_keyctl, 0i32 /* KEYCTL_GET_KEYRING_ID */, -3i32, 0i32),
-            "add_key" => libc::syscall(libc::SYS_add_key, c"user".as_ptr(), c"iii".as_ptr(), null, 0usize, -3i32),
-            "request_key" => libc::syscall(libc::SYS_request_key, c"user".as_ptr(), c"iii-none".as_ptr(), null, 0i32),
+            "process_vm_readv" => libc::syscall(
+                libc::SYS_process_vm_readv,
+                libc::getpid(),
+                null,
+                0usize,
+                null,
+                0usize,
+                0usize,
+            ),
+            "process_vm_writev" => libc::syscall(
+                libc::SYS_process_vm_writev,
+                libc::getpid(),
+                null,
+                0usize,
+                null,
+                0usize,
+                0usize,
+            ),
+            "keyctl" => libc::syscall(
+                libc::SYS_keyctl,
+                0i32, /* KEYCTL_GET_KEYRING_ID */
+                -3i32,
+                0i32,
+            ),
+            "add_key" => libc::syscall(
+                libc::SYS_add_key,
+                c"user".as_ptr(),
+                c"iii".as_ptr(),
+                null,
+                0usize,
+                -3i32,
+            ),
+            "request_key" => libc::syscall(
+                libc::SYS_request_key,
+                c"user".as_ptr(),
+                c"iii-none".as_ptr(),
+                null,
+                0i32,
+            ),
             "io_uring_setup" => libc::syscall(libc::SYS_io_uring_setup, 1u32, b),
-            "io_uring_enter" => libc::syscall(libc::SYS_io_uring_enter, -1i32, 0u32, 0u32, 0u32, null, 0usize),
-            "io_uring_register" => libc::syscall(libc::SYS_io_uring_register, -1i32, 0u32, null, 0u32),
+            "io_uring_enter" => libc::syscall(
+                libc::SYS_io_uring_enter,
+                -1i32,
+                0u32,
+                0u32,
+                0u32,
+                null,
+                0usize,
+            ),
+            "io_uring_register" => {
+                libc::syscall(libc::SYS_io_uring_register, -1i32, 0u32, null, 0u32)
+            }
             "open_by_handle_at" => libc::syscall(libc::SYS_open_by_handle_at, -100i32, b, 0i32),
             "name_to_handle_at" => {
                 // struct file_handle { u32 handle_bytes; i32 handle_type; u8 f_handle[]; }
                 b.write(32);
                 let mut mount_id: i32 = 0;
-                libc::syscall(libc::SYS_name_to_handle_at, -100i32, c"/".as_ptr(), b, &mut mount_id as *mut i32, 0i32)
+                libc::syscall(
+                    libc::SYS_name_to_handle_at,
+                    -100i32,
+                    c"/".as_ptr(),
+                    b,
+                    &mut mount_id as *mut i32,
+                    0i32,
+                )
             }
             #[cfg(target_arch = "x86_64")]
             "iopl" => libc::syscall(libc::SYS_iopl, 0i32),
@@ -72,7 +154,14 @@ fn call(name: &str) -> Option<(i64, i32)> {
             "unshare_files" => libc::syscall(libc::SYS_unshare, libc::CLONE_FILES),
             "clone_newuser" => {
                 // A namespaced clone; if it were allowed the child exits at once.
-                let pid = libc::syscall(libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as usize, 0usize, null, null, 0usize);
+                let pid = libc::syscall(
+                    libc::SYS_clone,
+                    (libc::CLONE_NEWUSER | libc::SIGCHLD) as usize,
+                    0usize,
+                    null,
+                    null,
+                    0usize,
+                );
                 if pid == 0 {
                     libc::_exit(0);
                 }
@@ -88,7 +177,11 @@ fn call(name: &str) -> Option<(i64, i32)> {
             _ => return None,
         }
     };
-    let errno = if r < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { 0 };
+    let errno = if r < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    } else {
+        0
+    };
     Some((r as i64, errno))
 }
 
@@ -103,14 +196,16 @@ fn broker_probe(seed_json: Option<&str>) -> i32 {
     let mut problems = Vec::new();
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
-        if let Err(e) = crate::confine::lookup_user(&config.confinement.broker_user).and_then(|(u, g)| {
-            // Same order as `serve`: bounding set first, then groups, gid, uid.
-            for cap in 0..64 {
-                // SAFETY: PR_CAPBSET_DROP only changes this process's bounding set.
-                unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
-            }
-            crate::confine::drop_user(u, g)
-        }) {
+        if let Err(e) =
+            crate::confine::lookup_user(&config.confinement.broker_user).and_then(|(u, g)| {
+                // Same order as `serve`: bounding set first, then groups, gid, uid.
+                for cap in 0..64 {
+                    // SAFETY: PR_CAPBSET_DROP only changes this process's bounding set.
+                    unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+                }
+                crate::confine::drop_user(u, g)
+            })
+        {
             problems.push(e);
         }
     }
@@ -128,14 +223,26 @@ fn broker_probe(seed_json: Option<&str>) -> i32 {
         Ok(()) => (what.to_string(), "ALLOWED".to_string()),
         Err(e) => (what.to_string(), format!("refused: {e}")),
     };
-    r.checks.push(check("open /etc/passwd", std::fs::File::open("/etc/passwd").map(|_| ())));
-    r.checks.push(check("create /tmp/iii-shell-broker-probe", std::fs::File::create("/tmp/iii-shell-broker-probe").map(|_| ())));
-    r.checks.push(check("exec /bin/true", std::process::Command::new("/bin/true").status().map(|_| ())));
-    r.checks.push(check("ptrace(TRACEME)", match call("ptrace") {
-        Some((_, 0)) => Ok(()),
-        Some((_, e)) => Err(std::io::Error::from_raw_os_error(e)),
-        None => Ok(()),
-    }));
+    r.checks.push(check(
+        "open /etc/passwd",
+        std::fs::File::open("/etc/passwd").map(|_| ()),
+    ));
+    r.checks.push(check(
+        "create /tmp/iii-shell-broker-probe",
+        std::fs::File::create("/tmp/iii-shell-broker-probe").map(|_| ()),
+    ));
+    r.checks.push(check(
+        "exec /bin/true",
+        std::process::Command::new("/bin/true").status().map(|_| ()),
+    ));
+    r.checks.push(check(
+        "ptrace(TRACEME)",
+        match call("ptrace") {
+            Some((_, 0)) => Ok(()),
+            Some((_, e)) => Err(std::io::Error::from_raw_os_error(e)),
+            None => Ok(()),
+        },
+    ));
     let _ = std::fs::remove_file("/tmp/iii-shell-broker-probe");
     r.problems = problems;
     println!("{}", serde_json::to_string(&r).unwrap_or_default());
@@ -149,7 +256,10 @@ pub fn run(args: &[String]) -> i32 {
             for name in &args[1..] {
                 match call(name) {
                     Some((_, 0)) => println!("{name} ok"),
-                    Some((_, e)) => println!("{name} errno={e} ({})", std::io::Error::from_raw_os_error(e)),
+                    Some((_, e)) => println!(
+                        "{name} errno={e} ({})",
+                        std::io::Error::from_raw_os_error(e)
+                    ),
                     None => {
                         println!("{name} unknown");
                         code = 2;
@@ -162,7 +272,20 @@ pub fn run(args: &[String]) -> i32 {
         Some("status") => {
             let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             for l in s.lines() {
-                if ["NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "Uid", "Gid"].iter().any(|k| l.starts_with(k)) {
+                if [
+                    "NoNewPrivs",
+                    "Seccomp",
+                    "CapInh",
+                    "CapPrm",
+                    "CapEff",
+                    "CapBnd",
+                    "CapAmb",
+                    "Uid",
+                    "Gid",
+                ]
+                .iter()
+                .any(|k| l.starts_with(k))
+                {
                     println!("{l}");
                 }
             }

@@ -64,7 +64,10 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
@@ -87,7 +90,12 @@ fn harden_supervisor(seed: &Config) -> Result<(), String> {
 }
 
 /// Starts `iii-shell broker` with the executor's socket and a control socket.
-fn spawn_broker(exe: &std::path::Path, args: &ServeArgs, seed: &Config, executor_end: OwnedFd) -> Result<(Child, OwnedFd), String> {
+fn spawn_broker(
+    exe: &std::path::Path,
+    args: &ServeArgs,
+    seed: &Config,
+    executor_end: OwnedFd,
+) -> Result<(Child, OwnedFd), String> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
     let theirs: OwnedFd = theirs.into();
     clear_cloexec(&theirs).map_err(|e| e.to_string())?;
@@ -112,7 +120,10 @@ fn spawn_broker(exe: &std::path::Path, args: &ServeArgs, seed: &Config, executor
     if unsafe { libc::geteuid() } == 0 {
         let (uid, gid) = lookup_user(&seed.confinement.broker_user)?;
         if uid == 0 {
-            return Err(format!("confinement.broker_user {:?} is root", seed.confinement.broker_user));
+            return Err(format!(
+                "confinement.broker_user {:?} is root",
+                seed.confinement.broker_user
+            ));
         }
         // In the child, before execve: empty the bounding set (only possible while still
         // privileged), drop the supplementary groups, then switch gid and uid for good.
@@ -147,12 +158,20 @@ enum Exit {
 fn wait_thread(mut child: Child, tx: tokio::sync::mpsc::UnboundedSender<(u32, Option<i32>)>) {
     let pid = child.id();
     std::thread::spawn(move || {
-        let code = child.wait().ok().and_then(|s| s.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&s).map(|s| 128 + s)));
+        let code = child.wait().ok().and_then(|s| {
+            s.code()
+                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&s).map(|s| 128 + s))
+        });
         let _ = tx.send((pid, code));
     });
 }
 
-async fn supervise(exe: std::path::PathBuf, executor: Child, broker: Child, control: OwnedFd) -> i32 {
+async fn supervise(
+    exe: std::path::PathBuf,
+    executor: Child,
+    broker: Child,
+    control: OwnedFd,
+) -> i32 {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let broker_pid = broker.id();
     let mut executor_pid = executor.id();

@@ -3,18 +3,32 @@
 //! files name resolution reads (and never execute), and a default-deny seccomp allowlist fit
 //! for a network client. Every syscall outside the list fails with EPERM.
 
-use iii_shell_executor::confine::{caps, landlock_rules::kernel_abi, no_new_privs, set_no_new_privs};
+use iii_shell_executor::confine::{
+    caps, landlock_rules::kernel_abi, no_new_privs, set_no_new_privs,
+};
 use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode};
-use landlock::{Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI};
+use landlock::{
+    Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
+};
 
 /// Files the broker may still read after start-up: name resolution for the engine URL.
-pub const READABLE: &[&str] = &["/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf", "/etc/services"];
+pub const READABLE: &[&str] = &[
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/gai.conf",
+    "/etc/host.conf",
+    "/etc/services",
+];
 
 /// Looks up the uid/gid of `user`.
 pub fn lookup_user(user: &str) -> Result<(u32, u32), String> {
     match nix::unistd::User::from_name(user) {
         Ok(Some(u)) => Ok((u.uid.as_raw(), u.gid.as_raw())),
-        Ok(None) => Err(format!("user {user:?} does not exist (set confinement.broker_user)")),
+        Ok(None) => Err(format!(
+            "user {user:?} does not exist (set confinement.broker_user)"
+        )),
         Err(e) => Err(format!("cannot look up user {user:?}: {e}")),
     }
 }
@@ -46,10 +60,12 @@ pub fn confine_self(c: &ConfinementConfig) -> Result<BrokerReport, String> {
     if let Err(e) = set_no_new_privs() {
         problems.push(format!("no_new_privs: {e}"));
     }
-    let landlock = if c.landlock { apply_landlock().unwrap_or_else(|e| {
-        problems.push(format!("landlock: {e}"));
-        "not enforced".into()
-    }) } else {
+    let landlock = if c.landlock {
+        apply_landlock().unwrap_or_else(|e| {
+            problems.push(format!("landlock: {e}"));
+            "not enforced".into()
+        })
+    } else {
         problems.push("landlock disabled by configuration".into());
         "disabled".into()
     };
@@ -66,7 +82,10 @@ pub fn confine_self(c: &ConfinementConfig) -> Result<BrokerReport, String> {
         "disabled".into()
     };
     if strict && !problems.is_empty() {
-        return Err(format!("strict confinement cannot be met for the broker: {}", problems.join("; ")));
+        return Err(format!(
+            "strict confinement cannot be met for the broker: {}",
+            problems.join("; ")
+        ));
     }
     Ok(BrokerReport {
         // SAFETY: getuid/getgid cannot fail.
@@ -96,7 +115,9 @@ fn apply_landlock() -> Result<String, String> {
         .map_err(err)?;
     for f in READABLE {
         if let Ok(fd) = PathFd::new(f) {
-            created = created.add_rule(PathBeneath::new(fd, AccessFs::ReadFile)).map_err(err)?;
+            created = created
+                .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
+                .map_err(err)?;
         }
     }
     let status = created.restrict_self().map_err(err)?;
@@ -106,27 +127,102 @@ fn apply_landlock() -> Result<String, String> {
 /// The system calls a tokio network client needs. Everything else: EPERM.
 fn allowlist() -> Vec<i64> {
     let mut v = vec![
-        libc::SYS_read, libc::SYS_write, libc::SYS_readv, libc::SYS_writev, libc::SYS_pread64, libc::SYS_close,
-        libc::SYS_fstat, libc::SYS_newfstatat, libc::SYS_statx, libc::SYS_lseek, libc::SYS_openat,
-        libc::SYS_mmap, libc::SYS_mprotect, libc::SYS_munmap, libc::SYS_madvise, libc::SYS_mremap, libc::SYS_brk,
-        libc::SYS_rt_sigaction, libc::SYS_rt_sigprocmask, libc::SYS_rt_sigreturn, libc::SYS_sigaltstack,
-        libc::SYS_ioctl, libc::SYS_fcntl, libc::SYS_dup, libc::SYS_dup3,
-        libc::SYS_socket, libc::SYS_socketpair, libc::SYS_connect, libc::SYS_bind, libc::SYS_getsockopt, libc::SYS_setsockopt,
-        libc::SYS_getsockname, libc::SYS_getpeername, libc::SYS_sendto, libc::SYS_recvfrom, libc::SYS_sendmsg,
-        libc::SYS_recvmsg, libc::SYS_sendmmsg, libc::SYS_recvmmsg, libc::SYS_shutdown,
-        libc::SYS_ppoll, libc::SYS_epoll_create1, libc::SYS_epoll_ctl, libc::SYS_epoll_pwait, libc::SYS_epoll_pwait2,
-        libc::SYS_eventfd2, libc::SYS_pipe2, libc::SYS_futex, libc::SYS_sched_yield, libc::SYS_sched_getaffinity,
-        libc::SYS_nanosleep, libc::SYS_clock_nanosleep, libc::SYS_clock_gettime, libc::SYS_clock_getres, libc::SYS_gettimeofday,
-        libc::SYS_getpid, libc::SYS_gettid, libc::SYS_getppid, libc::SYS_getuid, libc::SYS_geteuid, libc::SYS_getgid, libc::SYS_getegid,
-        libc::SYS_exit, libc::SYS_exit_group, libc::SYS_set_robust_list, libc::SYS_rseq, libc::SYS_clone,
-        libc::SYS_prctl, libc::SYS_getrandom, libc::SYS_uname, libc::SYS_restart_syscall, libc::SYS_prlimit64,
-        libc::SYS_sysinfo, libc::SYS_membarrier, libc::SYS_tgkill, libc::SYS_getcwd, libc::SYS_readlinkat,
-        libc::SYS_faccessat, libc::SYS_faccessat2, libc::SYS_timerfd_create, libc::SYS_timerfd_settime,
+        libc::SYS_read,
+        libc::SYS_write,
+        libc::SYS_readv,
+        libc::SYS_writev,
+        libc::SYS_pread64,
+        libc::SYS_close,
+        libc::SYS_fstat,
+        libc::SYS_newfstatat,
+        libc::SYS_statx,
+        libc::SYS_lseek,
+        libc::SYS_openat,
+        libc::SYS_mmap,
+        libc::SYS_mprotect,
+        libc::SYS_munmap,
+        libc::SYS_madvise,
+        libc::SYS_mremap,
+        libc::SYS_brk,
+        libc::SYS_rt_sigaction,
+        libc::SYS_rt_sigprocmask,
+        libc::SYS_rt_sigreturn,
+        libc::SYS_sigaltstack,
+        libc::SYS_ioctl,
+        libc::SYS_fcntl,
+        libc::SYS_dup,
+        libc::SYS_dup3,
+        libc::SYS_socket,
+        libc::SYS_socketpair,
+        libc::SYS_connect,
+        libc::SYS_bind,
+        libc::SYS_getsockopt,
+        libc::SYS_setsockopt,
+        libc::SYS_getsockname,
+        libc::SYS_getpeername,
+        libc::SYS_sendto,
+        libc::SYS_recvfrom,
+        libc::SYS_sendmsg,
+        libc::SYS_recvmsg,
+        libc::SYS_sendmmsg,
+        libc::SYS_recvmmsg,
+        libc::SYS_shutdown,
+        libc::SYS_ppoll,
+        libc::SYS_epoll_create1,
+        libc::SYS_epoll_ctl,
+        libc::SYS_epoll_pwait,
+        libc::SYS_epoll_pwait2,
+        libc::SYS_eventfd2,
+        libc::SYS_pipe2,
+        libc::SYS_futex,
+        libc::SYS_sched_yield,
+        libc::SYS_sched_getaffinity,
+        libc::SYS_nanosleep,
+        libc::SYS_clock_nanosleep,
+        libc::SYS_clock_gettime,
+        libc::SYS_clock_getres,
+        libc::SYS_gettimeofday,
+        libc::SYS_getpid,
+        libc::SYS_gettid,
+        libc::SYS_getppid,
+        libc::SYS_getuid,
+        libc::SYS_geteuid,
+        libc::SYS_getgid,
+        libc::SYS_getegid,
+        libc::SYS_exit,
+        libc::SYS_exit_group,
+        libc::SYS_set_robust_list,
+        libc::SYS_rseq,
+        libc::SYS_clone,
+        libc::SYS_prctl,
+        libc::SYS_getrandom,
+        libc::SYS_uname,
+        libc::SYS_restart_syscall,
+        libc::SYS_prlimit64,
+        libc::SYS_sysinfo,
+        libc::SYS_membarrier,
+        libc::SYS_tgkill,
+        libc::SYS_getcwd,
+        libc::SYS_readlinkat,
+        libc::SYS_faccessat,
+        libc::SYS_faccessat2,
+        libc::SYS_timerfd_create,
+        libc::SYS_timerfd_settime,
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([
-        libc::SYS_poll, libc::SYS_epoll_wait, libc::SYS_epoll_create, libc::SYS_pipe, libc::SYS_dup2, libc::SYS_stat,
-        libc::SYS_lstat, libc::SYS_open, libc::SYS_access, libc::SYS_readlink, libc::SYS_arch_prctl, libc::SYS_getdents64,
+        libc::SYS_poll,
+        libc::SYS_epoll_wait,
+        libc::SYS_epoll_create,
+        libc::SYS_pipe,
+        libc::SYS_dup2,
+        libc::SYS_stat,
+        libc::SYS_lstat,
+        libc::SYS_open,
+        libc::SYS_access,
+        libc::SYS_readlink,
+        libc::SYS_arch_prctl,
+        libc::SYS_getdents64,
     ]);
     v
 }
@@ -141,11 +237,14 @@ fn install_allowlist() -> Result<(), String> {
 pub fn drop_user(uid: u32, gid: u32) -> Result<(), String> {
     use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
     setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
-    setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid)).map_err(|e| format!("setresgid: {e}"))?;
-    setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid)).map_err(|e| format!("setresuid: {e}"))?;
+    setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))
+        .map_err(|e| format!("setresgid: {e}"))?;
+    setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid))
+        .map_err(|e| format!("setresuid: {e}"))?;
     // SAFETY: getuid/geteuid/getgid cannot fail.
     let (r, e, g) = unsafe { (libc::getuid(), libc::geteuid(), libc::getgid()) };
-    if r != uid || e != uid || g != gid || nix::unistd::setuid(Uid::from_raw(0)).is_ok() && uid != 0 {
+    if r != uid || e != uid || g != gid || nix::unistd::setuid(Uid::from_raw(0)).is_ok() && uid != 0
+    {
         return Err("privilege drop did not stick".into());
     }
     Ok(())

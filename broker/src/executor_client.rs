@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use iii_shell_protocol::frame::{read_frame, write_frame};
-use iii_shell_protocol::messages::{ClientFrame, Event, Hello, Reply, Request, ServerFrame, MAGIC, STREAM_WINDOW};
+use iii_shell_protocol::messages::{
+    ClientFrame, Event, Hello, Reply, Request, ServerFrame, MAGIC, STREAM_WINDOW,
+};
 use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -108,8 +110,13 @@ impl ExecutorClient {
     /// Performs the handshake and starts the reader and writer tasks.
     pub async fn connect(stream: UnixStream) -> Result<ExecutorClient, ConnectError> {
         let (mut rd, mut wr) = stream.into_split();
-        let hello = ClientFrame::Hello(Hello { magic: MAGIC, version: PROTOCOL_VERSION });
-        write_frame(&mut wr, &hello).await.map_err(|e| ConnectError::Handshake(e.to_string()))?;
+        let hello = ClientFrame::Hello(Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+        });
+        write_frame(&mut wr, &hello)
+            .await
+            .map_err(|e| ConnectError::Handshake(e.to_string()))?;
         let pid = match tokio::time::timeout(Duration::from_secs(10), read_frame::<_, ServerFrame>(&mut rd)).await {
             Ok(Ok(ServerFrame::HelloAck { version, pid })) if version == PROTOCOL_VERSION => pid,
             Ok(Ok(ServerFrame::HelloAck { version, .. })) => {
@@ -136,7 +143,10 @@ impl ExecutorClient {
                     // Refused while encoding, before a byte was written: the connection is
                     // intact, so fail that one request instead of every call in flight.
                     Err(iii_shell_protocol::frame::FrameError::TooLarge(n)) => {
-                        tracing::warn!(bytes = n, "a frame for the executor is over the size limit; failing that request");
+                        tracing::warn!(
+                            bytes = n,
+                            "a frame for the executor is over the size limit; failing that request"
+                        );
                         if let ClientFrame::Request { id, .. } = &frame {
                             if let Some(w) = pending_w.lock().ok().and_then(|mut m| m.remove(id)) {
                                 let _ = w.send(Err(WireError::new(
@@ -199,13 +209,24 @@ impl ExecutorClient {
                     c.close();
                 }
             }
-            let waiters: Vec<_> = p.lock().map(|mut m| m.drain().collect()).unwrap_or_default();
+            let waiters: Vec<_> = p
+                .lock()
+                .map(|mut m| m.drain().collect())
+                .unwrap_or_default();
             for (_, w) in waiters {
                 let _ = w.send(Err(executor_lost()));
             }
             let _ = closed_tx.send(true);
         });
-        Ok(ExecutorClient { tx, pending, next_id: Arc::new(AtomicU64::new(1)), events, closed, routes, pid })
+        Ok(ExecutorClient {
+            tx,
+            pending,
+            next_id: Arc::new(AtomicU64::new(1)),
+            events,
+            closed,
+            routes,
+            pid,
+        })
     }
 
     /// Sends a request and waits for its reply. Dropping the future cancels the request on
@@ -224,7 +245,11 @@ impl ExecutorClient {
 
     /// Registers the waiter of `id` and queues its request frame. The guard cancels the
     /// request if it is dropped before being disarmed.
-    async fn send_request(&self, id: u64, request: Request) -> Result<(oneshot::Receiver<Result<Reply, WireError>>, CancelOnDrop), WireError> {
+    async fn send_request(
+        &self,
+        id: u64,
+        request: Request,
+    ) -> Result<(oneshot::Receiver<Result<Reply, WireError>>, CancelOnDrop), WireError> {
         if *self.closed.borrow() {
             return Err(executor_lost());
         }
@@ -232,21 +257,40 @@ impl ExecutorClient {
         if let Ok(mut m) = self.pending.lock() {
             m.insert(id, tx);
         }
-        let guard = CancelOnDrop { id, tx: self.tx.clone(), pending: self.pending.clone(), armed: true };
-        if self.tx.send(ClientFrame::Request { id, request }).await.is_err() {
+        let guard = CancelOnDrop {
+            id,
+            tx: self.tx.clone(),
+            pending: self.pending.clone(),
+            armed: true,
+        };
+        if self
+            .tx
+            .send(ClientFrame::Request { id, request })
+            .await
+            .is_err()
+        {
             return Err(executor_lost());
         }
         Ok((rx, guard))
     }
 
     /// Sends a request whose reply is followed by an output stream (a streamed read).
-    pub async fn call_with_output(&self, request: Request) -> Result<(Reply, OutputStream), WireError> {
+    pub async fn call_with_output(
+        &self,
+        request: Request,
+    ) -> Result<(Reply, OutputStream), WireError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (otx, orx) = mpsc::unbounded_channel();
         if let Ok(mut r) = self.routes.lock() {
             r.output.insert(id, otx);
         }
-        let stream = OutputStream { id, rx: orx, tx: self.tx.clone(), routes: self.routes.clone(), done: false };
+        let stream = OutputStream {
+            id,
+            rx: orx,
+            tx: self.tx.clone(),
+            routes: self.routes.clone(),
+            done: false,
+        };
         let reply = self.call_with_id(id, request).await?;
         Ok((reply, stream))
     }
@@ -254,7 +298,11 @@ impl ExecutorClient {
     /// Sends a request and then its input stream (a streamed write), at most
     /// [`STREAM_WINDOW`] unacknowledged chunks at a time. `input` yields chunks, `Err` when
     /// the source failed, and ends (None) at a clean close.
-    pub async fn call_with_input(&self, request: Request, mut input: mpsc::Receiver<Result<Vec<u8>, String>>) -> Result<Reply, WireError> {
+    pub async fn call_with_input(
+        &self,
+        request: Request,
+        mut input: mpsc::Receiver<Result<Vec<u8>, String>>,
+    ) -> Result<Reply, WireError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let credits = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
         if let Ok(mut r) = self.routes.lock() {
@@ -263,7 +311,9 @@ impl ExecutorClient {
         let tx = self.tx.clone();
         let pump = async move {
             loop {
-                let Ok(permit) = credits.acquire().await else { return };
+                let Ok(permit) = credits.acquire().await else {
+                    return;
+                };
                 permit.forget();
                 let frame = match input.recv().await {
                     Some(Ok(data)) => ClientFrame::StreamData { id, data },

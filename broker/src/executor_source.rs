@@ -20,7 +20,10 @@ use crate::services::Services;
 
 pub enum ExecutorSource {
     /// The executor's socket and the supervisor's control socket (fds).
-    Inherited { executor: OwnedFd, control: Option<OwnedFd> },
+    Inherited {
+        executor: OwnedFd,
+        control: Option<OwnedFd>,
+    },
     /// A listening executor at this path.
     Path(PathBuf),
 }
@@ -40,7 +43,13 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 async fn install(services: &Services, client: ExecutorClient) {
     services.executor.set(client.clone());
     if let Some(rt) = services.runtime.get() {
-        if let Err(e) = client.call(Request::SetPolicy { generation: rt.generation, config_json: rt.config_json() }).await {
+        if let Err(e) = client
+            .call(Request::SetPolicy {
+                generation: rt.generation,
+                config_json: rt.config_json(),
+            })
+            .await
+        {
             tracing::error!(error = %e, "the executor refused the current policy");
         }
     }
@@ -67,7 +76,9 @@ impl ExecutorSource {
         match self {
             ExecutorSource::Inherited { executor, control } => {
                 let stream = stream_from(executor).map_err(|e| format!("executor socket: {e}"))?;
-                let client = ExecutorClient::connect(stream).await.map_err(|e| e.to_string())?;
+                let client = ExecutorClient::connect(stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 install(&services, client).await;
                 let task = tokio::spawn(async move {
                     let Some(control) = control else { return };
@@ -98,7 +109,9 @@ async fn receive_respawns(services: Arc<Services>, control: OwnedFd) {
     if std_sock.set_nonblocking(true).is_err() {
         return;
     }
-    let Ok(sock) = UnixStream::from_std(std_sock) else { return };
+    let Ok(sock) = UnixStream::from_std(std_sock) else {
+        return;
+    };
     loop {
         if sock.readable().await.is_err() {
             return;
@@ -130,7 +143,8 @@ fn recv_fd(sock: RawFd) -> std::io::Result<Option<OwnedFd>> {
     let mut byte = [0u8; 1];
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
     let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC).map_err(std::io::Error::from)?;
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(std::io::Error::from)?;
     if msg.bytes == 0 {
         return Ok(None);
     }
@@ -142,7 +156,9 @@ fn recv_fd(sock: RawFd) -> std::io::Result<Option<OwnedFd>> {
             }
         }
     }
-    Err(std::io::Error::other("control message without a descriptor"))
+    Err(std::io::Error::other(
+        "control message without a descriptor",
+    ))
 }
 
 /// Sends one fd (SCM_RIGHTS) over a Unix socket.
@@ -151,7 +167,14 @@ pub fn send_fd(sock: RawFd, fd: RawFd) -> std::io::Result<()> {
     let byte = [1u8];
     let iov = [std::io::IoSlice::new(&byte)];
     let fds = [fd];
-    sendmsg::<()>(sock, &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None).map_err(std::io::Error::from)?;
+    sendmsg::<()>(
+        sock,
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(std::io::Error::from)?;
     Ok(())
 }
 

@@ -70,12 +70,18 @@ pub enum BootError {
 /// but does not parse aborts boot.
 pub fn load_seed(path: &Path) -> Result<Config, BootError> {
     match std::fs::read_to_string(path) {
-        Ok(text) => Config::from_yaml(&text).map_err(|e| BootError::BadSeed { path: path.display().to_string(), error: e.0 }),
+        Ok(text) => Config::from_yaml(&text).map_err(|e| BootError::BadSeed {
+            path: path.display().to_string(),
+            error: e.0,
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             tracing::info!(path = %path.display(), "no seed config file; the built-in default is the seed");
             Ok(Config::builtin_default())
         }
-        Err(e) => Err(BootError::BadSeed { path: path.display().to_string(), error: e.to_string() }),
+        Err(e) => Err(BootError::BadSeed {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        }),
     }
 }
 
@@ -121,7 +127,10 @@ impl Lifecycle {
         if let Some(v) = initial_value {
             data["initial_value"] = serde_json::to_value(v).unwrap_or(Value::Null);
         }
-        self.link.call("configuration::register", data).await.map(|_| ())
+        self.link
+            .call("configuration::register", data)
+            .await
+            .map(|_| ())
     }
 
     async fn fetch(&self) -> Stored {
@@ -166,7 +175,9 @@ impl Lifecycle {
                             schema_registered = true;
                             continue;
                         }
-                        Err(e) => format!("configuration::register failed ({}): {}", e.code, e.message),
+                        Err(e) => {
+                            format!("configuration::register failed ({}): {}", e.code, e.message)
+                        }
                     }
                 }
                 Stored::Valid(config) => {
@@ -178,7 +189,10 @@ impl Lifecycle {
                     }
                     match self.apply(config).await {
                         Ok(()) => break,
-                        Err(e) => format!("the executor refused the stored configuration: {}", e.message),
+                        Err(e) => format!(
+                            "the executor refused the stored configuration: {}",
+                            e.message
+                        ),
                     }
                 }
                 Stored::Invalid(why) => {
@@ -196,15 +210,29 @@ impl Lifecycle {
             tokio::time::sleep(retry).await;
         }
         self.register_functions();
-        tracing::info!(functions = self.link.registered_functions().len(), "configuration confirmed; functions registered");
+        tracing::info!(
+            functions = self.link.registered_functions().len(),
+            "configuration confirmed; functions registered"
+        );
     }
 
     fn register_functions(&self) {
         for f in all_function_defs() {
-            let frame = frames::register_function(f.id, f.description, &f.request_format, &f.response_format, &f.metadata);
+            let frame = frames::register_function(
+                f.id,
+                f.description,
+                &f.request_format,
+                &f.response_format,
+                &f.metadata,
+            );
             self.link.register_function(f.id, frame);
         }
-        let mut trigger = frames::register_trigger(&self.trigger_id, "configuration", ON_CHANGE_ID, json!({"configuration_id": CONFIG_ID}));
+        let mut trigger = frames::register_trigger(
+            &self.trigger_id,
+            "configuration",
+            ON_CHANGE_ID,
+            json!({"configuration_id": CONFIG_ID}),
+        );
         // `namespace` names where the target function lives (absent = `default`): without it a
         // namespaced worker's change events would be routed to `default` and never reach us.
         if let Some(ns) = &self.link.options().namespace {
@@ -218,11 +246,20 @@ impl Lifecycle {
         let generation = self.services.runtime.next_generation();
         let previous = self.services.runtime.get();
         let config_json = serde_json::to_string(&config).unwrap_or_default();
-        self.services.executor.call(Request::SetPolicy { generation, config_json }).await?;
+        self.services
+            .executor
+            .call(Request::SetPolicy {
+                generation,
+                config_json,
+            })
+            .await?;
         if let Some(prev) = &previous {
             let widened = config.widens(&prev.config);
             if !widened.is_empty() {
-                tracing::warn!("privilege change applied by a configuration reload: {}", widened.join("; "));
+                tracing::warn!(
+                    "privilege change applied by a configuration reload: {}",
+                    widened.join("; ")
+                );
             }
         }
         self.services.runtime.install_as(generation, config);
@@ -233,13 +270,21 @@ impl Lifecycle {
     pub async fn on_change(&self) -> Value {
         let _guard = self.reload_lock.lock().await;
         let outcome = match self.fetch().await {
-            Stored::Valid(config) => self.apply(*config).await.map_err(|e| format!("the executor refused it: {}", e.message)),
-            Stored::Missing => Err("the configuration 'shell' was deleted from the store".to_string()),
+            Stored::Valid(config) => self
+                .apply(*config)
+                .await
+                .map_err(|e| format!("the executor refused it: {}", e.message)),
+            Stored::Missing => {
+                Err("the configuration 'shell' was deleted from the store".to_string())
+            }
             Stored::Invalid(why) | Stored::Unavailable(why) => Err(why),
         };
         match outcome {
             Ok(()) => {
-                tracing::info!(generation = self.services.runtime.get().map(|r| r.generation), "configuration reloaded");
+                tracing::info!(
+                    generation = self.services.runtime.get().map(|r| r.generation),
+                    "configuration reloaded"
+                );
                 json!({"ok": true})
             }
             Err(why) => {
@@ -247,7 +292,9 @@ impl Lifecycle {
                 // re-register fires after a reconnect, the resync re-fetch) was already
                 // rejected and reported: no second ERROR, no second count.
                 let status = self.services.runtime.status();
-                if status.last_outcome == crate::runtime::ReloadOutcome::Rejected && status.last_error.as_deref() == Some(why.as_str()) {
+                if status.last_outcome == crate::runtime::ReloadOutcome::Rejected
+                    && status.last_error.as_deref() == Some(why.as_str())
+                {
                     tracing::debug!("the stored configuration is unchanged since it was rejected; the last-good configuration stays in force");
                     return json!({"ok": false});
                 }

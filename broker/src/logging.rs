@@ -11,7 +11,8 @@ pub fn default_filter() -> String {
 
 pub fn init(default_filter: &str) {
     let _ = DEFAULT.set(default_filter.to_string());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

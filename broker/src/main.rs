@@ -41,7 +41,11 @@ fn main() {
 }
 
 fn runtime(workers: usize) -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("iii-shell: cannot start the async runtime: {e}");
@@ -65,7 +69,11 @@ fn check_config(file: &std::path::Path) -> i32 {
             } else {
                 format!("jailed to {}", c.fs.host_roots.join(", "))
             };
-            println!("{}: ok ({mode}, {} denylist patterns)", file.display(), c.denylist_patterns.len());
+            println!(
+                "{}: ok ({mode}, {} denylist patterns)",
+                file.display(),
+                c.denylist_patterns.len()
+            );
             0
         }
         Err(e) => {

@@ -55,7 +55,11 @@ impl Default for RuntimeCell {
     fn default() -> Self {
         RuntimeCell {
             current: RwLock::new(None),
-            status: Mutex::new(ReloadStatus { last_outcome: ReloadOutcome::Applied, last_error: None, rejected_reloads: 0 }),
+            status: Mutex::new(ReloadStatus {
+                last_outcome: ReloadOutcome::Applied,
+                last_error: None,
+                rejected_reloads: 0,
+            }),
         }
     }
 }
@@ -97,6 +101,9 @@ impl RuntimeCell {
     }
 
     pub fn status(&self) -> ReloadStatus {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }

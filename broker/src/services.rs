@@ -36,14 +36,21 @@ impl ExecutorSlot {
         }
     }
 
-    pub async fn call_with_output(&self, request: Request) -> Result<(Reply, OutputStream), WireError> {
+    pub async fn call_with_output(
+        &self,
+        request: Request,
+    ) -> Result<(Reply, OutputStream), WireError> {
         match self.get() {
             Some(c) if !c.is_closed() => c.call_with_output(request).await,
             _ => Err(executor_lost()),
         }
     }
 
-    pub async fn call_with_input(&self, request: Request, input: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>) -> Result<Reply, WireError> {
+    pub async fn call_with_input(
+        &self,
+        request: Request,
+        input: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
+    ) -> Result<Reply, WireError> {
         match self.get() {
             Some(c) if !c.is_closed() => c.call_with_input(request, input).await,
             _ => Err(executor_lost()),

@@ -13,7 +13,10 @@ pub fn spawn_executor(extra_args: &[String]) -> std::io::Result<(Child, UnixStre
 
 /// Same, with an explicit `iii-shell` binary (tests and benches run from other binaries).
 /// The executor logs at the broker's level unless `RUST_LOG` says otherwise.
-pub fn spawn_executor_with(exe: &std::path::Path, extra_args: &[String]) -> std::io::Result<(Child, UnixStream)> {
+pub fn spawn_executor_with(
+    exe: &std::path::Path,
+    extra_args: &[String],
+) -> std::io::Result<(Child, UnixStream)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     let theirs: OwnedFd = theirs.into();
     // The child must inherit its end: clear close-on-exec on it alone. Nothing else in the
@@ -40,7 +43,10 @@ pub fn spawn_executor_with(exe: &std::path::Path, extra_args: &[String]) -> std:
 
 /// Spawns `iii-shell executor --fd N`; returns the child and our end as a plain fd (to hand
 /// to another process).
-pub fn spawn_executor_raw(exe: &std::path::Path, extra_args: &[String]) -> std::io::Result<(Child, OwnedFd)> {
+pub fn spawn_executor_raw(
+    exe: &std::path::Path,
+    extra_args: &[String],
+) -> std::io::Result<(Child, OwnedFd)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     let theirs: OwnedFd = theirs.into();
     clear_cloexec(&theirs)?;

@@ -21,7 +21,11 @@ pub fn malformed(detail: impl std::fmt::Display) -> WireError {
 /// Deserializes a payload into `T` (S210 on failure). Unknown fields such as the engine's
 /// `_caller_worker_id` are ignored.
 pub fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, WireError> {
-    let v = if value.is_null() { Value::Object(Default::default()) } else { value.clone() };
+    let v = if value.is_null() {
+        Value::Object(Default::default())
+    } else {
+        value.clone()
+    };
     serde_json::from_value(v).map_err(malformed)
 }
 
@@ -36,7 +40,9 @@ pub struct CheckedExec {
 
 /// Validates a `shell::exec` / `shell::exec_bg` payload against the configuration.
 pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireError> {
-    let obj = value.as_object().ok_or_else(|| malformed("expected an object"))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| malformed("expected an object"))?;
     // The argv fields get plain messages naming the violation, before serde sees them.
     match obj.get("command") {
         None => return Err(malformed("missing field `command`")),
@@ -69,7 +75,10 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
 
     if let Target::Sandbox { .. } = &request.target {
         if !config.sandbox.enabled {
-            return Err(WireError::new(Code::S210, "sandbox targets are disabled (sandbox.enabled: false)"));
+            return Err(WireError::new(
+                Code::S210,
+                "sandbox targets are disabled (sandbox.enabled: false)",
+            ));
         }
         for (name, present) in [
             ("cwd", request.cwd.is_some()),
@@ -86,15 +95,25 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
     }
 
     let argv = build_argv(&request.command, request.args.as_deref())?;
-    let denylist = Denylist::compile(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
+    let denylist =
+        Denylist::compile(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
     if let Some(p) = denylist.matches(&argv) {
         return Err(WireError::plain(denied_message(p)));
     }
     if request.target != Target::Host {
-        return Ok(CheckedExec { request, argv, spec: None });
+        return Ok(CheckedExec {
+            request,
+            argv,
+            spec: None,
+        });
     }
 
-    let env: Vec<(String, String)> = request.env.clone().unwrap_or_default().into_iter().collect();
+    let env: Vec<(String, String)> = request
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     env_policy::check_overrides(env.iter().map(|(k, _)| k.as_str())).map_err(|e| e.to_wire())?;
     if let Some(cwd) = &request.cwd {
         if cwd.is_empty() {
@@ -115,12 +134,17 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
         stdin: request.stdin.clone().map(String::into_bytes),
         timeout_ms,
     };
-    Ok(CheckedExec { request, argv, spec: Some(spec) })
+    Ok(CheckedExec {
+        request,
+        argv,
+        spec: Some(spec),
+    })
 }
 
 /// `None` → `default_timeout_ms`; otherwise clamped to `max_timeout_ms`.
 pub fn resolve_timeout(t: Option<u64>, config: &Config) -> u64 {
-    t.unwrap_or(config.default_timeout_ms).min(config.max_timeout_ms)
+    t.unwrap_or(config.default_timeout_ms)
+        .min(config.max_timeout_ms)
 }
 
 /// `args` absent or null: shell-words tokenization of `command`. Present (even empty):
@@ -131,7 +155,8 @@ pub fn build_argv(command: &str, args: Option<&[String]>) -> Result<Vec<String>,
             if command.contains('\0') {
                 return Err(WireError::plain("'command' contains a NUL byte"));
             }
-            shell_words::split(command).map_err(|e| WireError::plain(format!("parse command: {e}")))?
+            shell_words::split(command)
+                .map_err(|e| WireError::plain(format!("parse command: {e}")))?
         }
         Some(args) => {
             let mut v = Vec::with_capacity(args.len() + 1);
@@ -166,19 +191,39 @@ mod tests {
         assert_eq!(ok.argv, ["echo", "a b", "c"]);
         let ok = exec_request(&json!({"command": "echo 'a b'", "args": []}), &cfg()).unwrap();
         assert_eq!(ok.argv, ["echo 'a b'"]);
-        let ok = exec_request(&json!({"command": "ls", "args": ["-l", "x y"], "_caller_worker_id": "w"}), &cfg()).unwrap();
+        let ok = exec_request(
+            &json!({"command": "ls", "args": ["-l", "x y"], "_caller_worker_id": "w"}),
+            &cfg(),
+        )
+        .unwrap();
         assert_eq!(ok.argv, ["ls", "-l", "x y"]);
 
         let e = err(json!({"command": ""}));
-        assert_eq!((e.code.as_str(), e.message.as_str()), ("invocation_failed", "command is empty"));
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("invocation_failed", "command is empty")
+        );
         assert!(err(json!({"command": "   "})).message.contains("empty"));
         let e = err(json!({"command": ["ls"]}));
-        assert!(e.message.contains("'command'") && e.message.contains("must be a string"), "{e:?}");
+        assert!(
+            e.message.contains("'command'") && e.message.contains("must be a string"),
+            "{e:?}"
+        );
         assert_eq!(e.code, "invocation_failed");
-        assert_eq!(err(json!({"command": "ls", "args": "x"})).message, "'args' must be an array of strings");
-        assert_eq!(err(json!({"command": "ls", "args": ["a", 1]})).message, "'args[1]' must be a string");
-        assert!(err(json!({"command": "echo 'unterminated"})).message.starts_with("parse command"));
-        assert!(err(json!({"command": "echo", "args": ["a\u{0}b"]})).message.contains("NUL"));
+        assert_eq!(
+            err(json!({"command": "ls", "args": "x"})).message,
+            "'args' must be an array of strings"
+        );
+        assert_eq!(
+            err(json!({"command": "ls", "args": ["a", 1]})).message,
+            "'args[1]' must be a string"
+        );
+        assert!(err(json!({"command": "echo 'unterminated"}))
+            .message
+            .starts_with("parse command"));
+        assert!(err(json!({"command": "echo", "args": ["a\u{0}b"]}))
+            .message
+            .contains("NUL"));
         assert!(err(json!({"command": "ec\u{0}ho"})).message.contains("NUL"));
         assert!(err(json!("not an object")).is(Code::S210));
         assert!(err(json!({"command": "ls", "cwd": 5})).is(Code::S210));
@@ -190,7 +235,10 @@ mod tests {
         let t = |v: Value| exec_request(&v, &c).unwrap().spec.unwrap().timeout_ms;
         assert_eq!(t(json!({"command": "true"})), 30_000);
         assert_eq!(t(json!({"command": "true", "timeout_ms": 5})), 5);
-        assert_eq!(t(json!({"command": "true", "timeout_ms": 10_000_000})), 120_000);
+        assert_eq!(
+            t(json!({"command": "true", "timeout_ms": 10_000_000})),
+            120_000
+        );
         assert_eq!(t(json!({"command": "true", "timeout_ms": -5})), 30_000);
         assert_eq!(t(json!({"command": "true", "timeout_ms": 1.5})), 30_000);
         assert_eq!(t(json!({"command": "true", "timeout_ms": 0})), 0);
@@ -202,22 +250,35 @@ mod tests {
         let sb = json!({"kind": "sandbox", "sandbox_id": "6f1c6a57-3f0e-4a59-9b8e-1a2b3c4d5e6f"});
         for field in ["cwd", "env", "stdin"] {
             let mut v = json!({"command": "ls", "target": sb});
-            v[field] = if field == "env" { json!({"A": "1"}) } else { json!("/tmp") };
+            v[field] = if field == "env" {
+                json!({"A": "1"})
+            } else {
+                json!("/tmp")
+            };
             let e = err(v);
             assert!(e.is(Code::S210) && e.message.contains(field), "{e:?}");
         }
         assert!(err(json!({"command": "ls", "target": {"kind": "vm"}})).is(Code::S210));
         let mut c = cfg();
         c.sandbox.enabled = false;
-        assert!(exec_request(&json!({"command": "ls", "target": sb}), &c).unwrap_err().is(Code::S210));
+        assert!(exec_request(&json!({"command": "ls", "target": sb}), &c)
+            .unwrap_err()
+            .is(Code::S210));
     }
 
     #[test]
     fn denylist_and_env() {
-        assert_eq!(err(json!({"command": "sudo shutdown -h now"})).message, format!("command matches denylist: {}", cfg().denylist_patterns[4]));
+        assert_eq!(
+            err(json!({"command": "sudo shutdown -h now"})).message,
+            format!("command matches denylist: {}", cfg().denylist_patterns[4])
+        );
         let e = err(json!({"command": "env", "env": {"LD_PRELOAD": "/x.so"}}));
         assert!(e.is(Code::S210) && e.message.contains("LD_PRELOAD"));
-        assert!(exec_request(&json!({"command": "env", "env": {"NODE_ENV": "test"}}), &cfg()).is_ok());
+        assert!(exec_request(
+            &json!({"command": "env", "env": {"NODE_ENV": "test"}}),
+            &cfg()
+        )
+        .is_ok());
         assert!(err(json!({"command": "ls", "cwd": "relative"})).is(Code::S210));
     }
 }

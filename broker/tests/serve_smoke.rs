@@ -27,10 +27,19 @@ async fn serve_registers_and_executes() {
             .spawn()
             .unwrap(),
     );
-    assert!(engine.wait_for_function("shell::exec", Duration::from_secs(10)).await.is_some());
+    assert!(engine
+        .wait_for_function("shell::exec", Duration::from_secs(10))
+        .await
+        .is_some());
     let client = engine.client().await;
-    let r = client.call("shell::exec", json!({"command": "echo", "args": ["hi"]})).await.unwrap();
+    let r = client
+        .call("shell::exec", json!({"command": "echo", "args": ["hi"]}))
+        .await
+        .unwrap();
     assert_eq!(r["stdout"], "hi\n");
-    let s = client.call("shell::config-status", json!({})).await.unwrap();
+    let s = client
+        .call("shell::config-status", json!({}))
+        .await
+        .unwrap();
     assert_eq!(s["last_outcome"], "applied");
 }

@@ -11,7 +11,15 @@ use iii_shell_protocol::config::Config;
 
 fn once(confinement: Option<&CommandConfinement>) -> f64 {
     let argv = vec!["/bin/true".to_string()];
-    let mut plan = SpawnPlan::new("/bin/true", &argv, Vec::<(String, String)>::new(), dev_null().unwrap(), dev_null().unwrap(), dev_null().unwrap()).unwrap();
+    let mut plan = SpawnPlan::new(
+        "/bin/true",
+        &argv,
+        Vec::<(String, String)>::new(),
+        dev_null().unwrap(),
+        dev_null().unwrap(),
+        dev_null().unwrap(),
+    )
+    .unwrap();
     if let Some(c) = confinement {
         plan.confinement = c.child();
     }
@@ -31,9 +39,14 @@ fn main() {
     // (confined or not) inherits it, and only Landlock, no_new_privs and rlimits are applied
     // per spawn.
     if std::env::var_os("BENCH_NO_BASELINE").is_none() {
-        let _ = iii_shell_executor::confine::harden_executor(&iii_shell_protocol::config::ConfinementConfig::default());
+        let _ = iii_shell_executor::confine::harden_executor(
+            &iii_shell_protocol::config::ConfinementConfig::default(),
+        );
     }
-    let iters: usize = std::env::var("BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
     let jailed = {
         let mut c = Config::builtin_default();
         c.fs.host_roots = vec!["/tmp".into()];
@@ -46,7 +59,10 @@ fn main() {
         c.confinement.seccomp = seccomp;
         c
     };
-    let mut cases = vec![("unjailed (builtin default)", Config::builtin_default()), ("jailed to /tmp", jailed)];
+    let mut cases = vec![
+        ("unjailed (builtin default)", Config::builtin_default()),
+        ("jailed to /tmp", jailed),
+    ];
     if std::env::var_os("BENCH_BREAKDOWN").is_some() {
         cases.push(("landlock only", only(true, false)));
         cases.push(("seccomp only", only(false, true)));
@@ -70,11 +86,21 @@ fn main() {
             conf.landlock.enforcement.as_str(),
             conf.landlock.rules,
             conf.seccomp.is_some(),
-            if conf.seccomp_per_spawn { "loaded per spawn" } else { "inherited from the executor" }
+            if conf.seccomp_per_spawn {
+                "loaded per spawn"
+            } else {
+                "inherited from the executor"
+            }
         );
         println!("  unconfined  p50 {p50a:7.0} us  p99 {p99a:7.0} us");
         println!("  confined    p50 {p50b:7.0} us  p99 {p99b:7.0} us");
-        println!("  cost        p50 {:+7.0} us  ({:.3}x)", p50b - p50a, p50b / p50a);
+        println!(
+            "  cost        p50 {:+7.0} us  ({:.3}x)",
+            p50b - p50a,
+            p50b / p50a
+        );
     }
-    println!("command: cargo bench -p iii-shell-executor --bench confine_cost   (iterations: {iters})");
+    println!(
+        "command: cargo bench -p iii-shell-executor --bench confine_cost   (iterations: {iters})"
+    );
 }

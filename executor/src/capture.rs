@@ -16,7 +16,11 @@ pub struct Capture {
 
 impl Capture {
     pub fn new(cap: usize) -> Self {
-        Capture { bytes: Vec::new(), cap, truncated: false }
+        Capture {
+            bytes: Vec::new(),
+            cap,
+            truncated: false,
+        }
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
@@ -24,7 +28,8 @@ impl Capture {
         if chunk.len() > room {
             self.truncated = true;
         }
-        self.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        self.bytes
+            .extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
 
     /// The text of the capture: cut back to a UTF-8 character boundary when truncation split
@@ -53,7 +58,10 @@ pub struct Collector {
 impl Collector {
     pub fn new(fd: OwnedFd, cap: usize) -> std::io::Result<Self> {
         let rx = pipe::Receiver::from_owned_fd(fd)?;
-        Ok(Collector { rx: Some(rx), capture: Capture::new(cap) })
+        Ok(Collector {
+            rx: Some(rx),
+            capture: Capture::new(cap),
+        })
     }
 
     pub fn at_eof(&self) -> bool {
@@ -77,7 +85,10 @@ impl Collector {
         while let Some(rx) = self.rx.as_mut() {
             match rx.read(&mut buf).await {
                 Ok(0) | Err(_) => self.rx = None,
-                Ok(n) => shared.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
+                Ok(n) => shared
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(&buf[..n]),
             }
         }
     }

@@ -38,7 +38,9 @@ pub fn check(policy: &Policy, spec: &ExecSpec) -> Result<(), ExecError> {
     env_policy::check_overrides(spec.env.iter().map(|(k, _)| k.as_str()))?;
     for (k, v) in &spec.env {
         if v.contains('\0') {
-            return Err(ExecError::Invalid(format!("env value of '{k}' contains a NUL byte")));
+            return Err(ExecError::Invalid(format!(
+                "env value of '{k}' contains a NUL byte"
+            )));
         }
     }
     Ok(())
@@ -104,7 +106,11 @@ pub fn lookup(program: &str, path_var: Option<&str>) -> Result<String, std::io::
             }
         }
     }
-    Err(std::io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT }))
+    Err(std::io::Error::from_raw_os_error(if denied {
+        libc::EACCES
+    } else {
+        libc::ENOENT
+    }))
 }
 
 /// Builds the spawn plan: environment, program path, pipes, cgroup.
@@ -114,7 +120,8 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     let env = env_policy::build_env(
         policy.config.env.inherit,
         &policy.config.env.allow,
-        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
         &spec.env,
     );
     let program = lookup(&spec.argv[0], env.get("PATH").map(String::as_str))
@@ -133,14 +140,21 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
         }
         None => (dev_null().map_err(io)?, None),
     };
-    let mut plan = SpawnPlan::new(&program, &spec.argv, env, stdin_child, out_w, err_w).map_err(io)?;
+    let mut plan =
+        SpawnPlan::new(&program, &spec.argv, env, stdin_child, out_w, err_w).map_err(io)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
     let cgroup = JobCgroup::create().map(|(cg, procs)| {
         plan.cgroup_procs = Some(procs);
         cg
     });
-    Ok(Prepared { plan, stdout: out_r, stderr: err_r, stdin, cgroup })
+    Ok(Prepared {
+        plan,
+        stdout: out_r,
+        stderr: err_r,
+        stdin,
+        cgroup,
+    })
 }
 
 fn reopen_blocking(fd: OwnedFd) -> std::io::Result<OwnedFd> {

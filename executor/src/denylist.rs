@@ -12,7 +12,8 @@ impl Denylist {
     pub fn compile(patterns: &[String]) -> Result<Self, String> {
         let mut out = Vec::with_capacity(patterns.len());
         for (i, p) in patterns.iter().enumerate() {
-            let re = Regex::new(p).map_err(|e| format!("denylist_patterns[{i}] is not a valid regex: {e}"))?;
+            let re = Regex::new(p)
+                .map_err(|e| format!("denylist_patterns[{i}] is not a valid regex: {e}"))?;
             out.push((p.clone(), re));
         }
         Ok(Denylist { patterns: out })
@@ -57,7 +58,13 @@ mod tests {
         ] {
             assert!(d.matches(&argv(bad)).is_some(), "{bad}");
         }
-        for ok in ["grep -rn shutdown src/", "echo reboot", "rm -rf ./build", "ls /etc", "mkfsfoo"] {
+        for ok in [
+            "grep -rn shutdown src/",
+            "echo reboot",
+            "rm -rf ./build",
+            "ls /etc",
+            "mkfsfoo",
+        ] {
             let hit = d.matches(&argv(ok));
             assert!(hit.is_none() || ok == "mkfsfoo", "{ok}: {hit:?}");
         }

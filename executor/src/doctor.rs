@@ -41,18 +41,36 @@ pub fn process_report(role: &str) -> ProcessReport {
 pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> DoctorReport {
     let executor = process_report("executor");
     let Some(policy) = policy else {
-        return DoctorReport { executor, commands: CommandReport { gaps: vec!["no policy yet".into()], ..Default::default() }, envelope };
+        return DoctorReport {
+            executor,
+            commands: CommandReport {
+                gaps: vec!["no policy yet".into()],
+                ..Default::default()
+            },
+            envelope,
+        };
     };
     let c = &policy.config.confinement;
     let ll = &policy.commands.landlock;
-    let names = ["max_processes", "address_space_bytes", "file_size_bytes", "open_files", "cpu_seconds"];
+    let names = [
+        "max_processes",
+        "address_space_bytes",
+        "file_size_bytes",
+        "open_files",
+        "cpu_seconds",
+    ];
     let rl = &policy.commands.rlimits;
     let mut rlimits = Vec::new();
     for &(res, v) in &rl.entries[..rl.len] {
-        let name = [libc::RLIMIT_NPROC, libc::RLIMIT_AS, libc::RLIMIT_FSIZE, libc::RLIMIT_NOFILE]
-            .iter()
-            .position(|&r| r as i32 == res)
-            .map_or(names[4], |i| names[i]);
+        let name = [
+            libc::RLIMIT_NPROC,
+            libc::RLIMIT_AS,
+            libc::RLIMIT_FSIZE,
+            libc::RLIMIT_NOFILE,
+        ]
+        .iter()
+        .position(|&r| r as i32 == res)
+        .map_or(names[4], |i| names[i]);
         rlimits.push((name.to_string(), v));
     }
     let spec = ExecSpec {
@@ -66,7 +84,19 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         Ok(r) => r
             .stdout
             .lines()
-            .filter(|l| ["NoNewPrivs", "Seccomp:", "CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"].iter().any(|k| l.starts_with(k)))
+            .filter(|l| {
+                [
+                    "NoNewPrivs",
+                    "Seccomp:",
+                    "CapEff",
+                    "CapPrm",
+                    "CapBnd",
+                    "CapAmb",
+                    "CapInh",
+                ]
+                .iter()
+                .any(|k| l.starts_with(k))
+            })
             .map(|l| l.replace('\t', " "))
             .collect(),
         Err(e) => vec![format!("could not run a probe command: {}", e)],
@@ -86,11 +116,20 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             NetworkAccess::DenyBind => "deny bind".into(),
             NetworkAccess::Deny => "deny bind and connect".into(),
         },
-        seccomp_denied: policy.commands.seccomp.as_ref().map(|f| f.denied.iter().map(|s| s.to_string()).collect()).unwrap_or_default(),
+        seccomp_denied: policy
+            .commands
+            .seccomp
+            .as_ref()
+            .map(|f| f.denied.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default(),
         rlimits,
         cgroups: crate::tree::cgroup_base().is_some(),
         observed,
         gaps: ll.gaps.clone(),
     };
-    DoctorReport { executor, commands, envelope }
+    DoctorReport {
+        executor,
+        commands,
+        envelope,
+    }
 }

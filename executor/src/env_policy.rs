@@ -12,28 +12,84 @@ use crate::error::ExecError;
 /// Keys refused by exact name (compared case-insensitively).
 pub const DANGEROUS_KEYS: &[&str] = &[
     // Program lookup and identity.
-    "PATH", "HOME", "SHELL", "IFS", "CDPATH",
+    "PATH",
+    "HOME",
+    "SHELL",
+    "IFS",
+    "CDPATH",
     // Dynamic loader and libc (LD_* / DYLD_* are matched as families below).
-    "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS",
-    "LOCALDOMAIN", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "LOCPATH",
+    "NLSPATH",
+    "HOSTALIASES",
+    "RES_OPTIONS",
+    "LOCALDOMAIN",
+    "OPENSSL_CONF",
+    "OPENSSL_ENGINES",
+    "OPENSSL_MODULES",
     // Shells.
-    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "ZDOTDIR", "GLOBIGNORE",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "ZDOTDIR",
+    "GLOBIGNORE",
     // Python.
-    "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONWARNINGS",
-    "PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONWARNINGS",
+    "PYTHONBREAKPOINT",
+    "PYTHONEXECUTABLE",
+    "PYTHONPLATLIBDIR",
     // Perl, Ruby, Node, Java.
-    "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "RUBYSHELL",
-    "NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE", "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5DB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "RUBYSHELL",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "NODE_REPL_EXTERNAL_MODULE",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
     // Programs that other programs run on the caller's behalf.
-    "PAGER", "GIT_PAGER", "MANPAGER", "EDITOR", "VISUAL", "GIT_EDITOR", "BROWSER",
-    "LESSOPEN", "LESSCLOSE", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "GIT_ASKPASS",
-    "SSH_ASKPASS", "SUDO_ASKPASS", "GIT_PROXY_COMMAND", "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT", "GIT_TEMPLATE_DIR",
+    "PAGER",
+    "GIT_PAGER",
+    "MANPAGER",
+    "EDITOR",
+    "VISUAL",
+    "GIT_EDITOR",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_EXEC_PATH",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "GIT_PROXY_COMMAND",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_TEMPLATE_DIR",
 ];
 
 /// Key families refused by prefix (compared case-insensitively).
-pub const DANGEROUS_PREFIXES: &[&str] = &["LD_", "DYLD_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC_"];
+pub const DANGEROUS_PREFIXES: &[&str] = &[
+    "LD_",
+    "DYLD_",
+    "GIT_CONFIG_KEY_",
+    "GIT_CONFIG_VALUE_",
+    "BASH_FUNC_",
+];
 
 /// True when `key` is `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn is_var_name(key: &str) -> bool {
@@ -44,7 +100,8 @@ pub fn is_var_name(key: &str) -> bool {
 
 pub fn is_dangerous(key: &str) -> bool {
     let upper = key.to_ascii_uppercase();
-    DANGEROUS_KEYS.contains(&upper.as_str()) || DANGEROUS_PREFIXES.iter().any(|p| upper.starts_with(p))
+    DANGEROUS_KEYS.contains(&upper.as_str())
+        || DANGEROUS_PREFIXES.iter().any(|p| upper.starts_with(p))
 }
 
 /// Checks every per-call key; the first offender fails the whole call with S210.
@@ -64,7 +121,9 @@ where
             )));
         }
         if key.contains('\0') {
-            return Err(ExecError::Invalid(format!("env key {key:?} contains a NUL byte")));
+            return Err(ExecError::Invalid(format!(
+                "env key {key:?} contains a NUL byte"
+            )));
         }
     }
     Ok(())
@@ -98,7 +157,16 @@ mod tests {
         assert!(!is_var_name("1X"));
         assert!(!is_var_name("PATH=/tmp/evil"));
         assert!(!is_var_name(""));
-        for k in ["PATH", "path", "LD_PRELOAD", "ld_audit", "LD_ANYTHING_NEW", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "GLIBC_TUNABLES"] {
+        for k in [
+            "PATH",
+            "path",
+            "LD_PRELOAD",
+            "ld_audit",
+            "LD_ANYTHING_NEW",
+            "DYLD_INSERT_LIBRARIES",
+            "BASH_ENV",
+            "GLIBC_TUNABLES",
+        ] {
             assert!(is_dangerous(k), "{k}");
         }
         for k in ["NODE_ENV", "RUST_LOG", "LANG", "OLD_PATH"] {
@@ -108,12 +176,25 @@ mod tests {
 
     #[test]
     fn base_env_and_overrides() {
-        let base = vec![("PATH".to_string(), "/bin".to_string()), ("SECRET".to_string(), "x".to_string())];
-        let env = build_env(false, &["PATH".to_string()], base.clone().into_iter(), &[("A".into(), "1".into())]);
+        let base = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("SECRET".to_string(), "x".to_string()),
+        ];
+        let env = build_env(
+            false,
+            &["PATH".to_string()],
+            base.clone().into_iter(),
+            &[("A".into(), "1".into())],
+        );
         assert_eq!(env.get("PATH").map(String::as_str), Some("/bin"));
         assert!(!env.contains_key("SECRET"));
         assert_eq!(env.get("A").map(String::as_str), Some("1"));
-        let env = build_env(true, &[], base.into_iter(), &[("SECRET".into(), "y".into())]);
+        let env = build_env(
+            true,
+            &[],
+            base.into_iter(),
+            &[("SECRET".into(), "y".into())],
+        );
         assert_eq!(env.get("SECRET").map(String::as_str), Some("y"));
     }
 }

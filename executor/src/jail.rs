@@ -63,9 +63,14 @@ impl Parent {
 pub fn map_errno(input: &str, e: std::io::Error) -> ExecError {
     match e.raw_os_error() {
         Some(libc::EXDEV) => ExecError::Escape(input.to_string()),
-        Some(libc::ENOENT | libc::EACCES | libc::EPERM | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG) => {
-            ExecError::NotFound(input.to_string())
-        }
+        Some(
+            libc::ENOENT
+            | libc::EACCES
+            | libc::EPERM
+            | libc::ENOTDIR
+            | libc::ELOOP
+            | libc::ENAMETOOLONG,
+        ) => ExecError::NotFound(input.to_string()),
         _ => ExecError::Internal(format!("{input}: {e}")),
     }
 }
@@ -79,10 +84,15 @@ pub struct Resolved {
 
 impl Jail {
     /// Opens the roots. A root that does not exist or is not a directory fails the policy.
-    pub fn new(host_roots: &[String], denylist_paths: &[String], non_accessible_globs: &[String]) -> Result<Jail, String> {
+    pub fn new(
+        host_roots: &[String],
+        denylist_paths: &[String],
+        non_accessible_globs: &[String],
+    ) -> Result<Jail, String> {
         let mut roots = Vec::new();
         for r in host_roots {
-            let canon = std::fs::canonicalize(r).map_err(|e| format!("fs.host_roots entry {r}: {e}"))?;
+            let canon =
+                std::fs::canonicalize(r).map_err(|e| format!("fs.host_roots entry {r}: {e}"))?;
             let fd = open_beneath(None, &canon, libc::O_PATH | libc::O_DIRECTORY, 0)
                 .map_err(|e| format!("fs.host_roots entry {r}: {e}"))?;
             roots.push(Root { path: canon, fd });
@@ -102,8 +112,14 @@ impl Jail {
             b.add(Glob::new(g).map_err(|e| format!("glob {g}: {e}"))?);
         }
         let non_accessible = b.build().map_err(|e| e.to_string())?;
-        let host_root = open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| format!("open /: {e}"))?;
-        Ok(Jail { roots, host_root, denylist, non_accessible })
+        let host_root = open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| format!("open /: {e}"))?;
+        Ok(Jail {
+            roots,
+            host_root,
+            denylist,
+            non_accessible,
+        })
     }
 
     pub fn is_jailed(&self) -> bool {
@@ -125,8 +141,10 @@ impl Jail {
         if self.is_denied(&anchor.lexical) {
             return Err(ExecError::NotFound(input.to_string()));
         }
-        let fd = open_beneath(Some(anchor.base), &anchor.rest, flags, anchor.resolve).map_err(|e| map_errno(input, e))?;
-        let path = fd_path(&fd).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
+        let fd = open_beneath(Some(anchor.base), &anchor.rest, flags, anchor.resolve)
+            .map_err(|e| map_errno(input, e))?;
+        let path =
+            fd_path(&fd).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
         if self.is_denied(&path) {
             return Err(ExecError::NotFound(input.to_string()));
         }
@@ -147,41 +165,70 @@ impl Jail {
             Some(Component::Normal(n)) => n.to_os_string(),
             _ => {
                 // `..` or `.` last: a path that leaves the jail is an escape, not a bad request.
-                if let Err(e) = open_beneath(Some(anchor.base), &rest, libc::O_PATH, anchor.resolve) {
+                if let Err(e) = open_beneath(Some(anchor.base), &rest, libc::O_PATH, anchor.resolve)
+                {
                     if e.raw_os_error() == Some(libc::EXDEV) {
                         return Err(ExecError::Escape(input.to_string()));
                     }
                 }
-                return Err(ExecError::Invalid(format!("path does not name an entry inside a directory: {input}")));
+                return Err(ExecError::Invalid(format!(
+                    "path does not name an entry inside a directory: {input}"
+                )));
             }
         };
         let dir_rel = rest.parent().map(Path::to_path_buf).unwrap_or_default();
-        let dir_rel = if dir_rel.as_os_str().is_empty() { PathBuf::from(".") } else { dir_rel };
+        let dir_rel = if dir_rel.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir_rel
+        };
         let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let dir = match open_beneath(Some(anchor.base), &dir_rel, dir_flags, anchor.resolve) {
             Ok(fd) => fd,
-            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => self.create_dirs(input, &anchor, &dir_rel)?,
+            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
+                self.create_dirs(input, &anchor, &dir_rel)?
+            }
             Err(e) => return Err(map_errno(input, e)),
         };
-        let dir_path = fd_path(&dir).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
+        let dir_path =
+            fd_path(&dir).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
         let path = dir_path.join(&name);
         if self.is_denied(&dir_path) || self.is_denied(&path) {
             return Err(ExecError::NotFound(input.to_string()));
         }
-        Ok(Parent { dir, dir_path, name, path })
+        Ok(Parent {
+            dir,
+            dir_path,
+            name,
+            path,
+        })
     }
 
     /// `mkdir -p` of `dir_rel` beneath the anchor: finds the deepest existing prefix, then
     /// creates each missing component with `mkdirat` and re-opens it with `O_NOFOLLOW`.
-    fn create_dirs(&self, input: &str, anchor: &Anchor<'_>, dir_rel: &Path) -> Result<OwnedFd, ExecError> {
+    fn create_dirs(
+        &self,
+        input: &str,
+        anchor: &Anchor<'_>,
+        dir_rel: &Path,
+    ) -> Result<OwnedFd, ExecError> {
         let comps: Vec<Component<'_>> = dir_rel.components().collect();
         let mut split = comps.len();
         let mut base = None;
         while split > 0 {
             split -= 1;
             let prefix: PathBuf = comps[..split].iter().collect();
-            let prefix = if prefix.as_os_str().is_empty() { PathBuf::from(".") } else { prefix };
-            match open_beneath(Some(anchor.base), &prefix, libc::O_RDONLY | libc::O_DIRECTORY, anchor.resolve) {
+            let prefix = if prefix.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                prefix
+            };
+            match open_beneath(
+                Some(anchor.base),
+                &prefix,
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                anchor.resolve,
+            ) {
                 Ok(fd) => {
                     base = Some(fd);
                     break;
@@ -200,7 +247,8 @@ impl Jail {
             if self.is_denied(&cur_path.join(name)) {
                 return Err(ExecError::NotFound(input.to_string()));
             }
-            let c = CString::new(name.as_encoded_bytes()).map_err(|_| ExecError::Invalid("path contains a NUL byte".into()))?;
+            let c = CString::new(name.as_encoded_bytes())
+                .map_err(|_| ExecError::Invalid("path contains a NUL byte".into()))?;
             // SAFETY: mkdirat on a directory fd we own with a NUL-terminated name.
             let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
             if rc != 0 {
@@ -209,8 +257,13 @@ impl Jail {
                     return Err(map_errno(input, e));
                 }
             }
-            cur = open_beneath(Some(&cur), Path::new(name), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS)
-                .map_err(|e| map_errno(input, e))?;
+            cur = open_beneath(
+                Some(&cur),
+                Path::new(name),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+            )
+            .map_err(|e| map_errno(input, e))?;
         }
         Ok(cur)
     }
@@ -230,9 +283,21 @@ impl Jail {
                 )));
             }
             let lexical = normalize(Path::new(input));
-            let rest = lexical.strip_prefix("/").map(Path::to_path_buf).unwrap_or_default();
-            let rest = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest };
-            return Ok(Anchor { base: &self.host_root, rest, lexical, resolve: libc::RESOLVE_NO_MAGICLINKS });
+            let rest = lexical
+                .strip_prefix("/")
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            let rest = if rest.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                rest
+            };
+            return Ok(Anchor {
+                base: &self.host_root,
+                rest,
+                lexical,
+                resolve: libc::RESOLVE_NO_MAGICLINKS,
+            });
         }
         let lexical = if input.starts_with('/') {
             normalize(Path::new(input))
@@ -240,7 +305,12 @@ impl Jail {
             normalize(&self.roots[0].path.join(input))
         };
         let (base, rest) = self.root_for(input)?;
-        Ok(Anchor { base, rest, lexical, resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS })
+        Ok(Anchor {
+            base,
+            rest,
+            lexical,
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        })
     }
 
     /// The root an absolute or relative input belongs to, and the path relative to it.
@@ -256,8 +326,15 @@ impl Jail {
                 // input whose literal prefix is not the root (it used `..` to get there) is
                 // walked from its normalized form.
                 let rest = raw_rest_after_root(input, &root.path).unwrap_or_else(|| {
-                    let r = lexical.strip_prefix(&root.path).map(Path::to_path_buf).unwrap_or_default();
-                    if r.as_os_str().is_empty() { PathBuf::from(".") } else { r }
+                    let r = lexical
+                        .strip_prefix(&root.path)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_default();
+                    if r.as_os_str().is_empty() {
+                        PathBuf::from(".")
+                    } else {
+                        r
+                    }
                 });
                 return Ok((&root.fd, rest));
             }
@@ -276,7 +353,9 @@ impl Jail {
     /// True when a `fs.denylist_paths` entry lies strictly below `path`: moving `path` would
     /// carry that entry out from under its denylist path.
     pub fn holds_denied(&self, path: &Path) -> bool {
-        self.denylist.iter().any(|d| d.as_path() != path && d.starts_with(path))
+        self.denylist
+            .iter()
+            .any(|d| d.as_path() != path && d.starts_with(path))
     }
 
     /// True when `path` (absolute) is a denylisted path, lies under one, or matches a
@@ -299,7 +378,9 @@ impl Jail {
 /// The part of an absolute `input` after `root`, with `..` components kept verbatim, when the
 /// input spells the root literally (after collapsing `//` and `.`).
 fn raw_rest_after_root(input: &str, root: &Path) -> Option<PathBuf> {
-    let mut comps = Path::new(input).components().filter(|c| !matches!(c, Component::CurDir));
+    let mut comps = Path::new(input)
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir));
     for rc in root.components() {
         let c = comps.next()?;
         if c != rc {
@@ -307,7 +388,11 @@ fn raw_rest_after_root(input: &str, root: &Path) -> Option<PathBuf> {
         }
     }
     let rest: PathBuf = comps.collect();
-    Some(if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest })
+    Some(if rest.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        rest
+    })
 }
 
 /// Lexical normalization: collapses `//` and `.`, and applies `..` textually.
@@ -331,8 +416,14 @@ pub fn normalize(p: &Path) -> PathBuf {
 }
 
 /// `openat2(dirfd, path, flags|O_CLOEXEC, resolve)`; `dirfd` None means AT_FDCWD.
-pub fn open_beneath(dirfd: Option<&OwnedFd>, path: &Path, flags: i32, resolve: u64) -> std::io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+pub fn open_beneath(
+    dirfd: Option<&OwnedFd>,
+    path: &Path,
+    flags: i32,
+    resolve: u64,
+) -> std::io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // open_how is non-exhaustive in libc; zero it and fill the fields we know (the kernel
     // treats a zeroed tail as "no extension").
     // SAFETY: open_how is plain integers, for which all-zero is valid.
@@ -360,7 +451,10 @@ pub fn open_beneath(dirfd: Option<&OwnedFd>, path: &Path, flags: i32, resolve: u
         let e = std::io::Error::last_os_error();
         // EAGAIN: with RESOLVE_BENEATH the kernel could not rule out a `..` escape because a
         // rename (anywhere on the system) raced the walk. openat2(2) says to retry.
-        if e.raw_os_error() == Some(libc::EAGAIN) && resolve & libc::RESOLVE_BENEATH != 0 && tries < 400 {
+        if e.raw_os_error() == Some(libc::EAGAIN)
+            && resolve & libc::RESOLVE_BENEATH != 0
+            && tries < 400
+        {
             tries += 1;
             if tries < 32 {
                 std::thread::yield_now();
@@ -404,7 +498,12 @@ mod tests {
         std::fs::write(root.join("a/.env"), "x").unwrap();
         std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
         std::os::unix::fs::symlink("a/b", root.join("in")).unwrap();
-        let jail = Jail::new(&[root.to_string_lossy().into()], &[], &["**/.env".to_string()]).unwrap();
+        let jail = Jail::new(
+            &[root.to_string_lossy().into()],
+            &[],
+            &["**/.env".to_string()],
+        )
+        .unwrap();
         let canon_root = std::fs::canonicalize(&root).unwrap();
 
         assert_eq!(jail.resolve("a/b").unwrap().path, canon_root.join("a/b"));
@@ -412,13 +511,28 @@ mod tests {
         let abs = format!("{}//a/./b", root.display());
         assert_eq!(jail.resolve(&abs).unwrap().path, canon_root.join("a/b"));
         assert!(matches!(jail.resolve("out"), Err(ExecError::Escape(_))));
-        assert!(matches!(jail.resolve("out/hostname"), Err(ExecError::Escape(_))));
+        assert!(matches!(
+            jail.resolve("out/hostname"),
+            Err(ExecError::Escape(_))
+        ));
         assert!(matches!(jail.resolve("../"), Err(ExecError::Escape(_))));
-        assert!(matches!(jail.resolve(&format!("{}/../x", root.display())), Err(ExecError::Escape(_))));
-        assert!(matches!(jail.resolve(&format!("{}-evil", root.display())), Err(ExecError::Escape(_))));
+        assert!(matches!(
+            jail.resolve(&format!("{}/../x", root.display())),
+            Err(ExecError::Escape(_))
+        ));
+        assert!(matches!(
+            jail.resolve(&format!("{}-evil", root.display())),
+            Err(ExecError::Escape(_))
+        ));
         assert!(matches!(jail.resolve("/etc"), Err(ExecError::Escape(_))));
-        assert!(matches!(jail.resolve("missing"), Err(ExecError::NotFound(_))));
-        assert!(matches!(jail.resolve("a/.env"), Err(ExecError::NotFound(_))));
+        assert!(matches!(
+            jail.resolve("missing"),
+            Err(ExecError::NotFound(_))
+        ));
+        assert!(matches!(
+            jail.resolve("a/.env"),
+            Err(ExecError::NotFound(_))
+        ));
         assert!(matches!(jail.resolve(""), Err(ExecError::Invalid(_))));
     }
 
@@ -430,6 +544,9 @@ mod tests {
         assert!(matches!(jail.resolve("~/x"), Err(ExecError::Invalid(_))));
         let a = jail.resolve("/etc/shadow").unwrap_err().to_string();
         let b = jail.resolve("/etc/no-such-file").unwrap_err().to_string();
-        assert_eq!(a.replace("/etc/shadow", "P"), b.replace("/etc/no-such-file", "P"));
+        assert_eq!(
+            a.replace("/etc/shadow", "P"),
+            b.replace("/etc/no-such-file", "P")
+        );
     }
 }

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use iii_shell_protocol::exec::{ExecBgResponse, JobRecord, JobStatus, JobSummary, KillResponse, ListResponse};
+use iii_shell_protocol::exec::{
+    ExecBgResponse, JobRecord, JobStatus, JobSummary, KillResponse, ListResponse,
+};
 use iii_shell_protocol::messages::{Event, ExecSpec};
 use tokio::sync::{broadcast, watch};
 
@@ -16,7 +18,10 @@ use crate::running::{release_later, start, Running};
 use crate::tree::JobTree;
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 struct JobState {
@@ -76,7 +81,9 @@ impl Job {
     fn expired(&self, now: u64) -> bool {
         let st = lock(&self.state);
         st.status != JobStatus::Running
-            && st.finished_at_ms.is_some_and(|f| now >= f.saturating_add(self.retention_secs.saturating_mul(1000)))
+            && st
+                .finished_at_ms
+                .is_some_and(|f| now >= f.saturating_add(self.retention_secs.saturating_mul(1000)))
     }
 }
 
@@ -94,7 +101,11 @@ pub struct Jobs {
 
 impl Jobs {
     pub fn new(events: broadcast::Sender<Event>) -> Self {
-        Jobs { table: Mutex::new(HashMap::new()), spawn_lock: tokio::sync::Mutex::new(()), events }
+        Jobs {
+            table: Mutex::new(HashMap::new()),
+            spawn_lock: tokio::sync::Mutex::new(()),
+            events,
+        }
     }
 
     fn prune(&self) {
@@ -120,7 +131,11 @@ impl Jobs {
             .ok_or_else(|| ExecError::Missing(format!("no such job: {id}")))
     }
 
-    pub async fn spawn(&self, policy: Arc<Policy>, spec: ExecSpec) -> Result<ExecBgResponse, ExecError> {
+    pub async fn spawn(
+        &self,
+        policy: Arc<Policy>,
+        spec: ExecSpec,
+    ) -> Result<ExecBgResponse, ExecError> {
         self.prune();
         let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
         let limit = policy.config.max_concurrent_jobs as usize;
@@ -139,14 +154,22 @@ impl Jobs {
         let id = uuid::Uuid::new_v4().to_string();
         let stdout = Arc::new(Mutex::new(Capture::new(cap)));
         let stderr = Arc::new(Mutex::new(Capture::new(cap)));
-        let readers = vec![pump_shared(out, stdout.clone()), pump_shared(err, stderr.clone())];
+        let readers = vec![
+            pump_shared(out, stdout.clone()),
+            pump_shared(err, stderr.clone()),
+        ];
         let (done_tx, done_rx) = watch::channel(false);
         let job = Arc::new(Job {
             id: id.clone(),
             argv: spec.argv.clone(),
             started_at_ms: now_ms(),
             retention_secs: policy.config.job_retention_secs,
-            state: Mutex::new(JobState { status: JobStatus::Running, exit_code: None, finished_at_ms: None, kill_reason: None }),
+            state: Mutex::new(JobState {
+                status: JobStatus::Running,
+                exit_code: None,
+                finished_at_ms: None,
+                kill_reason: None,
+            }),
             stdout,
             stderr,
             tree: running.tree.clone(),
@@ -155,8 +178,17 @@ impl Jobs {
         });
         lock(&self.table).insert(id.clone(), job.clone());
         let hard_cap_ms = policy.config.max_bg_timeout_ms;
-        tokio::spawn(supervise(job, running, hard_cap_ms, done_tx, self.events.clone()));
-        Ok(ExecBgResponse { job_id: id, argv: spec.argv })
+        tokio::spawn(supervise(
+            job,
+            running,
+            hard_cap_ms,
+            done_tx,
+            self.events.clone(),
+        ));
+        Ok(ExecBgResponse {
+            job_id: id,
+            argv: spec.argv,
+        })
     }
 
     pub fn status(&self, id: &str) -> Result<JobRecord, ExecError> {
@@ -166,8 +198,15 @@ impl Jobs {
     pub fn list(&self) -> ListResponse {
         self.prune();
         let mut jobs: Vec<JobSummary> = lock(&self.table).values().map(|j| j.summary()).collect();
-        jobs.sort_by(|a, b| a.started_at_ms.cmp(&b.started_at_ms).then_with(|| a.id.cmp(&b.id)));
-        ListResponse { count: jobs.len(), jobs }
+        jobs.sort_by(|a, b| {
+            a.started_at_ms
+                .cmp(&b.started_at_ms)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        ListResponse {
+            count: jobs.len(),
+            jobs,
+        }
     }
 
     pub async fn kill(&self, id: &str) -> Result<KillResponse, ExecError> {
@@ -176,7 +215,12 @@ impl Jobs {
             let mut st = lock(&job.state);
             if st.status != JobStatus::Running {
                 let reason = format!("job already {}", st.status.as_str());
-                return Ok(KillResponse { job_id: job.id.clone(), killed: false, status: st.status, reason: Some(reason) });
+                return Ok(KillResponse {
+                    job_id: job.id.clone(),
+                    killed: false,
+                    status: st.status,
+                    reason: Some(reason),
+                });
             }
             if st.kill_reason.is_some() {
                 return Ok(KillResponse {
@@ -211,10 +255,17 @@ impl Jobs {
         let mut done = job.done.clone();
         let waited = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
         if waited.is_err() {
-            return Err(ExecError::Internal(format!("job {id}: SIGKILL was sent but the process did not exit")));
+            return Err(ExecError::Internal(format!(
+                "job {id}: SIGKILL was sent but the process did not exit"
+            )));
         }
         let st = lock(&job.state);
-        Ok(KillResponse { job_id: job.id.clone(), killed: true, status: st.status, reason: None })
+        Ok(KillResponse {
+            job_id: job.id.clone(),
+            killed: true,
+            status: st.status,
+            reason: None,
+        })
     }
 
     /// Kills every running job (executor shutdown).
@@ -222,7 +273,9 @@ impl Jobs {
         for job in lock(&self.table).values() {
             let running = lock(&job.state).status == JobStatus::Running;
             if running {
-                lock(&job.state).kill_reason.get_or_insert_with(|| "executor shutting down".into());
+                lock(&job.state)
+                    .kill_reason
+                    .get_or_insert_with(|| "executor shutting down".into());
                 job.tree.kill();
             }
         }
@@ -249,7 +302,13 @@ fn pump_shared(mut c: Collector, into: Arc<Mutex<Capture>>) -> tokio::task::Join
     tokio::spawn(async move { c.pump_into(&into).await })
 }
 
-async fn supervise(job: Arc<Job>, mut running: Running, hard_cap_ms: u64, done: watch::Sender<bool>, events: broadcast::Sender<Event>) {
+async fn supervise(
+    job: Arc<Job>,
+    mut running: Running,
+    hard_cap_ms: u64,
+    done: watch::Sender<bool>,
+    events: broadcast::Sender<Event>,
+) {
     let status = if hard_cap_ms > 0 {
         tokio::select! {
             st = running.wait() => st,
@@ -294,7 +353,11 @@ async fn supervise(job: Arc<Job>, mut running: Running, hard_cap_ms: u64, done: 
     };
     release_later(job.tree.clone());
     let _ = done.send(true);
-    let _ = events.send(Event::JobExited { job_id: job.id.clone(), status: final_status, exit_code });
+    let _ = events.send(Event::JobExited {
+        job_id: job.id.clone(),
+        status: final_status,
+        exit_code,
+    });
 }
 
 /// Appends a worker note to a job's stderr, past the cap if need be so it is never lost.

@@ -55,7 +55,12 @@ impl Executor {
 
     pub fn with_envelope(envelope: Option<iii_shell_protocol::config::Config>) -> Self {
         let (events, _) = broadcast::channel(1024);
-        Executor { policy: PolicyStore::default(), jobs: Jobs::new(events.clone()), events, envelope }
+        Executor {
+            policy: PolicyStore::default(),
+            jobs: Jobs::new(events.clone()),
+            events,
+            envelope,
+        }
     }
 
     fn current(&self) -> Result<Arc<Policy>, ExecError> {
@@ -66,7 +71,12 @@ impl Executor {
 
     /// Handles one request against one policy snapshot. Streaming requests also return the
     /// work that follows the reply.
-    pub async fn handle(&self, request: Request, cancel: Arc<Notify>, io: &mut fs::RequestIo) -> (Result<Reply, WireError>, Option<fs::Continuation>) {
+    pub async fn handle(
+        &self,
+        request: Request,
+        cancel: Arc<Notify>,
+        io: &mut fs::RequestIo,
+    ) -> (Result<Reply, WireError>, Option<fs::Continuation>) {
         if let Request::Fs(op) = request {
             return match self.current() {
                 Ok(p) => match fs::handle(p, op, io).await {
@@ -78,15 +88,31 @@ impl Executor {
         }
         if let Request::Doctor = request {
             let envelope = self.envelope.as_ref().map(|e| {
-                let roots = if e.fs.host_roots.is_empty() { "unjailed".to_string() } else { e.fs.host_roots.join(", ") };
-                format!("pinned: roots {roots}; capabilities {:?}; seccomp_allow {:?}; mode {:?}", e.confinement.capabilities, e.confinement.seccomp_allow, e.confinement.mode)
+                let roots = if e.fs.host_roots.is_empty() {
+                    "unjailed".to_string()
+                } else {
+                    e.fs.host_roots.join(", ")
+                };
+                format!(
+                    "pinned: roots {roots}; capabilities {:?}; seccomp_allow {:?}; mode {:?}",
+                    e.confinement.capabilities, e.confinement.seccomp_allow, e.confinement.mode
+                )
             });
-            return (Ok(Reply::Doctor(Box::new(doctor::report(self.policy.get(), envelope).await))), None);
+            return (
+                Ok(Reply::Doctor(Box::new(
+                    doctor::report(self.policy.get(), envelope).await,
+                ))),
+                None,
+            );
         }
         (self.handle_simple(request, cancel).await, None)
     }
 
-    async fn handle_simple(&self, request: Request, cancel: Arc<Notify>) -> Result<Reply, WireError> {
+    async fn handle_simple(
+        &self,
+        request: Request,
+        cancel: Arc<Notify>,
+    ) -> Result<Reply, WireError> {
         let r = match request {
             Request::Fs(_) | Request::Doctor => Err(ExecError::Internal("unreachable".into())),
             Request::Ping => Ok(Reply::Pong),
@@ -94,21 +120,36 @@ impl Executor {
                 if self.policy.get().is_some_and(|p| p.generation > generation) =>
             {
                 // A stale policy (a respawn racing a reload): keep the newer one.
-                let current = self.policy.get().map(|p| p.generation).unwrap_or(generation);
+                let current = self
+                    .policy
+                    .get()
+                    .map(|p| p.generation)
+                    .unwrap_or(generation);
                 tracing::debug!(generation, current, "ignoring a stale policy");
-                Ok(Reply::PolicyAccepted { generation: current })
+                Ok(Reply::PolicyAccepted {
+                    generation: current,
+                })
             }
-            Request::SetPolicy { generation, config_json } => match Policy::build(generation, &config_json).and_then(|p| self.within_envelope(p)) {
-                Ok(p) => {
-                    tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
-                    self.policy.set(p);
-                    Ok(Reply::PolicyAccepted { generation })
+            Request::SetPolicy {
+                generation,
+                config_json,
+            } => {
+                match Policy::build(generation, &config_json).and_then(|p| self.within_envelope(p))
+                {
+                    Ok(p) => {
+                        tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
+                        self.policy.set(p);
+                        Ok(Reply::PolicyAccepted { generation })
+                    }
+                    Err(e) => {
+                        tracing::warn!(generation, error = %e, "policy refused");
+                        return Err(WireError::new(
+                            Code::S210,
+                            format!("policy refused by the executor: {e}"),
+                        ));
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(generation, error = %e, "policy refused");
-                    return Err(WireError::new(Code::S210, format!("policy refused by the executor: {e}")));
-                }
-            },
+            }
             Request::Exec(spec) => match self.current() {
                 Ok(p) => run::run(p, spec, cancel).await.map(Reply::Exec),
                 Err(e) => Err(e),
@@ -117,7 +158,10 @@ impl Executor {
                 Ok(p) => self.jobs.spawn(p, spec).await.map(Reply::ExecBg),
                 Err(e) => Err(e),
             },
-            Request::JobStatus { job_id } => self.jobs.status(&job_id).map(|job| Reply::JobStatus(StatusResponse { job })),
+            Request::JobStatus { job_id } => self
+                .jobs
+                .status(&job_id)
+                .map(|job| Reply::JobStatus(StatusResponse { job })),
             Request::JobList => Ok(Reply::JobList(self.jobs.list())),
             Request::JobKill { job_id } => self.jobs.kill(&job_id).await.map(Reply::JobKill),
         };
@@ -128,7 +172,10 @@ impl Executor {
         if let Some(env) = &self.envelope {
             let beyond = p.config.exceeds(env);
             if !beyond.is_empty() {
-                return Err(format!("the pinned envelope forbids widening: {}", beyond.join("; ")));
+                return Err(format!(
+                    "the pinned envelope forbids widening: {}",
+                    beyond.join("; ")
+                ));
             }
         }
         Ok(p)
@@ -157,7 +204,11 @@ fn ensure_std_fds() {
         // SAFETY: F_GETFD only queries; opening /dev/null has no memory effects.
         unsafe {
             if libc::fcntl(fd, libc::F_GETFD) < 0 {
-                let flags = if fd == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
+                let flags = if fd == 0 {
+                    libc::O_RDONLY
+                } else {
+                    libc::O_WRONLY
+                };
                 libc::open(c"/dev/null".as_ptr(), flags);
             }
         }
@@ -167,7 +218,8 @@ fn ensure_std_fds() {
 /// Reaps orphans re-parented to us whenever SIGCHLD arrives.
 pub fn spawn_orphan_reaper() {
     tokio::spawn(async {
-        let Ok(mut sig) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) else {
+        let Ok(mut sig) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        else {
             return;
         };
         while sig.recv().await.is_some() {

@@ -36,13 +36,22 @@ pub struct CommandConfinement {
 impl CommandConfinement {
     pub fn build(config: &Config) -> Result<CommandConfinement, String> {
         let landlock = landlock_rules::build(config)?;
-        let seccomp = if config.confinement.seccomp { Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?)) } else { None };
+        let seccomp = if config.confinement.seccomp {
+            Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?))
+        } else {
+            None
+        };
         let seccomp_per_spawn = match (&seccomp, crate::confine::BASELINE.get()) {
             (Some(f), Some(base)) => &f.denied != base,
             (Some(_), None) => true,
             (None, _) => false,
         };
-        let c = CommandConfinement { landlock, seccomp, seccomp_per_spawn, rlimits: Rlimits::from_config(&config.confinement.rlimits) };
+        let c = CommandConfinement {
+            landlock,
+            seccomp,
+            seccomp_per_spawn,
+            rlimits: Rlimits::from_config(&config.confinement.rlimits),
+        };
         let mut extra_gaps = Vec::new();
         if let (Some(f), Some(base)) = (&c.seccomp, crate::confine::BASELINE.get()) {
             for name in base.iter().filter(|n| !f.denied.contains(n)) {
@@ -60,7 +69,10 @@ impl CommandConfinement {
                 gaps.push("seccomp is disabled".into());
             }
             if !gaps.is_empty() {
-                return Err(format!("strict confinement cannot be met for commands: {}", gaps.join("; ")));
+                return Err(format!(
+                    "strict confinement cannot be met for commands: {}",
+                    gaps.join("; ")
+                ));
             }
         }
         Ok(c)
@@ -73,7 +85,11 @@ impl CommandConfinement {
             rlimits: self.rlimits,
             no_new_privs: true,
             landlock_fd: self.landlock.fd.as_ref().map(|f| f.as_raw_fd()),
-            seccomp: if self.seccomp_per_spawn { self.seccomp.clone() } else { None },
+            seccomp: if self.seccomp_per_spawn {
+                self.seccomp.clone()
+            } else {
+                None
+            },
         }
     }
 }
@@ -90,7 +106,13 @@ impl Policy {
             &config.code.non_accessible_globs,
         )?;
         let commands = CommandConfinement::build(&config)?;
-        Ok(Policy { generation, config, denylist, jail, commands })
+        Ok(Policy {
+            generation,
+            config,
+            denylist,
+            jail,
+            commands,
+        })
     }
 }
 

@@ -24,7 +24,13 @@ pub fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
     let ppid = it.next()?.parse().ok()?;
     let pgid = it.next()?.parse().ok()?;
     let sid = it.next()?.parse().ok()?;
-    Some(ProcStat { pid, state, ppid, pgid, sid })
+    Some(ProcStat {
+        pid,
+        state,
+        ppid,
+        pgid,
+        sid,
+    })
 }
 
 /// Every process visible in `/proc`.
@@ -46,12 +52,19 @@ pub fn own_children() -> Vec<i32> {
         for t in tasks.flatten() {
             if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
                 any = true;
-                out.extend(s.split_ascii_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+                out.extend(
+                    s.split_ascii_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
             }
         }
     }
     if !any {
-        out = all().into_iter().filter(|p| p.ppid == me).map(|p| p.pid).collect();
+        out = all()
+            .into_iter()
+            .filter(|p| p.ppid == me)
+            .map(|p| p.pid)
+            .collect();
     }
     out
 }
@@ -62,7 +75,12 @@ pub fn descendants(root: i32, table: &[ProcStat]) -> Vec<i32> {
     let mut i = 0;
     while i < out.len() {
         let parent = out[i];
-        out.extend(table.iter().filter(|p| p.ppid == parent && p.pid != parent).map(|p| p.pid));
+        out.extend(
+            table
+                .iter()
+                .filter(|p| p.ppid == parent && p.pid != parent)
+                .map(|p| p.pid),
+        );
         i += 1;
     }
     out

@@ -26,7 +26,11 @@ enum Outcome {
 /// The call completes when the root process has exited **and** both output pipes reached
 /// EOF. A descendant that keeps a pipe open keeps the call going until the deadline; then the
 /// whole tree is killed and the result says `timed_out`.
-pub async fn run(policy: Arc<Policy>, spec: ExecSpec, cancel: Arc<Notify>) -> Result<ExecResponse, ExecError> {
+pub async fn run(
+    policy: Arc<Policy>,
+    spec: ExecSpec,
+    cancel: Arc<Notify>,
+) -> Result<ExecResponse, ExecError> {
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let prepared = command::prepare(&policy, &spec)?;
@@ -60,7 +64,10 @@ pub async fn run(policy: Arc<Policy>, spec: ExecSpec, cancel: Arc<Notify>) -> Re
             tracing::error!(pid = running.pid(), "process did not die after SIGKILL");
         }
         duration = started.elapsed();
-        let _ = tokio::time::timeout(DRAIN_AFTER_KILL, async { tokio::join!(out.pump(), err.pump()) }).await;
+        let _ = tokio::time::timeout(DRAIN_AFTER_KILL, async {
+            tokio::join!(out.pump(), err.pump())
+        })
+        .await;
         out.abandon();
         err.abandon();
     }
@@ -72,7 +79,11 @@ pub async fn run(policy: Arc<Policy>, spec: ExecSpec, cancel: Arc<Notify>) -> Re
     Ok(ExecResponse {
         stdout: out.capture.text(),
         stderr: err.capture.text(),
-        exit_code: if timed_out { None } else { running.status.and_then(|s| s.code()) },
+        exit_code: if timed_out {
+            None
+        } else {
+            running.status.and_then(|s| s.code())
+        },
         timed_out,
         stdout_truncated: out.capture.truncated,
         stderr_truncated: err.capture.truncated,

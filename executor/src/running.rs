@@ -22,12 +22,24 @@ pub struct Running {
 }
 
 /// Starts a prepared command. Returns the running root and its two output pipes.
-pub fn start(prepared: Prepared, program: &str, cap: usize) -> Result<(Running, Collector, Collector), ExecError> {
-    let Prepared { plan, stdout, stderr, stdin, cgroup } = prepared;
+pub fn start(
+    prepared: Prepared,
+    program: &str,
+    cap: usize,
+) -> Result<(Running, Collector, Collector), ExecError> {
+    let Prepared {
+        plan,
+        stdout,
+        stderr,
+        stdin,
+        cgroup,
+    } = prepared;
     let child = {
         // Hold the roots lock across the spawn so the orphan reaper never reaps a job root
         // before it is registered.
-        let mut roots = ROOTS.lock().map_err(|_| ExecError::Internal("job table poisoned".into()))?;
+        let mut roots = ROOTS
+            .lock()
+            .map_err(|_| ExecError::Internal("job table poisoned".into()))?;
         let child = spawn::spawn(&plan).map_err(|e| {
             if let Some(cg) = &cgroup {
                 cg.remove();
@@ -41,7 +53,11 @@ pub fn start(prepared: Prepared, program: &str, cap: usize) -> Result<(Running, 
     drop(plan);
     let Child { pid, pidfd } = child;
     let io = |e: std::io::Error| ExecError::Internal(format!("supervise: {e}"));
-    let tree = Arc::new(JobTree { root: pid, cgroup, reaped: AtomicBool::new(false) });
+    let tree = Arc::new(JobTree {
+        root: pid,
+        cgroup,
+        reaped: AtomicBool::new(false),
+    });
     let running = Running {
         pid,
         // SAFETY: an OwnedFd keeps its descriptor open and unchanged for as long as the

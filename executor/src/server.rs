@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use iii_shell_protocol::frame::{read_frame, write_frame, FrameError};
 use iii_shell_protocol::fs::FsOp;
-use iii_shell_protocol::messages::{ClientFrame, Hello, Request, ServerFrame, MAGIC, STREAM_WINDOW};
+use iii_shell_protocol::messages::{
+    ClientFrame, Hello, Request, ServerFrame, MAGIC, STREAM_WINDOW,
+};
 use iii_shell_protocol::PROTOCOL_VERSION;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Notify, Semaphore};
@@ -33,8 +35,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The uid of the process at the other end of a Unix socket (SO_PEERCRED).
 pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    let cred = nix::sys::socket::getsockopt(&stream.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
-        .map_err(std::io::Error::from)?;
+    let cred =
+        nix::sys::socket::getsockopt(&stream.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
+            .map_err(std::io::Error::from)?;
     Ok(cred.uid())
 }
 
@@ -42,7 +45,9 @@ pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
 pub fn check_peer(stream: &UnixStream, expected_uid: u32) -> Result<(), String> {
     match peer_uid(stream) {
         Ok(uid) if uid == expected_uid => Ok(()),
-        Ok(uid) => Err(format!("peer uid {uid} is not the expected broker uid {expected_uid}")),
+        Ok(uid) => Err(format!(
+            "peer uid {uid} is not the expected broker uid {expected_uid}"
+        )),
         Err(e) => Err(format!("cannot read peer credentials: {e}")),
     }
 }
@@ -67,7 +72,13 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
         }
         Ok(Ok(_)) => {
             tracing::warn!("connection refused: the first frame was not a hello");
-            let _ = write_frame(&mut wr, &ServerFrame::Refused { reason: "expected hello".into() }).await;
+            let _ = write_frame(
+                &mut wr,
+                &ServerFrame::Refused {
+                    reason: "expected hello".into(),
+                },
+            )
+            .await;
             return;
         }
         Ok(Err(e)) => {
@@ -79,9 +90,15 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
             return;
         }
     }
-    if write_frame(&mut wr, &ServerFrame::HelloAck { version: PROTOCOL_VERSION, pid: std::process::id() })
-        .await
-        .is_err()
+    if write_frame(
+        &mut wr,
+        &ServerFrame::HelloAck {
+            version: PROTOCOL_VERSION,
+            pid: std::process::id(),
+        },
+    )
+    .await
+    .is_err()
     {
         return;
     }
@@ -123,8 +140,14 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     None
                 };
                 lock(&streams).credits.insert(id, credits.clone());
-                let mut io = RequestIo { id, inbound, out: tx.clone(), credits };
-                let (exec, tx, inflight, streams) = (exec.clone(), tx.clone(), inflight.clone(), streams.clone());
+                let mut io = RequestIo {
+                    id,
+                    inbound,
+                    out: tx.clone(),
+                    credits,
+                };
+                let (exec, tx, inflight, streams) =
+                    (exec.clone(), tx.clone(), inflight.clone(), streams.clone());
                 tokio::spawn(async move {
                     let kind = request.kind();
                     let (result, cont) = exec.handle(request, cancel, &mut io).await;
@@ -147,7 +170,10 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                 let sender = lock(&streams).inbound.get(&id).cloned();
                 if let Some(s) = sender {
                     if s.try_send(StreamItem::Data(data)).is_err() {
-                        tracing::warn!(id, "broker overran the stream window; aborting that stream");
+                        tracing::warn!(
+                            id,
+                            "broker overran the stream window; aborting that stream"
+                        );
                         lock(&streams).inbound.remove(&id);
                     }
                 }

@@ -48,7 +48,8 @@ impl SpawnPlan {
         stdout: OwnedFd,
         stderr: OwnedFd,
     ) -> std::io::Result<SpawnPlan> {
-        let nul = |s: &str| CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+        let nul =
+            |s: &str| CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
         let program = nul(program)?;
         let argv = argv.iter().map(|a| nul(a)).collect::<Result<Vec<_>, _>>()?;
         let envp = env
@@ -115,13 +116,24 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         program: plan.program.as_ptr(),
         argv: argv_ptrs.as_ptr(),
         envp: envp_ptrs.as_ptr(),
-        fds: [plan.stdin.as_raw_fd(), plan.stdout.as_raw_fd(), plan.stderr.as_raw_fd()],
+        fds: [
+            plan.stdin.as_raw_fd(),
+            plan.stdout.as_raw_fd(),
+            plan.stderr.as_raw_fd(),
+        ],
         cwd: plan.cwd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
-        cgroup_procs: plan.cgroup_procs.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+        cgroup_procs: plan
+            .cgroup_procs
+            .as_ref()
+            .map(|f| f.as_raw_fd())
+            .unwrap_or(-1),
         rlimits: plan.confinement.rlimits,
         no_new_privs: plan.confinement.no_new_privs,
         landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
-        seccomp: fprog.as_ref().map(|p| p as *const libc::sock_fprog).unwrap_or(std::ptr::null()),
+        seccomp: fprog
+            .as_ref()
+            .map(|p| p as *const libc::sock_fprog)
+            .unwrap_or(std::ptr::null()),
         err: 0,
     };
     let mut stack = vec![0u8; CHILD_STACK];
@@ -180,7 +192,12 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         // Default dispositions for every signal (ignored ones survive execve otherwise: the
         // Rust runtime ignores SIGPIPE). The raw system call is used because glibc's wrapper
         // refuses the signals it reserves for itself (32 and 33).
-        let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+        let dfl = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
         for sig in 1..65 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                 libc::syscall(
@@ -211,7 +228,10 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
             return fail(ctx);
         }
         for &(resource, value) in &ctx.rlimits.entries[..ctx.rlimits.len] {
-            let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+            let lim = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
             if libc::setrlimit(resource as _, &lim) < 0 {
                 return fail(ctx);
             }
@@ -219,16 +239,31 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         if ctx.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             return fail(ctx);
         }
-        if ctx.landlock_fd >= 0 && libc::syscall(libc::SYS_landlock_restrict_self, ctx.landlock_fd, 0u32) < 0 {
+        if ctx.landlock_fd >= 0
+            && libc::syscall(libc::SYS_landlock_restrict_self, ctx.landlock_fd, 0u32) < 0
+        {
             return fail(ctx);
         }
-        if !ctx.seccomp.is_null() && libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0u32, ctx.seccomp) < 0 {
+        if !ctx.seccomp.is_null()
+            && libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0u32,
+                ctx.seccomp,
+            ) < 0
+        {
             return fail(ctx);
         }
         // Nothing but stdio crosses execve: descriptors the executor inherited without
         // close-on-exec (from the broker, or whoever started it) would otherwise reach every
         // command. Marked rather than closed, so the fds above stay usable until execve.
-        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) < 0 {
+        if libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) < 0
+        {
             // Kernels before 5.11: mark a bounded range one by one.
             for fd in 3..4096 {
                 libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
@@ -344,7 +379,10 @@ pub fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
 
 /// `/dev/null` opened read-only, close-on-exec.
 pub fn dev_null() -> std::io::Result<OwnedFd> {
-    Ok(std::fs::File::options().read(true).open("/dev/null")?.into())
+    Ok(std::fs::File::options()
+        .read(true)
+        .open("/dev/null")?
+        .into())
 }
 
 #[cfg(test)]
@@ -355,7 +393,14 @@ mod tests {
     fn run(argv: &[&str]) -> std::io::Result<(ExitStatus, String)> {
         let (r, w) = pipe()?;
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        let plan = SpawnPlan::new(&argv[0], &argv, vec![("A".to_string(), "1".to_string())], dev_null()?, w.try_clone()?, w)?;
+        let plan = SpawnPlan::new(
+            &argv[0],
+            &argv,
+            vec![("A".to_string(), "1".to_string())],
+            dev_null()?,
+            w.try_clone()?,
+            w,
+        )?;
         let child = spawn(&plan)?;
         drop(plan);
         let st = reap(&child)?;

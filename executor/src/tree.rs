@@ -41,8 +41,13 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         left.split_whitespace().nth(4).map(PathBuf::from)
     })?;
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim_start_matches('/');
-    let dir = mount.join(rel).join(format!("iii-shell-{}", std::process::id()));
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim_start_matches('/');
+    let dir = mount
+        .join(rel)
+        .join(format!("iii-shell-{}", std::process::id()));
     match std::fs::create_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -70,9 +75,13 @@ impl JobCgroup {
     /// Creates a fresh job cgroup and opens its `cgroup.procs` for the child to join.
     pub fn create() -> Option<(JobCgroup, OwnedFd)> {
         let base = cgroup_base()?;
-        let dir = base.dir.join(format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let dir = base
+            .dir
+            .join(format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir).ok()?;
-        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"));
         match procs {
             Ok(f) => Some((JobCgroup { dir }, f.into())),
             Err(_) => {
@@ -126,7 +135,9 @@ impl JobTree {
             if !reaped {
                 victims.extend(procfs::descendants(self.root, &table));
             }
-            victims.retain(|&p| p > 1 && p != std::process::id() as i32 && !(reaped && p == self.root));
+            victims.retain(|&p| {
+                p > 1 && p != std::process::id() as i32 && !(reaped && p == self.root)
+            });
             victims.sort_unstable();
             victims.dedup();
             let alive: Vec<i32> = victims
@@ -147,7 +158,10 @@ impl JobTree {
 
     /// Tries to remove the cgroup; call after the root has been reaped.
     pub fn release(&self) -> bool {
-        self.cgroup.as_ref().map(|c| c.is_empty() && c.remove()).unwrap_or(true)
+        self.cgroup
+            .as_ref()
+            .map(|c| c.is_empty() && c.remove())
+            .unwrap_or(true)
     }
 }
 

@@ -126,7 +126,13 @@ pub struct RlimitConfig {
 
 impl Default for RlimitConfig {
     fn default() -> Self {
-        RlimitConfig { max_processes: None, address_space_bytes: None, file_size_bytes: None, open_files: Some(4096), cpu_seconds: None }
+        RlimitConfig {
+            max_processes: None,
+            address_space_bytes: None,
+            file_size_bytes: None,
+            open_files: Some(4096),
+            cpu_seconds: None,
+        }
     }
 }
 
@@ -139,7 +145,10 @@ impl Default for ConfinementConfig {
             seccomp_allow: Vec::new(),
             capabilities: Vec::new(),
             scratch_paths: strings(&["/tmp", "/var/tmp", "/dev/shm"]),
-            system_paths: strings(&["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys", "/run", "/dev"]),
+            system_paths: strings(&[
+                "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+                "/proc", "/sys", "/run", "/dev",
+            ]),
             network: NetworkAccess::Allow,
             broker_user: "nobody".to_string(),
             rlimits: RlimitConfig::default(),
@@ -388,21 +397,29 @@ impl Config {
         }
         for (key, globs) in [
             ("code.non_accessible_globs", &self.code.non_accessible_globs),
-            ("code.default_exclude_globs", &self.code.default_exclude_globs),
+            (
+                "code.default_exclude_globs",
+                &self.code.default_exclude_globs,
+            ),
         ] {
             for g in globs {
-                globset::Glob::new(g)
-                    .map_err(|e| ConfigError(format!("{key} entry {g:?} is not a valid glob: {e}")))?;
+                globset::Glob::new(g).map_err(|e| {
+                    ConfigError(format!("{key} entry {g:?} is not a valid glob: {e}"))
+                })?;
             }
         }
         for (i, k) in self.env.allow.iter().enumerate() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(ConfigError(format!("env.allow[{i}] {k:?} is not a variable name")));
+                return Err(ConfigError(format!(
+                    "env.allow[{i}] {k:?} is not a variable name"
+                )));
             }
         }
         if let Some(wd) = &self.working_dir {
             if !wd.starts_with('/') {
-                return Err(ConfigError(format!("working_dir {wd:?} must be an absolute path")));
+                return Err(ConfigError(format!(
+                    "working_dir {wd:?} must be an absolute path"
+                )));
             }
         }
         if self.max_timeout_ms == 0 {
@@ -415,7 +432,9 @@ impl Config {
     /// special bits, fewer denied paths or patterns, larger caps. Used to log privilege changes.
     pub fn widens(&self, old: &Config) -> Vec<String> {
         let mut why = Vec::new();
-        if old.fs.host_roots.is_empty() != self.fs.host_roots.is_empty() && self.fs.host_roots.is_empty() {
+        if old.fs.host_roots.is_empty() != self.fs.host_roots.is_empty()
+            && self.fs.host_roots.is_empty()
+        {
             why.push("fs.host_roots cleared: the filesystem is now unjailed".to_string());
         }
         for r in &self.fs.host_roots {
@@ -468,7 +487,9 @@ impl Config {
             }
             for r in &n.fs.host_roots {
                 if !inside(r, &e.fs.host_roots) {
-                    why.push(format!("fs.host_roots entry {r} is outside the envelope's roots"));
+                    why.push(format!(
+                        "fs.host_roots entry {r} is outside the envelope's roots"
+                    ));
                 }
             }
         }
@@ -477,13 +498,40 @@ impl Config {
                 why.push(format!("{name} is enabled but the envelope disables it"));
             }
         };
-        flag(&mut why, "fs.allow_unjailed", n.fs.allow_unjailed, e.fs.allow_unjailed);
-        flag(&mut why, "fs.allow_special_bits", n.fs.allow_special_bits, e.fs.allow_special_bits);
+        flag(
+            &mut why,
+            "fs.allow_unjailed",
+            n.fs.allow_unjailed,
+            e.fs.allow_unjailed,
+        );
+        flag(
+            &mut why,
+            "fs.allow_special_bits",
+            n.fs.allow_special_bits,
+            e.fs.allow_special_bits,
+        );
         flag(&mut why, "env.inherit", n.env.inherit, e.env.inherit);
-        flag(&mut why, "sandbox.enabled", n.sandbox.enabled, e.sandbox.enabled);
-        flag(&mut why, "confinement.landlock off", !n.confinement.landlock, !e.confinement.landlock);
-        flag(&mut why, "confinement.seccomp off", !n.confinement.seccomp, !e.confinement.seccomp);
-        if e.confinement.mode == ConfinementMode::Strict && n.confinement.mode != ConfinementMode::Strict {
+        flag(
+            &mut why,
+            "sandbox.enabled",
+            n.sandbox.enabled,
+            e.sandbox.enabled,
+        );
+        flag(
+            &mut why,
+            "confinement.landlock off",
+            !n.confinement.landlock,
+            !e.confinement.landlock,
+        );
+        flag(
+            &mut why,
+            "confinement.seccomp off",
+            !n.confinement.seccomp,
+            !e.confinement.seccomp,
+        );
+        if e.confinement.mode == ConfinementMode::Strict
+            && n.confinement.mode != ConfinementMode::Strict
+        {
             why.push("confinement.mode is best_effort but the envelope is strict".into());
         }
         let missing = |why: &mut Vec<String>, name: &str, new: &[String], env: &[String]| {
@@ -493,9 +541,24 @@ impl Config {
                 }
             }
         };
-        missing(&mut why, "fs.denylist_paths", &n.fs.denylist_paths, &e.fs.denylist_paths);
-        missing(&mut why, "denylist_patterns", &n.denylist_patterns, &e.denylist_patterns);
-        missing(&mut why, "code.non_accessible_globs", &n.code.non_accessible_globs, &e.code.non_accessible_globs);
+        missing(
+            &mut why,
+            "fs.denylist_paths",
+            &n.fs.denylist_paths,
+            &e.fs.denylist_paths,
+        );
+        missing(
+            &mut why,
+            "denylist_patterns",
+            &n.denylist_patterns,
+            &e.denylist_patterns,
+        );
+        missing(
+            &mut why,
+            "code.non_accessible_globs",
+            &n.code.non_accessible_globs,
+            &e.code.non_accessible_globs,
+        );
         let extra = |why: &mut Vec<String>, name: &str, new: &[String], env: &[String]| {
             for x in new {
                 if !env.contains(x) {
@@ -504,8 +567,18 @@ impl Config {
             }
         };
         extra(&mut why, "env.allow", &n.env.allow, &e.env.allow);
-        extra(&mut why, "confinement.capabilities", &n.confinement.capabilities, &e.confinement.capabilities);
-        extra(&mut why, "confinement.seccomp_allow", &n.confinement.seccomp_allow, &e.confinement.seccomp_allow);
+        extra(
+            &mut why,
+            "confinement.capabilities",
+            &n.confinement.capabilities,
+            &e.confinement.capabilities,
+        );
+        extra(
+            &mut why,
+            "confinement.seccomp_allow",
+            &n.confinement.seccomp_allow,
+            &e.confinement.seccomp_allow,
+        );
         for p in &n.confinement.scratch_paths {
             if !inside(p, &e.confinement.scratch_paths) {
                 why.push(format!("confinement.scratch_paths adds {p}"));
@@ -530,13 +603,32 @@ impl Config {
                 why.push(format!("{name} {new} exceeds the envelope's {env}"));
             }
         };
-        cap(&mut why, "fs.max_read_bytes", n.fs.max_read_bytes, e.fs.max_read_bytes);
-        cap(&mut why, "fs.max_write_bytes", n.fs.max_write_bytes, e.fs.max_write_bytes);
-        cap(&mut why, "max_bg_timeout_ms", n.max_bg_timeout_ms, e.max_bg_timeout_ms);
+        cap(
+            &mut why,
+            "fs.max_read_bytes",
+            n.fs.max_read_bytes,
+            e.fs.max_read_bytes,
+        );
+        cap(
+            &mut why,
+            "fs.max_write_bytes",
+            n.fs.max_write_bytes,
+            e.fs.max_write_bytes,
+        );
+        cap(
+            &mut why,
+            "max_bg_timeout_ms",
+            n.max_bg_timeout_ms,
+            e.max_bg_timeout_ms,
+        );
         for (name, new, env) in [
             ("max_timeout_ms", n.max_timeout_ms, e.max_timeout_ms),
             ("max_output_bytes", n.max_output_bytes, e.max_output_bytes),
-            ("max_concurrent_jobs", n.max_concurrent_jobs as u64, e.max_concurrent_jobs as u64),
+            (
+                "max_concurrent_jobs",
+                n.max_concurrent_jobs as u64,
+                e.max_concurrent_jobs as u64,
+            ),
         ] {
             if new > env {
                 why.push(format!("{name} {new} exceeds the envelope's {env}"));
@@ -580,7 +672,8 @@ fn reject_removed_keys(v: &Value) -> Result<(), ConfigError> {
         .is_some_and(|fs| fs.contains_key("host_root"))
     {
         return Err(ConfigError(
-            "config key removed in 0.7.0: `fs.host_root` -> `fs.host_roots` (one-entry list)".into(),
+            "config key removed in 0.7.0: `fs.host_root` -> `fs.host_roots` (one-entry list)"
+                .into(),
         ));
     }
     if obj
@@ -630,14 +723,38 @@ mod tests {
     fn removed_keys_are_rejected_with_hints() {
         let unjailed = json!({"allow_unjailed": true});
         let cases = [
-            (json!({"inherit_env": true, "fs": unjailed}), "config keys removed in 0.7.0: `inherit_env` -> `env.inherit`"),
-            (json!({"allowed_env": ["PATH"], "fs": unjailed}), "`allowed_env` -> `env.allow`"),
-            (json!({"env": {"inherit_env": true}, "fs": unjailed}), "half-migration"),
-            (json!({"fs": {"host_root": "/srv", "allow_unjailed": true}}), "config key removed in 0.7.0: `fs.host_root` -> `fs.host_roots` (one-entry list)"),
-            (json!({"code": {"base_path": "/x"}, "fs": unjailed}), "`code.base_path` / `code.base_paths`"),
-            (json!({"code": {"base_paths": ["/x"]}, "fs": unjailed}), "`fs.host_roots`"),
-            (json!({"migrated_from_coder": true, "fs": unjailed}), "`migrated_from_coder`"),
-            (json!({"allowlist": [], "fs": unjailed}), "`allowlist` (removed in 0.8.0, no replacement)"),
+            (
+                json!({"inherit_env": true, "fs": unjailed}),
+                "config keys removed in 0.7.0: `inherit_env` -> `env.inherit`",
+            ),
+            (
+                json!({"allowed_env": ["PATH"], "fs": unjailed}),
+                "`allowed_env` -> `env.allow`",
+            ),
+            (
+                json!({"env": {"inherit_env": true}, "fs": unjailed}),
+                "half-migration",
+            ),
+            (
+                json!({"fs": {"host_root": "/srv", "allow_unjailed": true}}),
+                "config key removed in 0.7.0: `fs.host_root` -> `fs.host_roots` (one-entry list)",
+            ),
+            (
+                json!({"code": {"base_path": "/x"}, "fs": unjailed}),
+                "`code.base_path` / `code.base_paths`",
+            ),
+            (
+                json!({"code": {"base_paths": ["/x"]}, "fs": unjailed}),
+                "`fs.host_roots`",
+            ),
+            (
+                json!({"migrated_from_coder": true, "fs": unjailed}),
+                "`migrated_from_coder`",
+            ),
+            (
+                json!({"allowlist": [], "fs": unjailed}),
+                "`allowlist` (removed in 0.8.0, no replacement)",
+            ),
         ];
         for (value, want) in cases {
             let err = Config::from_value(&value).unwrap_err();
@@ -647,10 +764,19 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_null_are_rejected() {
-        assert!(Config::from_value(&json!({"fs": {"allow_unjailed": true}, "max_timout_ms": 5})).is_err());
+        assert!(
+            Config::from_value(&json!({"fs": {"allow_unjailed": true}, "max_timout_ms": 5}))
+                .is_err()
+        );
         assert!(Config::from_value(&json!({"fs": {"allow_unjailed": true, "jail": "/"}})).is_err());
-        assert!(Config::from_value(&Value::Null).unwrap_err().0.contains("null"));
-        assert!(Config::from_value(&json!({"fs": {"allow_unjailed": true}, "denylist_patterns": ["("]})).is_err());
+        assert!(Config::from_value(&Value::Null)
+            .unwrap_err()
+            .0
+            .contains("null"));
+        assert!(Config::from_value(
+            &json!({"fs": {"allow_unjailed": true}, "denylist_patterns": ["("]})
+        )
+        .is_err());
     }
 
     #[test]

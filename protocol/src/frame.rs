@@ -75,7 +75,9 @@ mod tests {
     #[tokio::test]
     async fn round_trip_and_limits() {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        write_frame(&mut a, &("hello".to_string(), 7u64)).await.unwrap();
+        write_frame(&mut a, &("hello".to_string(), 7u64))
+            .await
+            .unwrap();
         let got: (String, u64) = read_frame(&mut b).await.unwrap();
         assert_eq!(got, ("hello".to_string(), 7));
 

@@ -502,24 +502,62 @@ pub const READ_BYTES_MAX_CHUNK: u64 = 4 * 1024 * 1024;
 /// executor re-checks paths, modes and caps against its own policy.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum FsOp {
-    Ls { path: String },
-    Stat { path: String },
-    Mkdir { path: String, mode: u32, parents: bool },
-    Rm { path: String, recursive: bool },
-    Chmod { path: String, mode: u32, uid: Option<u32>, gid: Option<u32>, recursive: bool },
-    Mv { src: String, dst: String, overwrite: bool },
+    Ls {
+        path: String,
+    },
+    Stat {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+        parents: bool,
+    },
+    Rm {
+        path: String,
+        recursive: bool,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        recursive: bool,
+    },
+    Mv {
+        src: String,
+        dst: String,
+        overwrite: bool,
+    },
     Grep(GrepSpec),
     Sed(SedSpec),
     /// Inline writes, applied in order; each file is atomic on its own.
-    Write { files: Vec<WriteFile> },
+    Write {
+        files: Vec<WriteFile>,
+    },
     /// A streamed write: the data follows as stream chunks on the same request id.
-    WriteStream { path: String, mode: u32, parents: bool },
+    WriteStream {
+        path: String,
+        mode: u32,
+        parents: bool,
+    },
     /// A streamed read: the reply carries [`ReadStart`], then the data follows as chunks.
-    Read { path: String },
+    Read {
+        path: String,
+    },
     WorkspaceRoots,
-    WorkspaceList { path: String, page_size: Option<usize> },
-    WorkspaceValidate { path: String },
-    WorkspaceReadBytes { path: String, offset: u64, length: u64 },
+    WorkspaceList {
+        path: String,
+        page_size: Option<usize>,
+    },
+    WorkspaceValidate {
+        path: String,
+    },
+    WorkspaceReadBytes {
+        path: String,
+        offset: u64,
+        length: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -580,7 +618,9 @@ pub enum FsReply {
 pub fn parse_mode(s: &str, allow_special_bits: bool) -> Result<u32, String> {
     let t = s.trim();
     if t.is_empty() || t.len() > 5 || !t.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-        return Err(format!("bad octal mode {s:?}: expected an octal string such as \"0644\""));
+        return Err(format!(
+            "bad octal mode {s:?}: expected an octal string such as \"0644\""
+        ));
     }
     let mode = u32::from_str_radix(t, 8).map_err(|_| format!("bad octal mode {s:?}"))?;
     if mode > 0o7777 {
@@ -617,10 +657,20 @@ mod tests {
 
     #[test]
     fn write_content_forms() {
-        let w: WriteRequest = serde_json::from_value(serde_json::json!({"path": "a", "content": "text"})).unwrap();
+        let w: WriteRequest =
+            serde_json::from_value(serde_json::json!({"path": "a", "content": "text"})).unwrap();
         assert_eq!(w.content, Some(WriteContentWire::Inline("text".into())));
-        let w: WriteRequest = serde_json::from_value(serde_json::json!({"path": "a", "content": {"channel_id": "c", "access_key": "k"}})).unwrap();
-        assert!(matches!(w.content, Some(WriteContentWire::Stream(ContentRef { direction: ContentDirection::Read, .. }))));
+        let w: WriteRequest = serde_json::from_value(
+            serde_json::json!({"path": "a", "content": {"channel_id": "c", "access_key": "k"}}),
+        )
+        .unwrap();
+        assert!(matches!(
+            w.content,
+            Some(WriteContentWire::Stream(ContentRef {
+                direction: ContentDirection::Read,
+                ..
+            }))
+        ));
         let c: ChmodResponse = serde_json::from_value(serde_json::json!({"updated": 3})).unwrap();
         assert_eq!(c.entries_changed, 3);
     }

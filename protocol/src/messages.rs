@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fs::{FsOp, FsReply};
 use crate::exec::{ExecBgResponse, ExecResponse, KillResponse, ListResponse, StatusResponse};
+use crate::fs::{FsOp, FsReply};
 use crate::WireError;
 
 /// First frame of a connection, sent by the broker.
@@ -26,31 +26,60 @@ pub const MAGIC: [u8; 8] = *b"iiishell";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ClientFrame {
     Hello(Hello),
-    Request { id: u64, request: Request },
+    Request {
+        id: u64,
+        request: Request,
+    },
     /// Abandon a request: the executor stops work on it (kills a foreground exec).
-    Cancel { id: u64 },
+    Cancel {
+        id: u64,
+    },
     /// A chunk of a request's input stream (a streamed write).
-    StreamData { id: u64, data: Vec<u8> },
+    StreamData {
+        id: u64,
+        data: Vec<u8>,
+    },
     /// End of a request's input stream; `error` when the source failed.
-    StreamEnd { id: u64, error: Option<String> },
+    StreamEnd {
+        id: u64,
+        error: Option<String>,
+    },
     /// One chunk of the executor's output stream was consumed (credit for one more).
-    StreamAck { id: u64 },
+    StreamAck {
+        id: u64,
+    },
 }
 
 /// Frames the executor sends.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ServerFrame {
-    HelloAck { version: u32, pid: u32 },
+    HelloAck {
+        version: u32,
+        pid: u32,
+    },
     /// The handshake was refused; the connection closes after this frame.
-    Refused { reason: String },
-    Reply { id: u64, result: Result<Reply, WireError> },
+    Refused {
+        reason: String,
+    },
+    Reply {
+        id: u64,
+        result: Result<Reply, WireError>,
+    },
     Event(Event),
     /// A chunk of a request's output stream (a streamed read), after its reply.
-    StreamData { id: u64, data: Vec<u8> },
+    StreamData {
+        id: u64,
+        data: Vec<u8>,
+    },
     /// End of a request's output stream; `error` when reading failed midway.
-    StreamEnd { id: u64, error: Option<String> },
+    StreamEnd {
+        id: u64,
+        error: Option<String>,
+    },
     /// One chunk of the broker's input stream was consumed (credit for one more).
-    StreamAck { id: u64 },
+    StreamAck {
+        id: u64,
+    },
 }
 
 /// How many stream chunks may be in flight, unacknowledged, per request.
@@ -79,12 +108,19 @@ pub struct ExecSpec {
 pub enum Request {
     /// Replace the policy. `config_json` is the whole `shell` configuration document; the
     /// executor parses and validates it itself.
-    SetPolicy { generation: u64, config_json: String },
+    SetPolicy {
+        generation: u64,
+        config_json: String,
+    },
     Exec(ExecSpec),
     ExecBg(ExecSpec),
-    JobStatus { job_id: String },
+    JobStatus {
+        job_id: String,
+    },
     JobList,
-    JobKill { job_id: String },
+    JobKill {
+        job_id: String,
+    },
     Fs(FsOp),
     Doctor,
     Ping,

@@ -8,7 +8,8 @@ use tokio_tungstenite::tungstenite::Message;
 use super::frames::ErrorBody;
 use super::EngineLink;
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -28,7 +29,12 @@ pub fn channel_url(base: &str, r: &ContentRef, dir: ContentDirection) -> String 
         ContentDirection::Read => "read",
         ContentDirection::Write => "write",
     };
-    format!("{}/ws/channels/{}?key={}&dir={d}", base.trim_end_matches('/'), encode(&r.channel_id), encode(&r.access_key))
+    format!(
+        "{}/ws/channels/{}?key={}&dir={d}",
+        base.trim_end_matches('/'),
+        encode(&r.channel_id),
+        encode(&r.access_key)
+    )
 }
 
 /// Longest wait for a channel end's WebSocket upgrade.
@@ -39,26 +45,44 @@ pub async fn open(link: &EngineLink, r: &ContentRef, dir: ContentDirection) -> R
     let url = channel_url(&super::endpoint::base_url(&link.options().url), r, dir);
     // Bounded: an engine that accepts the TCP connection but never answers the upgrade must
     // not hold the call forever.
-    let (ws, _) = tokio::time::timeout(OPEN_TIMEOUT, tokio_tungstenite::connect_async_with_config(url.as_str(), None, true))
-        .await
-        .map_err(|_| format!("cannot open channel {}: no answer within {OPEN_TIMEOUT:?}", r.channel_id))?
-        .map_err(|e| format!("cannot open channel {}: {e}", r.channel_id))?;
+    let (ws, _) = tokio::time::timeout(
+        OPEN_TIMEOUT,
+        tokio_tungstenite::connect_async_with_config(url.as_str(), None, true),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "cannot open channel {}: no answer within {OPEN_TIMEOUT:?}",
+            r.channel_id
+        )
+    })?
+    .map_err(|e| format!("cannot open channel {}: {e}", r.channel_id))?;
     Ok(ws)
 }
 
 /// Creates a channel; returns (writer, reader) refs.
 pub async fn create(link: &EngineLink) -> Result<(ContentRef, ContentRef), ErrorBody> {
-    let v = link.call("engine::channels::create", json!({"buffer_size": 64})).await?;
+    let v = link
+        .call("engine::channels::create", json!({"buffer_size": 64}))
+        .await?;
     let parse = |k: &str| {
-        serde_json::from_value::<ContentRef>(v.get(k).cloned().unwrap_or_default())
-            .map_err(|e| ErrorBody::new("S216", format!("bad engine::channels::create response: {e}")))
+        serde_json::from_value::<ContentRef>(v.get(k).cloned().unwrap_or_default()).map_err(|e| {
+            ErrorBody::new(
+                "S216",
+                format!("bad engine::channels::create response: {e}"),
+            )
+        })
     };
     Ok((parse("writer")?, parse("reader")?))
 }
 
 /// Reads a channel's binary frames into `tx` until the writer closes. Text frames are
 /// ignored. Ends with `Err` on a broken socket, or after `idle` without a frame.
-pub async fn pump_reader(mut ws: Ws, tx: tokio::sync::mpsc::Sender<Result<Vec<u8>, String>>, idle: std::time::Duration) {
+pub async fn pump_reader(
+    mut ws: Ws,
+    tx: tokio::sync::mpsc::Sender<Result<Vec<u8>, String>>,
+    idle: std::time::Duration,
+) {
     loop {
         let next = match tokio::time::timeout(idle, ws.next()).await {
             Ok(n) => n,
@@ -94,12 +118,18 @@ impl ChannelWriter {
     }
 
     pub async fn send(&mut self, data: Vec<u8>) -> Result<(), String> {
-        self.ws.send(Message::Binary(data.into())).await.map_err(|e| e.to_string())
+        self.ws
+            .send(Message::Binary(data.into()))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Reports a failure in-band (`{"error": …}` text frame), as iii readers expect.
     pub async fn fail(&mut self, error: &str) {
-        let _ = self.ws.send(Message::Text(json!({"error": error}).to_string().into())).await;
+        let _ = self
+            .ws
+            .send(Message::Text(json!({"error": error}).to_string().into()))
+            .await;
     }
 
     pub async fn close(mut self) {

@@ -19,10 +19,17 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     let authority = authority.rsplit('@').next()?;
-    let default_port = if scheme.eq_ignore_ascii_case("wss") { 443 } else { 80 };
+    let default_port = if scheme.eq_ignore_ascii_case("wss") {
+        443
+    } else {
+        80
+    };
     if let Some(stripped) = authority.strip_prefix('[') {
         let (host, after) = stripped.split_once(']')?;
-        let port = after.strip_prefix(':').map(|p| p.parse().ok()).unwrap_or(Some(default_port))?;
+        let port = after
+            .strip_prefix(':')
+            .map(|p| p.parse().ok())
+            .unwrap_or(Some(default_port))?;
         return Some((host.to_string(), port));
     }
     match authority.rsplit_once(':') {
@@ -44,25 +51,37 @@ pub fn base_url(url: &str) -> String {
 
 /// Worker name: `III_WORKER_NAME`, else `shell`.
 pub fn worker_name() -> String {
-    std::env::var("III_WORKER_NAME").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| "shell".into())
+    std::env::var("III_WORKER_NAME")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "shell".into())
 }
 
 /// Namespace: `III_NAMESPACE`; blank means unset.
 pub fn namespace() -> Option<String> {
-    std::env::var("III_NAMESPACE").ok().filter(|v| !v.trim().is_empty())
+    std::env::var("III_NAMESPACE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
 }
 
 /// Probes the engine once, detached, and logs one ERROR if nothing listens there. Never
 /// delays start-up.
 pub fn spawn_probe(url: &str) {
     let Some((host, port)) = host_port(url) else {
-        tracing::error!(url, "engine URL is not a ws:// or wss:// URL: set --url or the III_URL env var");
+        tracing::error!(
+            url,
+            "engine URL is not a ws:// or wss:// URL: set --url or the III_URL env var"
+        );
         return;
     };
     tokio::spawn(async move {
         let addr = format!("{host}:{port}");
         let ok = matches!(
-            tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(&addr)).await,
+            tokio::time::timeout(
+                Duration::from_secs(3),
+                tokio::net::TcpStream::connect(&addr)
+            )
+            .await,
             Ok(Ok(_))
         );
         if !ok {
@@ -79,9 +98,15 @@ mod tests {
 
     #[test]
     fn parses_endpoints() {
-        assert_eq!(host_port("ws://127.0.0.1:49134"), Some(("127.0.0.1".into(), 49134)));
+        assert_eq!(
+            host_port("ws://127.0.0.1:49134"),
+            Some(("127.0.0.1".into(), 49134))
+        );
         assert_eq!(host_port("ws://engine/"), Some(("engine".into(), 80)));
-        assert_eq!(host_port("wss://u:p@h.example:9/x?y"), Some(("h.example".into(), 9)));
+        assert_eq!(
+            host_port("wss://u:p@h.example:9/x?y"),
+            Some(("h.example".into(), 9))
+        );
         assert_eq!(host_port("ws://[::1]:7"), Some(("::1".into(), 7)));
         assert_eq!(base_url("ws://h:1/some/path?q"), "ws://h:1");
     }

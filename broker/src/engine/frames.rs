@@ -14,7 +14,11 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        ErrorBody { code: code.into(), message: message.into(), stacktrace: None }
+        ErrorBody {
+            code: code.into(),
+            message: message.into(),
+            stacktrace: None,
+        }
     }
 }
 
@@ -80,7 +84,13 @@ pub enum Inbound {
 }
 
 /// A `registerfunction` frame.
-pub fn register_function(id: &str, description: &str, request: &Value, response: &Value, metadata: &Value) -> Value {
+pub fn register_function(
+    id: &str,
+    description: &str,
+    request: &Value,
+    response: &Value,
+    metadata: &Value,
+) -> Value {
     serde_json::json!({
         "type": "registerfunction",
         "id": id,
@@ -103,7 +113,11 @@ pub fn register_trigger(id: &str, trigger_type: &str, function_id: &str, config:
 }
 
 /// An `invocationresult` frame.
-pub fn invocation_result(invocation_id: &str, function_id: &str, outcome: &Result<Value, ErrorBody>) -> Value {
+pub fn invocation_result(
+    invocation_id: &str,
+    function_id: &str,
+    outcome: &Result<Value, ErrorBody>,
+) -> Value {
     match outcome {
         Ok(v) => serde_json::json!({
             "type": "invocationresult", "invocation_id": invocation_id, "function_id": function_id, "result": v,

@@ -22,7 +22,11 @@ use super::frames::{invocation_result, ErrorBody, Inbound};
 
 /// Handles one invocation: (function id, data, metadata) → result.
 pub type Invoker = Arc<
-    dyn Fn(String, Value, Option<Value>) -> Pin<Box<dyn Future<Output = Result<Value, ErrorBody>> + Send>>
+    dyn Fn(
+            String,
+            Value,
+            Option<Value>,
+        ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorBody>> + Send>>
         + Send
         + Sync,
 >;
@@ -48,7 +52,13 @@ impl LinkOptions {
     /// `III_SHELL_RETRY_MS`.
     pub fn new(url: String, name: String, namespace: Option<String>) -> Self {
         let ms = |k: &str, d: u64| {
-            Duration::from_millis(std::env::var(k).ok().and_then(|v| v.parse().ok()).filter(|v| *v > 0).unwrap_or(d))
+            Duration::from_millis(
+                std::env::var(k)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| *v > 0)
+                    .unwrap_or(d),
+            )
         };
         LinkOptions {
             url,
@@ -167,7 +177,11 @@ impl EngineLink {
     }
 
     pub fn registered_functions(&self) -> Vec<String> {
-        lock(&self.inner.state).functions.iter().map(|(i, _)| i.clone()).collect()
+        lock(&self.inner.state)
+            .functions
+            .iter()
+            .map(|(i, _)| i.clone())
+            .collect()
     }
 
     /// Removes every function registration (the engine stops routing calls to us).
@@ -192,12 +206,18 @@ impl EngineLink {
     /// Calls a function through the engine and waits for its result (waiting for a
     /// connection first). Builtins are resolved in `default`, so no namespace is sent.
     pub async fn call(&self, function_id: &str, data: Value) -> Result<Value, ErrorBody> {
-        self.call_with_timeout(function_id, data, self.inner.opts.call_timeout).await
+        self.call_with_timeout(function_id, data, self.inner.opts.call_timeout)
+            .await
     }
 
     /// Like [`Self::call`] with its own deadline (waiting for a connection counts toward it);
     /// on expiry the error code is `timeout`.
-    pub async fn call_with_timeout(&self, function_id: &str, data: Value, timeout: Duration) -> Result<Value, ErrorBody> {
+    pub async fn call_with_timeout(
+        &self,
+        function_id: &str,
+        data: Value,
+        timeout: Duration,
+    ) -> Result<Value, ErrorBody> {
         // The id of the invocation in flight, so that a timed-out one is not left pending.
         let in_flight: Mutex<Option<String>> = Mutex::new(None);
         let work = async {
@@ -213,7 +233,8 @@ impl EngineLink {
                             let ok = out.send(Message::Text(frame.to_string().into())).is_ok();
                             if ok {
                                 st.pending.insert(id.clone(), tx);
-                                *in_flight.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
+                                *in_flight.lock().unwrap_or_else(|p| p.into_inner()) =
+                                    Some(id.clone());
                             }
                             ok
                         }
@@ -234,7 +255,10 @@ impl EngineLink {
                 if let Some(id) = id {
                     lock(&self.inner.state).pending.remove(&id);
                 }
-                Err(ErrorBody::new("timeout", format!("{function_id}: no answer within {timeout:?}")))
+                Err(ErrorBody::new(
+                    "timeout",
+                    format!("{function_id}: no answer within {timeout:?}"),
+                ))
             }
         }
     }
@@ -242,7 +266,10 @@ impl EngineLink {
     /// Fire-and-forget call (no result), dropped when not connected.
     pub fn call_void(&self, function_id: &str, data: Value) {
         let st = lock(&self.inner.state);
-        send_locked(&st, json!({"type": "invokefunction", "invocation_id": null, "function_id": function_id, "data": data, "action": {"type": "void"}}));
+        send_locked(
+            &st,
+            json!({"type": "invokefunction", "invocation_id": null, "function_id": function_id, "data": data, "action": {"type": "void"}}),
+        );
     }
 
     /// Stops taking calls: new invocations are refused, functions are unregistered, and this
@@ -283,13 +310,17 @@ fn send_locked(st: &State, frame: Value) {
 }
 
 fn connection_lost() -> ErrorBody {
-    ErrorBody::new("connection_lost", "the engine connection was lost before the call was answered")
+    ErrorBody::new(
+        "connection_lost",
+        "the engine connection was lost before the call was answered",
+    )
 }
 
 async fn run(inner: Arc<Inner>) {
     let mut outage_logged = false;
     loop {
-        let attempt = tokio_tungstenite::connect_async_with_config(inner.opts.url.as_str(), None, true);
+        let attempt =
+            tokio_tungstenite::connect_async_with_config(inner.opts.url.as_str(), None, true);
         let conn = tokio::select! {
             r = attempt => r,
             _ = inner.stop.notified() => return,
@@ -348,7 +379,8 @@ enum Ended {
     Fatal(String),
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
     let (mut sink, mut stream) = ws.split();
@@ -356,10 +388,13 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
     {
         let mut st = lock(&inner.state);
         if let (Some(id), Some(token)) = (&st.worker_id, &st.reattach_token) {
-            let frame = json!({"type": "reattach", "previous_worker_id": id, "reattach_token": token});
+            let frame =
+                json!({"type": "reattach", "previous_worker_id": id, "reattach_token": token});
             let _ = tx.send(Message::Text(frame.to_string().into()));
         }
-        let _ = tx.send(Message::Text(worker_metadata(&inner.opts).to_string().into()));
+        let _ = tx.send(Message::Text(
+            worker_metadata(&inner.opts).to_string().into(),
+        ));
         for (_, f) in st.functions.iter().chain(st.triggers.iter()) {
             let _ = tx.send(Message::Text(f.to_string().into()));
         }
@@ -371,7 +406,8 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
 
     let ping_every = inner.opts.ping_every;
     let writer = tokio::spawn(async move {
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         loop {
             let msg = tokio::select! {
                 m = rx.recv() => match m { Some(m) => m, None => break },
@@ -394,7 +430,12 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
             }
         };
         let msg = match next {
-            Err(_) => break Ended::Lost(format!("nothing received for {:?}", inner.opts.idle_timeout)),
+            Err(_) => {
+                break Ended::Lost(format!(
+                    "nothing received for {:?}",
+                    inner.opts.idle_timeout
+                ))
+            }
             Ok(None) => break Ended::Lost("socket closed".into()),
             Ok(Some(Err(e))) => break Ended::Lost(e.to_string()),
             Ok(Some(Ok(m))) => m,
@@ -428,24 +469,50 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
     // its Pings alive after the connection is over (and on a half-open socket `close` may
     // never finish); their results can reach no one any more.
     let mut writer = writer;
-    if tokio::time::timeout(Duration::from_secs(1), &mut writer).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(1), &mut writer)
+        .await
+        .is_err()
+    {
         writer.abort();
     }
     ended
 }
 
-fn handle_frame(inner: &Arc<Inner>, tx: &mpsc::UnboundedSender<Message>, frame: Inbound) -> Option<Ended> {
+fn handle_frame(
+    inner: &Arc<Inner>,
+    tx: &mpsc::UnboundedSender<Message>,
+    frame: Inbound,
+) -> Option<Ended> {
     match frame {
-        Inbound::WorkerRegistered { worker_id, reattach_token } => {
+        Inbound::WorkerRegistered {
+            worker_id,
+            reattach_token,
+        } => {
             tracing::debug!(%worker_id, "engine assigned a worker id");
             let mut st = lock(&inner.state);
             st.worker_id = Some(worker_id);
             st.reattach_token = reattach_token;
         }
-        Inbound::InvokeFunction { invocation_id, function_id, data, metadata } => {
-            dispatch_invocation(inner, tx.clone(), invocation_id, function_id, data, metadata);
+        Inbound::InvokeFunction {
+            invocation_id,
+            function_id,
+            data,
+            metadata,
+        } => {
+            dispatch_invocation(
+                inner,
+                tx.clone(),
+                invocation_id,
+                function_id,
+                data,
+                metadata,
+            );
         }
-        Inbound::InvocationResult { invocation_id, result, error } => {
+        Inbound::InvocationResult {
+            invocation_id,
+            result,
+            error,
+        } => {
             let waiter = lock(&inner.state).pending.remove(&invocation_id);
             if let Some(w) = waiter {
                 let _ = w.send(match error {
@@ -454,7 +521,11 @@ fn handle_frame(inner: &Arc<Inner>, tx: &mpsc::UnboundedSender<Message>, frame: 
                 });
             }
         }
-        Inbound::RegistrationRejected { code, function_id, worker_name } => {
+        Inbound::RegistrationRejected {
+            code,
+            function_id,
+            worker_name,
+        } => {
             if code == "FUNCTION_NAMESPACE_CONFLICT" {
                 tracing::error!(function_id = ?function_id, "the engine refused a function: another live worker owns it");
             } else {
@@ -469,7 +540,12 @@ fn handle_frame(inner: &Arc<Inner>, tx: &mpsc::UnboundedSender<Message>, frame: 
                 tracing::error!(trigger = %id, code = %e.code, "the engine refused a trigger binding: {}", e.message);
             }
         }
-        Inbound::RegisterTrigger { id, trigger_type, function_id, .. } => {
+        Inbound::RegisterTrigger {
+            id,
+            trigger_type,
+            function_id,
+            ..
+        } => {
             let frame = json!({
                 "type": "triggerregistrationresult", "id": id, "trigger_type": trigger_type, "function_id": function_id,
                 "error": {"code": "trigger_type_not_found", "message": format!("this worker provides no trigger type {trigger_type}")},
@@ -505,7 +581,11 @@ fn dispatch_invocation(
     if inner.draining.load(Ordering::SeqCst) {
         if let Some(id) = invocation_id {
             let refused = Err(ErrorBody::new("S216", "the worker is shutting down"));
-            let _ = tx.send(Message::Text(invocation_result(&id, &function_id, &refused).to_string().into()));
+            let _ = tx.send(Message::Text(
+                invocation_result(&id, &function_id, &refused)
+                    .to_string()
+                    .into(),
+            ));
         }
         return;
     }
@@ -523,7 +603,11 @@ fn dispatch_invocation(
             }
         };
         if let Some(id) = invocation_id {
-            let _ = tx.send(Message::Text(invocation_result(&id, &function_id, &outcome).to_string().into()));
+            let _ = tx.send(Message::Text(
+                invocation_result(&id, &function_id, &outcome)
+                    .to_string()
+                    .into(),
+            ));
         }
     });
 }

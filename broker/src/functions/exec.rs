@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use iii_shell_protocol::exec::{
-    ExecBgRequest, ExecBgResponse, ExecRequest, ExecResponse, KillRequest, KillResponse, ListRequest,
-    ListResponse, StatusRequest, StatusResponse,
+    ExecBgRequest, ExecBgResponse, ExecRequest, ExecResponse, KillRequest, KillResponse,
+    ListRequest, ListResponse, StatusRequest, StatusResponse,
 };
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
@@ -99,7 +99,11 @@ pub async fn status(services: &Arc<Services>, payload: Value) -> Result<Value, W
     if let Some(job) = services.sandbox_jobs.status(&req.job_id) {
         return to_value(&StatusResponse { job });
     }
-    match services.executor.call(Request::JobStatus { job_id: req.job_id }).await? {
+    match services
+        .executor
+        .call(Request::JobStatus { job_id: req.job_id })
+        .await?
+    {
         Reply::JobStatus(r) => to_value(&r),
         _ => Err(unexpected_reply()),
     }
@@ -111,8 +115,15 @@ pub async fn list(services: &Arc<Services>) -> Result<Value, WireError> {
         _ => return Err(unexpected_reply()),
     };
     jobs.extend(services.sandbox_jobs.summaries());
-    jobs.sort_by(|a, b| a.started_at_ms.cmp(&b.started_at_ms).then_with(|| a.id.cmp(&b.id)));
-    to_value(&ListResponse { count: jobs.len(), jobs })
+    jobs.sort_by(|a, b| {
+        a.started_at_ms
+            .cmp(&b.started_at_ms)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    to_value(&ListResponse {
+        count: jobs.len(),
+        jobs,
+    })
 }
 
 pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
@@ -120,7 +131,11 @@ pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, Wir
     if let Some(r) = services.sandbox_jobs.kill(&req.job_id) {
         return to_value(&r);
     }
-    match services.executor.call(Request::JobKill { job_id: req.job_id }).await? {
+    match services
+        .executor
+        .call(Request::JobKill { job_id: req.job_id })
+        .await?
+    {
         Reply::JobKill(r) => to_value::<KillResponse>(&r),
         _ => Err(unexpected_reply()),
     }

@@ -48,7 +48,10 @@ pub fn definitions() -> Vec<FunctionDef> {
 }
 
 fn runtime(services: &Services) -> Result<Arc<Runtime>, WireError> {
-    services.runtime.get().ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))
+    services
+        .runtime
+        .get()
+        .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))
 }
 
 fn invalid(msg: impl Into<String>) -> WireError {
@@ -75,7 +78,9 @@ fn sandbox_of(rt: &Runtime, target: &Target) -> Result<Option<String>, WireError
         Target::Host => Ok(None),
         Target::Sandbox { sandbox_id } => {
             if !rt.config.sandbox.enabled {
-                return Err(invalid("sandbox targets are disabled (sandbox.enabled: false)"));
+                return Err(invalid(
+                    "sandbox targets are disabled (sandbox.enabled: false)",
+                ));
             }
             if uuid::Uuid::parse_str(sandbox_id).is_err() {
                 return Err(invalid(format!("sandbox_id {sandbox_id:?} is not a UUID")));
@@ -103,7 +108,11 @@ fn forward_body(payload: &Value) -> Value {
     v
 }
 
-pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Value) -> Result<Value, WireError> {
+pub async fn dispatch(
+    services: &Arc<Services>,
+    function_id: &str,
+    payload: Value,
+) -> Result<Value, WireError> {
     let rt = runtime(services)?;
     let op = function_id.trim_start_matches("shell::fs::");
     match op {
@@ -136,7 +145,16 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(services, FsOp::Mkdir { path: r.path, mode: m, parents: r.parents }).await? {
+            match host(
+                services,
+                FsOp::Mkdir {
+                    path: r.path,
+                    mode: m,
+                    parents: r.parents,
+                },
+            )
+            .await?
+            {
                 FsReply::Mkdir(x) => to_value(&x),
                 _ => Err(unexpected_reply()),
             }
@@ -147,7 +165,15 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(services, FsOp::Rm { path: r.path, recursive: r.recursive }).await? {
+            match host(
+                services,
+                FsOp::Rm {
+                    path: r.path,
+                    recursive: r.recursive,
+                },
+            )
+            .await?
+            {
                 FsReply::Rm(x) => to_value(&x),
                 _ => Err(unexpected_reply()),
             }
@@ -159,7 +185,18 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(services, FsOp::Chmod { path: r.path, mode: m, uid: r.uid, gid: r.gid, recursive: r.recursive }).await? {
+            match host(
+                services,
+                FsOp::Chmod {
+                    path: r.path,
+                    mode: m,
+                    uid: r.uid,
+                    gid: r.gid,
+                    recursive: r.recursive,
+                },
+            )
+            .await?
+            {
                 FsReply::Chmod(x) => to_value(&x),
                 _ => Err(unexpected_reply()),
             }
@@ -171,7 +208,16 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
             }
             need_path(&r.src, "src")?;
             need_path(&r.dst, "dst")?;
-            match host(services, FsOp::Mv { src: r.src, dst: r.dst, overwrite: r.overwrite }).await? {
+            match host(
+                services,
+                FsOp::Mv {
+                    src: r.src,
+                    dst: r.dst,
+                    overwrite: r.overwrite,
+                },
+            )
+            .await?
+            {
                 FsReply::Mv(x) => to_value(&x),
                 _ => Err(unexpected_reply()),
             }
@@ -247,8 +293,11 @@ struct Planned {
 async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result<Value, WireError> {
     let r: WriteRequest = parse(&payload)?;
     let batch = r.files.is_some();
-    if batch && (r.path.is_some() || r.content.is_some() || r.mode.is_some() || r.parents.is_some()) {
-        return Err(invalid("give either the single-file fields (path/content/mode/parents) or 'files', not both"));
+    if batch && (r.path.is_some() || r.content.is_some() || r.mode.is_some() || r.parents.is_some())
+    {
+        return Err(invalid(
+            "give either the single-file fields (path/content/mode/parents) or 'files', not both",
+        ));
     }
     let mut planned = Vec::new();
     if let Some(files) = r.files {
@@ -257,17 +306,34 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
         }
         for f in files {
             need_path(&f.path, "files[].path")?;
-            planned.push(Planned { mode: mode(rt, &f.mode)?, path: f.path, content: f.content, parents: f.parents });
+            planned.push(Planned {
+                mode: mode(rt, &f.mode)?,
+                path: f.path,
+                content: f.content,
+                parents: f.parents,
+            });
         }
     } else {
-        let path = r.path.ok_or_else(|| invalid("missing 'path' (or use 'files')"))?;
-        let content = r.content.ok_or_else(|| invalid("missing 'content': an inline string or a ContentRef"))?;
+        let path = r
+            .path
+            .ok_or_else(|| invalid("missing 'path' (or use 'files')"))?;
+        let content = r
+            .content
+            .ok_or_else(|| invalid("missing 'content': an inline string or a ContentRef"))?;
         need_path(&path, "path")?;
-        planned.push(Planned { mode: mode(rt, r.mode.as_deref().unwrap_or("0644"))?, path, content, parents: r.parents.unwrap_or(false) });
+        planned.push(Planned {
+            mode: mode(rt, r.mode.as_deref().unwrap_or("0644"))?,
+            path,
+            content,
+            parents: r.parents.unwrap_or(false),
+        });
     }
 
     if let Some(id) = sandbox_of(rt, &r.target)? {
-        if planned.iter().any(|p| matches!(p.content, WriteContentWire::Inline(_))) {
+        if planned
+            .iter()
+            .any(|p| matches!(p.content, WriteContentWire::Inline(_)))
+        {
             return Err(invalid(
                 "inline string content is host-only: on a sandbox target open a write stream channel (engine::channels::create) and pass its ContentRef as 'content'",
             ));
@@ -279,10 +345,18 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
         for p in planned {
             let body = serde_json::json!({"path": p.path, "content": p.content, "mode": format!("{:04o}", p.mode), "parents": p.parents});
             let v = sandbox::fs(services, "write", &id, body).await?;
-            let w: WriteResponse = serde_json::from_value(v).map_err(|e| WireError::new(Code::S216, format!("bad engine response: {e}")))?;
-            results.push(WriteFileResult { path: w.path, bytes_written: w.bytes_written });
+            let w: WriteResponse = serde_json::from_value(v)
+                .map_err(|e| WireError::new(Code::S216, format!("bad engine response: {e}")))?;
+            results.push(WriteFileResult {
+                path: w.path,
+                bytes_written: w.bytes_written,
+            });
         }
-        return to_value(&WriteResponse { bytes_written: results.iter().map(|r| r.bytes_written).sum(), path: String::new(), files: results });
+        return to_value(&WriteResponse {
+            bytes_written: results.iter().map(|r| r.bytes_written).sum(),
+            path: String::new(),
+            files: results,
+        });
     }
 
     // Host. Check what can be checked before anything is written, so a batch with a bad
@@ -297,7 +371,14 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
         }
         if let WriteContentWire::Inline(text) = &p.content {
             if cap > 0 && text.len() as u64 > cap {
-                return Err(WireError::new(Code::S218, format!("{}: {} bytes exceed fs.max_write_bytes ({cap})", p.path, text.len())));
+                return Err(WireError::new(
+                    Code::S218,
+                    format!(
+                        "{}: {} bytes exceed fs.max_write_bytes ({cap})",
+                        p.path,
+                        text.len()
+                    ),
+                ));
             }
         }
     }
@@ -307,24 +388,43 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
     for p in planned {
         let w = match p.content {
             WriteContentWire::Inline(text) if text.len() > INLINE_FRAME_MAX => {
-                write_inline_streamed(services, text.into_bytes(), p.path, p.mode, p.parents).await?
+                write_inline_streamed(services, text.into_bytes(), p.path, p.mode, p.parents)
+                    .await?
             }
             WriteContentWire::Inline(text) => {
-                let file = WriteFile { path: p.path, mode: p.mode, parents: p.parents, data: text.into_bytes() };
+                let file = WriteFile {
+                    path: p.path,
+                    mode: p.mode,
+                    parents: p.parents,
+                    data: text.into_bytes(),
+                };
                 match host(services, FsOp::Write { files: vec![file] }).await? {
                     FsReply::Write(w) => w,
                     _ => return Err(unexpected_reply()),
                 }
             }
-            WriteContentWire::Stream(cref) => write_stream(services, &cref, p.path, p.mode, p.parents).await?,
+            WriteContentWire::Stream(cref) => {
+                write_stream(services, &cref, p.path, p.mode, p.parents).await?
+            }
         };
-        results.push(WriteFileResult { path: w.path, bytes_written: w.bytes_written });
+        results.push(WriteFileResult {
+            path: w.path,
+            bytes_written: w.bytes_written,
+        });
     }
     if batch {
-        to_value(&WriteResponse { bytes_written: results.iter().map(|r| r.bytes_written).sum(), path: String::new(), files: results })
+        to_value(&WriteResponse {
+            bytes_written: results.iter().map(|r| r.bytes_written).sum(),
+            path: String::new(),
+            files: results,
+        })
     } else {
         let r = results.remove(0);
-        to_value(&WriteResponse { bytes_written: r.bytes_written, path: r.path, files: Vec::new() })
+        to_value(&WriteResponse {
+            bytes_written: r.bytes_written,
+            path: r.path,
+            files: Vec::new(),
+        })
     }
 }
 
@@ -333,7 +433,13 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
 const INLINE_FRAME_MAX: usize = 8 << 20;
 
 /// Sends inline bytes to the executor as a streamed write.
-async fn write_inline_streamed(services: &Arc<Services>, data: Vec<u8>, path: String, mode: u32, parents: bool) -> Result<WriteResponse, WireError> {
+async fn write_inline_streamed(
+    services: &Arc<Services>,
+    data: Vec<u8>,
+    path: String,
+    mode: u32,
+    parents: bool,
+) -> Result<WriteResponse, WireError> {
     let (tx, rx) = tokio::sync::mpsc::channel(iii_shell_protocol::messages::STREAM_WINDOW);
     let feed = tokio::spawn(async move {
         for chunk in data.chunks(iii_shell_protocol::messages::STREAM_CHUNK) {
@@ -342,7 +448,17 @@ async fn write_inline_streamed(services: &Arc<Services>, data: Vec<u8>, path: St
             }
         }
     });
-    let reply = services.executor.call_with_input(Request::Fs(FsOp::WriteStream { path, mode, parents }), rx).await;
+    let reply = services
+        .executor
+        .call_with_input(
+            Request::Fs(FsOp::WriteStream {
+                path,
+                mode,
+                parents,
+            }),
+            rx,
+        )
+        .await;
     feed.abort();
     match reply? {
         Reply::Fs(FsReply::Write(w)) => Ok(w),
@@ -351,12 +467,30 @@ async fn write_inline_streamed(services: &Arc<Services>, data: Vec<u8>, path: St
 }
 
 /// Relays the reader end of the caller's channel to the executor as a streamed write.
-async fn write_stream(services: &Arc<Services>, cref: &ContentRef, path: String, mode: u32, parents: bool) -> Result<WriteResponse, WireError> {
+async fn write_stream(
+    services: &Arc<Services>,
+    cref: &ContentRef,
+    path: String,
+    mode: u32,
+    parents: bool,
+) -> Result<WriteResponse, WireError> {
     let engine = services.engine()?;
-    let ws = channel::open(&engine, cref, ContentDirection::Read).await.map_err(|e| WireError::new(Code::S216, e))?;
+    let ws = channel::open(&engine, cref, ContentDirection::Read)
+        .await
+        .map_err(|e| WireError::new(Code::S216, e))?;
     let (tx, rx) = tokio::sync::mpsc::channel(iii_shell_protocol::messages::STREAM_WINDOW);
     let pump = tokio::spawn(channel::pump_reader(ws, tx, CHANNEL_IDLE));
-    let reply = services.executor.call_with_input(Request::Fs(FsOp::WriteStream { path, mode, parents }), rx).await;
+    let reply = services
+        .executor
+        .call_with_input(
+            Request::Fs(FsOp::WriteStream {
+                path,
+                mode,
+                parents,
+            }),
+            rx,
+        )
+        .await;
     pump.abort();
     match reply? {
         Reply::Fs(FsReply::Write(w)) => Ok(w),
@@ -373,28 +507,40 @@ async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireErr
     need_path(&r.path, "path")?;
     let engine = services.engine()?;
     // Open the file first: a failed read (missing, denied, too large) creates no channel.
-    let (reply, mut stream) = services.executor.call_with_output(Request::Fs(FsOp::Read { path: r.path })).await?;
+    let (reply, mut stream) = services
+        .executor
+        .call_with_output(Request::Fs(FsOp::Read { path: r.path }))
+        .await?;
     let start = match reply {
         Reply::Fs(FsReply::ReadStart(s)) => s,
         _ => return Err(unexpected_reply()),
     };
-    let (writer, reader) = channel::create(&engine).await.map_err(|e| WireError::new(Code::S216, format!("cannot create a channel: {}", e.message)))?;
-    let ws = channel::open(&engine, &writer, ContentDirection::Write).await.map_err(|e| WireError::new(Code::S216, e))?;
+    let (writer, reader) = channel::create(&engine).await.map_err(|e| {
+        WireError::new(
+            Code::S216,
+            format!("cannot create a channel: {}", e.message),
+        )
+    })?;
+    let ws = channel::open(&engine, &writer, ContentDirection::Write)
+        .await
+        .map_err(|e| WireError::new(Code::S216, e))?;
     tokio::spawn(async move {
         let mut out = channel::ChannelWriter::new(ws);
         loop {
             match stream.next().await {
-                Some(Ok(chunk)) => match tokio::time::timeout(CHANNEL_IDLE, out.send(chunk)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "read channel closed by the reader");
-                        return;
+                Some(Ok(chunk)) => {
+                    match tokio::time::timeout(CHANNEL_IDLE, out.send(chunk)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "read channel closed by the reader");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::warn!("read channel not drained for {CHANNEL_IDLE:?}; abandoning the stream");
+                            return;
+                        }
                     }
-                    Err(_) => {
-                        tracing::warn!("read channel not drained for {CHANNEL_IDLE:?}; abandoning the stream");
-                        return;
-                    }
-                },
+                }
                 Some(Err(e)) => {
                     let _ = tokio::time::timeout(CHANNEL_IDLE, out.fail(&e)).await;
                     break;
@@ -404,5 +550,13 @@ async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireErr
         }
         let _ = tokio::time::timeout(CHANNEL_IDLE, out.close()).await;
     });
-    to_value(&ReadResponseWire { content: ContentRef { direction: ContentDirection::Read, ..reader }, size: start.size, mode: start.mode, mtime: start.mtime })
+    to_value(&ReadResponseWire {
+        content: ContentRef {
+            direction: ContentDirection::Read,
+            ..reader
+        },
+        size: start.size,
+        mode: start.mode,
+        mtime: start.mtime,
+    })
 }

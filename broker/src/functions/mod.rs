@@ -40,7 +40,12 @@ pub struct CallMeta {
 }
 
 /// Runs the handler of `function_id`.
-pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Value, meta: CallMeta) -> Result<Value, WireError> {
+pub async fn dispatch(
+    services: &Arc<Services>,
+    function_id: &str,
+    payload: Value,
+    meta: CallMeta,
+) -> Result<Value, WireError> {
     let _ = meta;
     match function_id {
         "shell::exec" => exec::exec(services, payload).await,
@@ -50,8 +55,13 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
         "shell::kill" => exec::kill(services, payload).await,
         "shell::config-status" => config_status::status(services),
         id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
-        id if id.starts_with("shell::workspace::") => workspace::dispatch(services, id, payload).await,
-        other => Err(WireError::new(Code::S210, format!("unknown function: {other}"))),
+        id if id.starts_with("shell::workspace::") => {
+            workspace::dispatch(services, id, payload).await
+        }
+        other => Err(WireError::new(
+            Code::S210,
+            format!("unknown function: {other}"),
+        )),
     }
 }
 
@@ -72,5 +82,6 @@ pub fn meta(internal: bool, trace_hidden: bool, display: bool) -> Value {
 
 /// Serializes a response.
 pub fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
-    serde_json::to_value(v).map_err(|e| WireError::new(Code::S216, format!("serialize response: {e}")))
+    serde_json::to_value(v)
+        .map_err(|e| WireError::new(Code::S216, format!("serialize response: {e}")))
 }

@@ -47,18 +47,28 @@ pub fn definitions() -> Vec<FunctionDef> {
 
 fn path_ok(p: &str) -> Result<(), WireError> {
     if p.is_empty() || p.contains('\0') {
-        return Err(WireError::new(Code::S210, "'path' is empty or contains a NUL byte"));
+        return Err(WireError::new(
+            Code::S210,
+            "'path' is empty or contains a NUL byte",
+        ));
     }
     Ok(())
 }
 
-pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Value) -> Result<Value, WireError> {
+pub async fn dispatch(
+    services: &Arc<Services>,
+    function_id: &str,
+    payload: Value,
+) -> Result<Value, WireError> {
     let op = match function_id {
         "shell::workspace::roots" => FsOp::WorkspaceRoots,
         "shell::workspace::list" => {
             let r: WorkspaceListRequest = parse(&payload)?;
             path_ok(&r.path)?;
-            FsOp::WorkspaceList { path: r.path, page_size: r.page_size }
+            FsOp::WorkspaceList {
+                path: r.path,
+                page_size: r.page_size,
+            }
         }
         "shell::workspace::validate" => {
             let r: WorkspaceValidateRequest = parse(&payload)?;
@@ -68,10 +78,22 @@ pub async fn dispatch(services: &Arc<Services>, function_id: &str, payload: Valu
         "shell::workspace::read-bytes" => {
             let r: WorkspaceReadBytesRequest = parse(&payload)?;
             path_ok(&r.path)?;
-            let length = r.length.unwrap_or(READ_BYTES_MAX_CHUNK).min(READ_BYTES_MAX_CHUNK);
-            FsOp::WorkspaceReadBytes { path: r.path, offset: r.offset, length }
+            let length = r
+                .length
+                .unwrap_or(READ_BYTES_MAX_CHUNK)
+                .min(READ_BYTES_MAX_CHUNK);
+            FsOp::WorkspaceReadBytes {
+                path: r.path,
+                offset: r.offset,
+                length,
+            }
         }
-        other => return Err(WireError::new(Code::S210, format!("unknown function: {other}"))),
+        other => {
+            return Err(WireError::new(
+                Code::S210,
+                format!("unknown function: {other}"),
+            ))
+        }
     };
     match services.executor.call(Request::Fs(op)).await? {
         Reply::Fs(FsReply::WorkspaceRoots(x)) => to_value(&x),

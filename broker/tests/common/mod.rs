@@ -32,11 +32,18 @@ impl Harness {
         let client = ExecutorClient::connect(stream).await.expect("handshake");
         let executor_pid = client.pid;
         client
-            .call(Request::SetPolicy { generation: rt.generation, config_json: rt.config_json() })
+            .call(Request::SetPolicy {
+                generation: rt.generation,
+                config_json: rt.config_json(),
+            })
             .await
             .expect("policy accepted");
         services.executor.set(client);
-        Harness { services, child, executor_pid }
+        Harness {
+            services,
+            child,
+            executor_pid,
+        }
     }
 
     pub async fn default() -> Harness {
@@ -81,15 +88,22 @@ pub fn jailed(root: &Path) -> Config {
 pub fn procs_with(needle: &str) -> Vec<i32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
         if !cmd.contains(needle) {
             continue;
         }
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim().chars().next().unwrap_or('?')));
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim().chars().next().unwrap_or('?'))
+            });
         if state != Some('Z') {
             out.push(pid);
         }
@@ -101,9 +115,15 @@ pub fn procs_with(needle: &str) -> Vec<i32> {
 pub fn zombies_of(parent: u32) -> Vec<i32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
         let f: Vec<&str> = rest.split_whitespace().collect();
         if f.first() == Some(&"Z") && f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
             out.push(pid);
@@ -128,7 +148,12 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 pub fn marker() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{}{:04}.{}", 4000 + (std::process::id() % 5000), N.fetch_add(1, Ordering::Relaxed), std::process::id() % 97)
+    format!(
+        "{}{:04}.{}",
+        4000 + (std::process::id() % 5000),
+        N.fetch_add(1, Ordering::Relaxed),
+        std::process::id() % 97
+    )
 }
 
 pub fn tempdir() -> tempfile::TempDir {

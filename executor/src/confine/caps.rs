@@ -7,8 +7,14 @@ use caps::{CapSet, Capability, CapsHashSet};
 pub fn parse(names: &[String]) -> Result<CapsHashSet, String> {
     let mut out = HashSet::new();
     for n in names {
-        let name = if n.to_ascii_uppercase().starts_with("CAP_") { n.to_ascii_uppercase() } else { format!("CAP_{}", n.to_ascii_uppercase()) };
-        let c: Capability = name.parse().map_err(|_| format!("unknown capability {n:?}"))?;
+        let name = if n.to_ascii_uppercase().starts_with("CAP_") {
+            n.to_ascii_uppercase()
+        } else {
+            format!("CAP_{}", n.to_ascii_uppercase())
+        };
+        let c: Capability = name
+            .parse()
+            .map_err(|_| format!("unknown capability {n:?}"))?;
         out.insert(c);
     }
     Ok(out)
@@ -47,23 +53,38 @@ pub fn drop_to(keep: &CapsHashSet) -> Result<CapState, String> {
     // The bounding set needs CAP_SETPCAP to shrink: do it first, while we may still have it.
     for c in caps::all() {
         if !keep.contains(&c) && caps::has_cap(None, CapSet::Bounding, c).unwrap_or(false) {
-            caps::drop(None, CapSet::Bounding, c).map_err(|e| format!("drop {c} from the bounding set: {e}"))?;
+            caps::drop(None, CapSet::Bounding, c)
+                .map_err(|e| format!("drop {c} from the bounding set: {e}"))?;
         }
     }
     caps::clear(None, CapSet::Ambient).map_err(|e| format!("clear the ambient set: {e}"))?;
-    let inh: CapsHashSet = keep.iter().copied().filter(|c| caps::has_cap(None, CapSet::Permitted, *c).unwrap_or(false)).collect();
-    caps::set(None, CapSet::Inheritable, &inh).map_err(|e| format!("set the inheritable set: {e}"))?;
+    let inh: CapsHashSet = keep
+        .iter()
+        .copied()
+        .filter(|c| caps::has_cap(None, CapSet::Permitted, *c).unwrap_or(false))
+        .collect();
+    caps::set(None, CapSet::Inheritable, &inh)
+        .map_err(|e| format!("set the inheritable set: {e}"))?;
     caps::set(None, CapSet::Effective, &inh).map_err(|e| format!("set the effective set: {e}"))?;
     caps::set(None, CapSet::Permitted, &inh).map_err(|e| format!("set the permitted set: {e}"))?;
     let state = read();
     let want = names(keep.clone());
-    for (set, have) in [("bounding", &state.bounding), ("effective", &state.effective), ("permitted", &state.permitted)] {
+    for (set, have) in [
+        ("bounding", &state.bounding),
+        ("effective", &state.effective),
+        ("permitted", &state.permitted),
+    ] {
         if have.iter().any(|c| !want.contains(c)) {
-            return Err(format!("verification failed: the {set} set still holds {have:?}"));
+            return Err(format!(
+                "verification failed: the {set} set still holds {have:?}"
+            ));
         }
     }
     if !state.ambient.is_empty() {
-        return Err(format!("verification failed: the ambient set still holds {:?}", state.ambient));
+        return Err(format!(
+            "verification failed: the ambient set still holds {:?}",
+            state.ambient
+        ));
     }
     Ok(state)
 }

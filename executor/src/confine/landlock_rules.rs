@@ -24,12 +24,21 @@ use std::path::{Path, PathBuf};
 
 use iii_shell_protocol::config::{Config, NetworkAccess};
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
 };
 
 /// Character devices commands may write when jailed.
-pub const DEVICE_FILES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+pub const DEVICE_FILES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
 
 /// How much of the requested ruleset the kernel enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +75,14 @@ pub struct CommandRuleset {
 pub fn kernel_abi() -> i32 {
     // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns
     // a number; no memory is passed.
-    let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
     if v < 0 {
         0
     } else {
@@ -99,7 +115,9 @@ fn device_nodes(jailed: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(PathBuf::from("/dev"), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for e in rd.flatten() {
             let p = e.path();
             if DEVICE_FILES.iter().any(|d| p.starts_with(d)) {
@@ -119,7 +137,13 @@ fn device_nodes(jailed: bool) -> Vec<PathBuf> {
 
 /// Grants `access` on `path`, piecewise around the denied paths beneath it. A path at or
 /// under a denied path gets nothing (the denylist covers everything under its entries).
-fn grant(out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>, path: &Path, access: BitFlags<AccessFs>, denied: &[PathBuf], depth: usize) {
+fn grant(
+    out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>,
+    path: &Path,
+    access: BitFlags<AccessFs>,
+    denied: &[PathBuf],
+    depth: usize,
+) {
     if denied.iter().any(|d| path.starts_with(d)) || depth > 32 {
         return;
     }
@@ -129,7 +153,9 @@ fn grant(out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>, path: &Path, access: BitF
         return;
     }
     out.push((path.to_path_buf(), dir_ops(access)));
-    let Ok(rd) = std::fs::read_dir(path) else { return };
+    let Ok(rd) = std::fs::read_dir(path) else {
+        return;
+    };
     for e in rd.flatten() {
         let child = e.path();
         // A symlink is never a rule source: its target would be granted wherever it is.
@@ -145,7 +171,15 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
     let abi = kernel_abi();
     let c = &config.confinement;
     if !c.landlock {
-        return Ok(CommandRuleset { fd: None, abi, enforcement: Enforcement::NotEnforced, rules: 0, scoped: false, network: c.network, gaps: vec!["confinement.landlock is false".into()] });
+        return Ok(CommandRuleset {
+            fd: None,
+            abi,
+            enforcement: Enforcement::NotEnforced,
+            rules: 0,
+            scoped: false,
+            network: c.network,
+            gaps: vec!["confinement.landlock is false".into()],
+        });
     }
     let full = AccessFs::from_all(ABI::V5);
     let read_exec = AccessFs::from_read(ABI::V5);
@@ -176,7 +210,13 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
             grant(&mut grants, &canonical(s), read_exec, &denied, 0);
         }
         for d in DEVICE_FILES {
-            grant(&mut grants, &canonical(d), read_exec | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate, &denied, 0);
+            grant(
+                &mut grants,
+                &canonical(d),
+                read_exec | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate,
+                &denied,
+                0,
+            );
         }
     }
 
@@ -197,11 +237,22 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
         Enforcement::Fully
     };
     if abi <= 0 {
-        return Ok(CommandRuleset { fd: None, abi, enforcement, rules: 0, scoped: false, network: c.network, gaps });
+        return Ok(CommandRuleset {
+            fd: None,
+            abi,
+            enforcement,
+            rules: 0,
+            scoped: false,
+            network: c.network,
+            gaps,
+        });
     }
 
     let err = |e: landlock::RulesetError| format!("landlock: {e}");
-    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(full).map_err(err)?;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(full)
+        .map_err(err)?;
     if c.network != NetworkAccess::Allow {
         let net = match c.network {
             NetworkAccess::DenyBind => BitFlags::from(AccessNet::BindTcp),
@@ -214,9 +265,19 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
     let mut rules = 0;
     for (path, access) in grants {
         let Ok(fd) = PathFd::new(&path) else { continue };
-        created = created.add_rule(PathBeneath::new(fd, access)).map_err(err)?;
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(err)?;
         rules += 1;
     }
     let fd: Option<OwnedFd> = created.into();
-    Ok(CommandRuleset { fd, abi, enforcement, rules, scoped, network: c.network, gaps })
+    Ok(CommandRuleset {
+        fd,
+        abi,
+        enforcement,
+        rules,
+        scoped,
+        network: c.network,
+        gaps,
+    })
 }

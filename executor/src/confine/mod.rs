@@ -77,7 +77,15 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
 fn subreaper() -> bool {
     let mut v: libc::c_int = 0;
     // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer we pass.
-    unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut v as *mut libc::c_int, 0, 0, 0) };
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_CHILD_SUBREAPER,
+            &mut v as *mut libc::c_int,
+            0,
+            0,
+            0,
+        )
+    };
     v != 0
 }
 
@@ -106,7 +114,10 @@ pub fn harden_executor(envelope: &ConfinementConfig) -> Result<SelfReport, Strin
     let mut problems = Vec::new();
     // SAFETY: PR_SET_DUMPABLE 0 only changes a process flag.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        problems.push(format!("cannot clear the dumpable flag: {}", std::io::Error::last_os_error()));
+        problems.push(format!(
+            "cannot clear the dumpable flag: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     if let Err(e) = crate::tree::become_subreaper() {
         problems.push(format!("cannot become a child subreaper: {e}"));
@@ -135,7 +146,10 @@ pub fn harden_executor(envelope: &ConfinementConfig) -> Result<SelfReport, Strin
         problems.push("seccomp is disabled by configuration".into());
     }
     if strict && !problems.is_empty() {
-        return Err(format!("strict confinement cannot be met: {}", problems.join("; ")));
+        return Err(format!(
+            "strict confinement cannot be met: {}",
+            problems.join("; ")
+        ));
     }
     let mut report = observe();
     report.seccomp_denied = denied;

@@ -19,7 +19,11 @@ pub struct Denied {
 
 macro_rules! deny {
     ($name:ident, $why:expr) => {
-        Denied { name: stringify!($name), nr: libc::$name as i64, why: $why }
+        Denied {
+            name: stringify!($name),
+            nr: libc::$name as i64,
+            why: $why,
+        }
     };
 }
 
@@ -31,7 +35,10 @@ pub fn deny_list() -> Vec<Denied> {
         deny!(SYS_init_module, "loads kernel code"),
         deny!(SYS_finit_module, "loads kernel code"),
         deny!(SYS_delete_module, "unloads kernel code"),
-        deny!(SYS_mount, "changes the filesystem namespace (can hide or replace the jail)"),
+        deny!(
+            SYS_mount,
+            "changes the filesystem namespace (can hide or replace the jail)"
+        ),
         deny!(SYS_umount2, "changes the filesystem namespace"),
         deny!(SYS_pivot_root, "changes the root filesystem"),
         deny!(SYS_open_tree, "new mount API: clones mounts"),
@@ -45,19 +52,43 @@ pub fn deny_list() -> Vec<Denied> {
         deny!(SYS_acct, "redirects process accounting to a file"),
         deny!(SYS_syslog, "reads or clears the kernel log"),
         deny!(SYS_bpf, "loads kernel programs; a large attack surface"),
-        deny!(SYS_perf_event_open, "kernel profiling; side channels and a large attack surface"),
+        deny!(
+            SYS_perf_event_open,
+            "kernel profiling; side channels and a large attack surface"
+        ),
         deny!(SYS_userfaultfd, "a common kernel exploitation primitive"),
-        deny!(SYS_ptrace, "inspects and controls other processes (re-allow for debuggers)"),
+        deny!(
+            SYS_ptrace,
+            "inspects and controls other processes (re-allow for debuggers)"
+        ),
         deny!(SYS_process_vm_readv, "reads another process's memory"),
         deny!(SYS_process_vm_writev, "writes another process's memory"),
-        deny!(SYS_keyctl, "the kernel keyring: shared secrets and a large attack surface"),
+        deny!(
+            SYS_keyctl,
+            "the kernel keyring: shared secrets and a large attack surface"
+        ),
         deny!(SYS_add_key, "the kernel keyring"),
         deny!(SYS_request_key, "the kernel keyring"),
-        deny!(SYS_io_uring_setup, "io_uring bypasses seccomp for the operations it performs"),
-        deny!(SYS_io_uring_enter, "io_uring bypasses seccomp for the operations it performs"),
-        deny!(SYS_io_uring_register, "io_uring bypasses seccomp for the operations it performs"),
-        deny!(SYS_open_by_handle_at, "opens files by handle, bypassing path checks (the shocker escape)"),
-        deny!(SYS_name_to_handle_at, "produces handles for open_by_handle_at"),
+        deny!(
+            SYS_io_uring_setup,
+            "io_uring bypasses seccomp for the operations it performs"
+        ),
+        deny!(
+            SYS_io_uring_enter,
+            "io_uring bypasses seccomp for the operations it performs"
+        ),
+        deny!(
+            SYS_io_uring_register,
+            "io_uring bypasses seccomp for the operations it performs"
+        ),
+        deny!(
+            SYS_open_by_handle_at,
+            "opens files by handle, bypassing path checks (the shocker escape)"
+        ),
+        deny!(
+            SYS_name_to_handle_at,
+            "produces handles for open_by_handle_at"
+        ),
         deny!(SYS_settimeofday, "changes the host clock"),
         deny!(SYS_clock_settime, "changes the host clock"),
         deny!(SYS_adjtimex, "changes the host clock"),
@@ -84,7 +115,10 @@ pub const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWNS
 
 /// Every name `seccomp_allow` may mention.
 pub fn known_names() -> Vec<&'static str> {
-    let mut v: Vec<&str> = deny_list().iter().map(|d| d.name.trim_start_matches("SYS_")).collect();
+    let mut v: Vec<&str> = deny_list()
+        .iter()
+        .map(|d| d.name.trim_start_matches("SYS_"))
+        .collect();
     v.extend(["clone_namespaces", "unshare", "clone3"]);
     v
 }
@@ -107,7 +141,12 @@ const OFF_ARG0_LO: u32 = 16;
 const OFF_ARG0_HI: u32 = 20;
 
 fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code, jt: 0, jf: 0, k }
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
@@ -140,11 +179,17 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
     let known = known_names();
     for a in allow {
         if !known.contains(&a.as_str()) {
-            return Err(format!("confinement.seccomp_allow: unknown system call {a:?} (known: {})", known.join(", ")));
+            return Err(format!(
+                "confinement.seccomp_allow: unknown system call {a:?} (known: {})",
+                known.join(", ")
+            ));
         }
     }
     let allowed = |n: &str| allow.iter().any(|a| a == n);
-    let denied: Vec<Denied> = deny_list().into_iter().filter(|d| !allowed(d.name.trim_start_matches("SYS_"))).collect();
+    let denied: Vec<Denied> = deny_list()
+        .into_iter()
+        .filter(|d| !allowed(d.name.trim_start_matches("SYS_")))
+        .collect();
     let errno = |e: i32| stmt(RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff));
     let mut p = vec![
         stmt(LD_W_ABS, OFF_ARCH),
@@ -193,13 +238,19 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
     if !allowed("unshare") {
         names.push("SYS_unshare with namespace flags");
     }
-    Ok(Filter { program: p, denied: names })
+    Ok(Filter {
+        program: p,
+        denied: names,
+    })
 }
 
 impl Filter {
     /// The `sock_fprog` to hand to `seccomp(2)`; valid while `self` lives.
     pub fn fprog(&self) -> libc::sock_fprog {
-        libc::sock_fprog { len: self.program.len() as u16, filter: self.program.as_ptr() as *mut libc::sock_filter }
+        libc::sock_fprog {
+            len: self.program.len() as u16,
+            filter: self.program.as_ptr() as *mut libc::sock_filter,
+        }
     }
 }
 
@@ -226,7 +277,9 @@ pub fn install_self(filter: &Filter) -> std::io::Result<()> {
 /// The `Seccomp:` mode of this process (0 none, 1 strict, 2 filter), from /proc.
 pub fn current_mode() -> Option<u32> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    s.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok())
+    s.lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A default-deny filter: the listed system calls are allowed, every other one fails with
@@ -256,5 +309,8 @@ pub fn allowlist_filter(allowed: &[i64]) -> Filter {
         p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
     }
     p.push(errno(libc::EPERM));
-    Filter { program: p, denied: vec!["everything not on the broker allowlist"] }
+    Filter {
+        program: p,
+        denied: vec!["everything not on the broker allowlist"],
+    }
 }

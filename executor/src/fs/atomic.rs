@@ -31,7 +31,11 @@ impl TempFile {
         while !full.is_char_boundary(cut) {
             cut -= 1;
         }
-        let tmp = format!(".{}.iii-{}.tmp", &full[..cut], uuid::Uuid::new_v4().simple());
+        let tmp = format!(
+            ".{}.iii-{}.tmp",
+            &full[..cut],
+            uuid::Uuid::new_v4().simple()
+        );
         let name = CString::new(tmp).map_err(|_| ExecError::Invalid("bad file name".into()))?;
         // SAFETY: openat on a directory fd we own with a NUL-terminated name; O_EXCL and
         // O_NOFOLLOW guarantee a fresh regular file is created, never an existing one.
@@ -48,7 +52,9 @@ impl TempFile {
             // A directory we may not write to reads like a missing one (S211), never as an
             // I/O failure that would reveal it exists. Callers re-echo their own input path.
             if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
-                return Err(ExecError::NotFound(parent.path.to_string_lossy().into_owned()));
+                return Err(ExecError::NotFound(
+                    parent.path.to_string_lossy().into_owned(),
+                ));
             }
             return Err(io("create temp file")(e));
         }
@@ -58,11 +64,25 @@ impl TempFile {
         // SAFETY: fchmod on a descriptor we own.
         if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
             let e = std::io::Error::last_os_error();
-            let t = TempFile { dir, name, target, file: Some(file), mode, written: 0 };
+            let t = TempFile {
+                dir,
+                name,
+                target,
+                file: Some(file),
+                mode,
+                written: 0,
+            };
             drop(t);
             return Err(io("chmod temp file")(e));
         }
-        Ok(TempFile { dir, name, target, file: Some(file), mode, written: 0 })
+        Ok(TempFile {
+            dir,
+            name,
+            target,
+            file: Some(file),
+            mode,
+            written: 0,
+        })
     }
 
     pub fn write(&mut self, data: &[u8]) -> Result<(), ExecError> {
@@ -75,7 +95,10 @@ impl TempFile {
 
     /// fsync, rename over the target, fsync the directory.
     pub fn commit(mut self) -> Result<u64, ExecError> {
-        let file = self.file.take().ok_or_else(|| ExecError::Internal("temp file already closed".into()))?;
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| ExecError::Internal("temp file already closed".into()))?;
         // Without CAP_FSETID every write() clears setuid/setgid: apply the mode once more now
         // that the content is complete.
         if self.mode & 0o6000 != 0 {
@@ -88,12 +111,22 @@ impl TempFile {
         drop(file);
         // SAFETY: renameat within one directory fd we own, with NUL-terminated names. The
         // target is replaced atomically; a symlink at the target is replaced, not followed.
-        let rc = unsafe { libc::renameat(self.dir.as_raw_fd(), self.name.as_ptr(), self.dir.as_raw_fd(), self.target.as_ptr()) };
+        let rc = unsafe {
+            libc::renameat(
+                self.dir.as_raw_fd(),
+                self.name.as_ptr(),
+                self.dir.as_raw_fd(),
+                self.target.as_ptr(),
+            )
+        };
         if rc != 0 {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::EISDIR) | Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
-                    ExecError::WrongType(format!("is a directory: {}", self.target.to_string_lossy()))
+                    ExecError::WrongType(format!(
+                        "is a directory: {}",
+                        self.target.to_string_lossy()
+                    ))
                 }
                 _ => io("rename")(e),
             });
@@ -128,7 +161,9 @@ pub fn write_atomic(parent: &Parent, data: &[u8], mode: u32) -> Result<u64, Exec
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> ExecError {
     move |e| match e.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ExecError::Internal(format!("{what}: no space left: {e}")),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
+            ExecError::Internal(format!("{what}: no space left: {e}"))
+        }
         _ => ExecError::Internal(format!("{what}: {e}")),
     }
 }

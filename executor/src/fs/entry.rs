@@ -8,7 +8,11 @@ use iii_shell_protocol::fs::{mode_string, FsEntry};
 /// `fstatat(dir, name, flags)`.
 pub fn statat(dir: &OwnedFd, name: &CStr, nofollow: bool) -> std::io::Result<libc::stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    let flags = if nofollow { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
+    let flags = if nofollow {
+        libc::AT_SYMLINK_NOFOLLOW
+    } else {
+        0
+    };
     // SAFETY: fstatat fills `st` on success; we only read it when it returned 0.
     let rc = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), flags) };
     if rc != 0 {
@@ -39,7 +43,9 @@ pub fn entry(name: String, lst: &libc::stat, target: Option<&libc::stat>) -> FsE
         is_dir: followed.is_some_and(is_dir),
         is_symlink: is_symlink(lst),
         mode: mode_string(lst.st_mode),
-        size: followed.map(|s| s.st_size as u64).unwrap_or(lst.st_size as u64),
+        size: followed
+            .map(|s| s.st_size as u64)
+            .unwrap_or(lst.st_size as u64),
         mtime: lst.st_mtime,
     }
 }

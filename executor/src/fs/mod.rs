@@ -1,10 +1,10 @@
 //! Filesystem operations, every one of them fd-relative beneath the jail.
 
 pub mod atomic;
-pub mod grep;
-pub mod sed;
 pub mod entry;
+pub mod grep;
 pub mod ops;
+pub mod sed;
 pub mod stream;
 pub mod workspace;
 
@@ -34,29 +34,61 @@ pub struct RequestIo {
     pub credits: Arc<Semaphore>,
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ExecError> + Send + 'static) -> Result<T, ExecError> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ExecError> + Send + 'static,
+) -> Result<T, ExecError> {
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(ExecError::Internal(format!("fs task failed: {e}"))))
 }
 
 /// Runs one filesystem operation against one policy snapshot.
-pub async fn handle(policy: Arc<Policy>, op: FsOp, io: &mut RequestIo) -> Result<(FsReply, Option<Continuation>), ExecError> {
+pub async fn handle(
+    policy: Arc<Policy>,
+    op: FsOp,
+    io: &mut RequestIo,
+) -> Result<(FsReply, Option<Continuation>), ExecError> {
     let p = policy.clone();
     let reply = match op {
         FsOp::Ls { path } => blocking(move || ops::ls(&p, &path).map(FsReply::Ls)).await?,
         FsOp::Stat { path } => blocking(move || ops::stat(&p, &path).map(FsReply::Stat)).await?,
-        FsOp::Mkdir { path, mode, parents } => blocking(move || ops::mkdir(&p, &path, mode, parents).map(FsReply::Mkdir)).await?,
-        FsOp::Rm { path, recursive } => blocking(move || ops::rm(&p, &path, recursive).map(FsReply::Rm)).await?,
-        FsOp::Chmod { path, mode, uid, gid, recursive } => {
-            blocking(move || ops::chmod(&p, &path, mode, uid, gid, recursive).map(FsReply::Chmod)).await?
+        FsOp::Mkdir {
+            path,
+            mode,
+            parents,
+        } => blocking(move || ops::mkdir(&p, &path, mode, parents).map(FsReply::Mkdir)).await?,
+        FsOp::Rm { path, recursive } => {
+            blocking(move || ops::rm(&p, &path, recursive).map(FsReply::Rm)).await?
         }
-        FsOp::Mv { src, dst, overwrite } => blocking(move || ops::mv(&p, &src, &dst, overwrite).map(FsReply::Mv)).await?,
+        FsOp::Chmod {
+            path,
+            mode,
+            uid,
+            gid,
+            recursive,
+        } => {
+            blocking(move || ops::chmod(&p, &path, mode, uid, gid, recursive).map(FsReply::Chmod))
+                .await?
+        }
+        FsOp::Mv {
+            src,
+            dst,
+            overwrite,
+        } => blocking(move || ops::mv(&p, &src, &dst, overwrite).map(FsReply::Mv)).await?,
         FsOp::Grep(spec) => blocking(move || grep::grep(&p, &spec).map(FsReply::Grep)).await?,
         FsOp::Sed(spec) => blocking(move || sed::sed(&p, &spec).map(FsReply::Sed)).await?,
-        FsOp::Write { files } => blocking(move || ops::write_inline(&p, &files).map(FsReply::Write)).await?,
-        FsOp::WriteStream { path, mode, parents } => {
-            let mut inbound = io.inbound.take().ok_or_else(|| ExecError::Internal("no input stream".into()))?;
+        FsOp::Write { files } => {
+            blocking(move || ops::write_inline(&p, &files).map(FsReply::Write)).await?
+        }
+        FsOp::WriteStream {
+            path,
+            mode,
+            parents,
+        } => {
+            let mut inbound = io
+                .inbound
+                .take()
+                .ok_or_else(|| ExecError::Internal("no input stream".into()))?;
             let (out, id) = (io.out.clone(), io.id);
             let ack = move || {
                 let _ = out.try_send(ServerFrame::StreamAck { id });
@@ -73,14 +105,32 @@ pub async fn handle(policy: Arc<Policy>, op: FsOp, io: &mut RequestIo) -> Result
                 mode: iii_shell_protocol::fs::mode_string(st.st_mode),
                 mtime: st.st_mtime,
             };
-            let cont = stream::read_stream(file, io.id, io.out.clone(), io.credits.clone(), policy.config.fs.max_read_bytes);
+            let cont = stream::read_stream(
+                file,
+                io.id,
+                io.out.clone(),
+                io.credits.clone(),
+                policy.config.fs.max_read_bytes,
+            );
             return Ok((FsReply::ReadStart(start), Some(Box::pin(cont))));
         }
         FsOp::WorkspaceRoots => FsReply::WorkspaceRoots(workspace::roots(&policy)),
-        FsOp::WorkspaceList { path, page_size } => blocking(move || workspace::list(&p, &path, page_size).map(FsReply::WorkspaceList)).await?,
-        FsOp::WorkspaceValidate { path } => blocking(move || workspace::validate(&p, &path).map(FsReply::WorkspaceValidate)).await?,
-        FsOp::WorkspaceReadBytes { path, offset, length } => {
-            blocking(move || workspace::read_bytes(&p, &path, offset, length).map(FsReply::WorkspaceReadBytes)).await?
+        FsOp::WorkspaceList { path, page_size } => {
+            blocking(move || workspace::list(&p, &path, page_size).map(FsReply::WorkspaceList))
+                .await?
+        }
+        FsOp::WorkspaceValidate { path } => {
+            blocking(move || workspace::validate(&p, &path).map(FsReply::WorkspaceValidate)).await?
+        }
+        FsOp::WorkspaceReadBytes {
+            path,
+            offset,
+            length,
+        } => {
+            blocking(move || {
+                workspace::read_bytes(&p, &path, offset, length).map(FsReply::WorkspaceReadBytes)
+            })
+            .await?
         }
     };
     Ok((reply, None))

@@ -39,7 +39,9 @@ pub async fn write_stream(
     loop {
         let item = tokio::time::timeout(STREAM_IDLE, inbound.recv())
             .await
-            .map_err(|_| ExecError::Internal(format!("write stream idle for {STREAM_IDLE:?}; abandoned")))?;
+            .map_err(|_| {
+                ExecError::Internal(format!("write stream idle for {STREAM_IDLE:?}; abandoned"))
+            })?;
         match item {
             Some(StreamItem::Data(chunk)) => {
                 check_write_cap(policy, tmp.written + chunk.len() as u64, path)?;
@@ -47,17 +49,33 @@ pub async fn write_stream(
                 ack();
             }
             Some(StreamItem::End(None)) => break,
-            Some(StreamItem::End(Some(e))) => return Err(ExecError::Internal(format!("write stream failed: {e}"))),
-            None => return Err(ExecError::Internal("write stream ended without a close".into())),
+            Some(StreamItem::End(Some(e))) => {
+                return Err(ExecError::Internal(format!("write stream failed: {e}")))
+            }
+            None => {
+                return Err(ExecError::Internal(
+                    "write stream ended without a close".into(),
+                ))
+            }
         }
     }
     let written = tmp.commit()?;
-    Ok(WriteResponse { bytes_written: written, path: parent.path.to_string_lossy().into_owned(), files: Vec::new() })
+    Ok(WriteResponse {
+        bytes_written: written,
+        path: parent.path.to_string_lossy().into_owned(),
+        files: Vec::new(),
+    })
 }
 
 /// Streams an open file to the broker in chunks, waiting for credit before each one. Reads
 /// stop at `cap` bytes (0 = unlimited) even if the file grows meanwhile.
-pub async fn read_stream(mut file: std::fs::File, id: u64, out: mpsc::Sender<ServerFrame>, credits: Arc<Semaphore>, cap: u64) {
+pub async fn read_stream(
+    mut file: std::fs::File,
+    id: u64,
+    out: mpsc::Sender<ServerFrame>,
+    credits: Arc<Semaphore>,
+    cap: u64,
+) {
     let mut sent = 0u64;
     let mut buf = vec![0u8; STREAM_CHUNK];
     let error = loop {
@@ -74,10 +92,19 @@ pub async fn read_stream(mut file: std::fs::File, id: u64, out: mpsc::Sender<Ser
             break None;
         }
         if cap > 0 && sent + n as u64 > cap {
-            break Some(format!("the file grew past fs.max_read_bytes ({cap}) while being read"));
+            break Some(format!(
+                "the file grew past fs.max_read_bytes ({cap}) while being read"
+            ));
         }
         sent += n as u64;
-        if out.send(ServerFrame::StreamData { id, data: buf[..n].to_vec() }).await.is_err() {
+        if out
+            .send(ServerFrame::StreamData {
+                id,
+                data: buf[..n].to_vec(),
+            })
+            .await
+            .is_err()
+        {
             return;
         }
     };
