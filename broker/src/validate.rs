@@ -96,7 +96,7 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
 
     let argv = build_argv(&request.command, request.args.as_deref())?;
     let denylist =
-        Denylist::compile(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
+        compiled_denylist(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
     if let Some(p) = denylist.matches(&argv) {
         return Err(WireError::plain(denied_message(p)));
     }
@@ -139,6 +139,22 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
         argv,
         spec: Some(spec),
     })
+}
+
+/// The compiled denylist of the configuration in force. Compiling the patterns costs about a
+/// millisecond, so it is done once per distinct pattern list, not per call.
+fn compiled_denylist(patterns: &[String]) -> Result<std::sync::Arc<Denylist>, String> {
+    type Cache = Option<(Vec<String>, std::sync::Arc<Denylist>)>;
+    static CACHE: std::sync::Mutex<Cache> = std::sync::Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((p, d)) = cache.as_ref() {
+        if p.as_slice() == patterns {
+            return Ok(d.clone());
+        }
+    }
+    let d = std::sync::Arc::new(Denylist::compile(patterns)?);
+    *cache = Some((patterns.to_vec(), d.clone()));
+    Ok(d)
 }
 
 /// `None` → `default_timeout_ms`; otherwise clamped to `max_timeout_ms`.
