@@ -22,6 +22,9 @@ pub struct ServeArgs {
     /// Seed configuration sent as `initial_value` on first registration only
     #[arg(long, global = true, default_value = "./config.yaml")]
     pub config: PathBuf,
+    /// `serve`: pin the executor to this root-owned envelope (the widest policy it accepts)
+    #[arg(long = "pin-config", id = "serve_pin_config")]
+    pub pin_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

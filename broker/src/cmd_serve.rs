@@ -37,7 +37,11 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let (executor, broker_end) = match spawn_executor_raw(&exe, &[]) {
+    let executor_args: Vec<String> = match &args.pin_config {
+        Some(p) => vec!["--pin-config".into(), p.display().to_string()],
+        None => Vec::new(),
+    };
+    let (executor, broker_end) = match spawn_executor_raw(&exe, &executor_args) {
         Ok(x) => x,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the executor");
@@ -74,7 +78,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(supervise(exe, executor, broker, control))
+    rt.block_on(supervise(exe, executor_args, executor, broker, control))
 }
 
 fn harden_supervisor(seed: &Config) -> Result<(), String> {
@@ -168,6 +172,7 @@ fn wait_thread(mut child: Child, tx: tokio::sync::mpsc::UnboundedSender<(u32, Op
 
 async fn supervise(
     exe: std::path::PathBuf,
+    executor_args: Vec<String>,
     executor: Child,
     broker: Child,
     control: OwnedFd,
@@ -219,7 +224,7 @@ async fn supervise(
                 tracing::error!(pid = executor_pid, "the executor exited; respawning it");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
-                match spawn_executor_raw(&exe, &[]) {
+                match spawn_executor_raw(&exe, &executor_args) {
                     Ok((child, end)) => {
                         executor_pid = child.id();
                         executor_alive = true;

@@ -1,0 +1,279 @@
+//! Hardening end to end: `doctor`, the pinned envelope, strict mode.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use common::*;
+use iii_shell_broker::executor_client::ExecutorClient;
+use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_protocol::config::{Config, ConfinementMode};
+use iii_shell_protocol::messages::Request;
+use serde_json::Value;
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[test]
+fn doctor_json_reports_every_layer() {
+    let dir = tempdir();
+    let out = Command::new(bin())
+        .args(["doctor", "--json", "--config"])
+        .arg(dir.path().join("none.yaml"))
+        .output()
+        .expect("run doctor");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
+    let ex = &v["executor"];
+    assert_eq!(ex["no_new_privs"], true, "{v}");
+    assert_eq!(ex["seccomp_mode"], 2, "{v}");
+    assert_eq!(ex["dumpable"], false, "{v}");
+    assert_eq!(ex["subreaper"], true, "{v}");
+    assert_eq!(ex["cap_effective"], serde_json::json!([]), "{v}");
+    let cmds = &v["commands"];
+    assert_eq!(cmds["mode"], "best_effort");
+    assert!(cmds["landlock_abi"].as_i64().unwrap_or(0) >= 1, "{v}");
+    assert!(
+        cmds["seccomp_denied"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s == "SYS_ptrace")),
+        "{v}"
+    );
+    let observed = cmds["observed"].to_string();
+    assert!(
+        observed.contains("NoNewPrivs: 1") && observed.contains("Seccomp: 2"),
+        "{v}"
+    );
+    let broker = &v["broker"];
+    assert_eq!(broker["no_new_privs"], true, "{v}");
+    let checks = broker["checks"].to_string();
+    assert!(
+        !checks.contains("ALLOWED"),
+        "the confined broker could still act: {checks}"
+    );
+    if is_root() {
+        assert_ne!(broker["uid"], 0, "the broker must drop root: {v}");
+        assert_eq!(broker["cap_bounding"], serde_json::json!([]), "{v}");
+    }
+}
+
+#[test]
+fn doctor_human_output_names_each_layer() {
+    let out = Command::new(bin())
+        .arg("doctor")
+        .output()
+        .expect("run doctor");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "broker (pid",
+        "executor (pid",
+        "no_new_privs",
+        "seccomp",
+        "landlock",
+        "commands (mode",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
+/// An executor with a pinned envelope jailed to `root`.
+async fn pinned_executor(
+    envelope: &Config,
+) -> (std::process::Child, ExecutorClient, tempfile::TempDir) {
+    let dir = tempdir();
+    let pin = dir.path().join("envelope.yaml");
+    std::fs::write(&pin, serde_norway::to_string(envelope).unwrap()).unwrap();
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (child, stream) =
+        spawn_executor_with(bin(), &["--pin-config".into(), pin.display().to_string()]).unwrap();
+    let client = ExecutorClient::connect(stream).await.expect("handshake");
+    (child, client, dir)
+}
+
+#[tokio::test]
+async fn a_pinned_envelope_refuses_a_widening_policy() {
+    let root = tempdir();
+    let envelope = jailed(root.path());
+    let (mut child, client, _d) = pinned_executor(&envelope).await;
+    let set = |c: &Config| Request::SetPolicy {
+        generation: 1,
+        config_json: serde_json::to_string(c).unwrap(),
+    };
+
+    // Within the envelope: accepted (a sub-directory root, one more denied path).
+    std::fs::create_dir_all(root.path().join("sub")).unwrap();
+    let mut narrower = jailed(&root.path().join("sub"));
+    narrower.fs.denylist_paths.push("/srv/secret".into());
+    client
+        .call(set(&narrower))
+        .await
+        .expect("a narrower policy is accepted");
+
+    // Wider: unjailed, another root, a lost denylist entry, special bits.
+    let mut unjailed = Config::builtin_default();
+    unjailed.fs.allow_unjailed = true;
+    let mut other_root = jailed(std::path::Path::new("/tmp"));
+    other_root.fs.host_roots = vec!["/tmp".into()];
+    let mut lost = jailed(root.path());
+    lost.fs.denylist_paths.clear();
+    let mut bits = jailed(root.path());
+    bits.fs.allow_special_bits = true;
+    for wider in [unjailed, other_root, lost, bits] {
+        let e = client
+            .call(set(&wider))
+            .await
+            .expect_err("a widening policy is refused");
+        assert_eq!(e.code, "S210");
+        assert!(
+            e.message.contains("pinned envelope forbids widening"),
+            "{e:?}"
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn an_envelope_file_others_may_write_is_refused() {
+    let dir = tempdir();
+    let pin = dir.path().join("envelope.yaml");
+    std::fs::write(
+        &pin,
+        serde_norway::to_string(&Config::builtin_default()).unwrap(),
+    )
+    .unwrap();
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let status = Command::new(bin())
+        .args(["executor", "--socket"])
+        .arg(dir.path().join("x.sock"))
+        .arg("--pin-config")
+        .arg(&pin)
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "a world-writable envelope must be refused"
+    );
+}
+
+#[tokio::test]
+async fn strict_mode_refuses_a_named_socket_whose_peer_is_the_command_uid() {
+    let dir = tempdir();
+    let pin = dir.path().join("envelope.yaml");
+    let mut c = Config::builtin_default();
+    c.confinement.mode = ConfinementMode::Strict;
+    std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
+    let out = Command::new(bin())
+        .args(["executor", "--socket"])
+        .arg(dir.path().join("x.sock"))
+        .arg("--pin-config")
+        .arg(&pin)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("peer uid equals the uid commands run as")
+    );
+}
+
+#[tokio::test]
+async fn strict_mode_refuses_a_policy_without_seccomp() {
+    let h = Harness::default().await;
+    let mut c = Config::builtin_default();
+    c.confinement.mode = ConfinementMode::Strict;
+    c.confinement.seccomp = false;
+    let e = h
+        .services
+        .executor
+        .call(Request::SetPolicy {
+            generation: 9,
+            config_json: serde_json::to_string(&c).unwrap(),
+        })
+        .await
+        .expect_err("strict without seccomp must be refused");
+    assert!(
+        e.message.contains("strict confinement cannot be met"),
+        "{e:?}"
+    );
+    // best_effort accepts the same thing.
+    c.confinement.mode = ConfinementMode::BestEffort;
+    h.services
+        .executor
+        .call(Request::SetPolicy {
+            generation: 10,
+            config_json: serde_json::to_string(&c).unwrap(),
+        })
+        .await
+        .expect("best_effort accepts it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_a_pinned_envelope_rejects_a_widening_reload() {
+    use std::time::Duration;
+    let engine = iii_test_engine::TestEngine::start().await;
+    let root = tempdir();
+    let jail = jailed(root.path());
+    let pin = root.path().join("envelope.yaml");
+    std::fs::write(&pin, serde_norway::to_string(&jail).unwrap()).unwrap();
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    engine.config_seed("shell", serde_json::to_value(&jail).unwrap());
+    let mut worker = Command::new(bin())
+        .arg("--pin-config")
+        .arg(&pin)
+        .arg("--config")
+        .arg(root.path().join("none.yaml"))
+        .env("III_URL", engine.url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(engine
+        .wait_for_function("shell::config-status", Duration::from_secs(20))
+        .await
+        .is_some());
+    assert!(
+        engine
+            .wait_until(Duration::from_secs(10), |e| !e.triggers().is_empty())
+            .await,
+        "the configuration trigger was never bound"
+    );
+    let client = engine.client().await;
+
+    let mut wider = jail.clone();
+    wider.fs.host_roots.clear();
+    wider.fs.allow_unjailed = true;
+    engine
+        .config_set("shell", serde_json::to_value(&wider).unwrap())
+        .await;
+    let status = client
+        .call("shell::config-status", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(status["last_outcome"], "rejected", "{status}");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("pinned envelope forbids widening"),
+        "{status}"
+    );
+    // The jail is still in force.
+    let e = client
+        .call(
+            "shell::exec",
+            serde_json::json!({"command": "pwd", "cwd": "/"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "S215");
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
