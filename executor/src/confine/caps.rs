@@ -51,7 +51,11 @@ pub fn read() -> CapState {
 /// re-reading every set. Returns the state read back.
 pub fn drop_to(keep: &CapsHashSet) -> Result<CapState, String> {
     // The bounding set needs CAP_SETPCAP to shrink: do it first, while we may still have it.
-    for c in caps::all() {
+    // An unprivileged process cannot shrink it at all; with nothing permitted and
+    // no_new_privs set, it can never gain anything from it either, so it is left as is.
+    let privileged =
+        caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false);
+    for c in caps::all().into_iter().filter(|_| privileged) {
         if !keep.contains(&c) && caps::has_cap(None, CapSet::Bounding, c).unwrap_or(false) {
             caps::drop(None, CapSet::Bounding, c)
                 .map_err(|e| format!("drop {c} from the bounding set: {e}"))?;
@@ -69,11 +73,14 @@ pub fn drop_to(keep: &CapsHashSet) -> Result<CapState, String> {
     caps::set(None, CapSet::Permitted, &inh).map_err(|e| format!("set the permitted set: {e}"))?;
     let state = read();
     let want = names(keep.clone());
-    for (set, have) in [
-        ("bounding", &state.bounding),
+    let mut checked = vec![
         ("effective", &state.effective),
         ("permitted", &state.permitted),
-    ] {
+    ];
+    if privileged {
+        checked.push(("bounding", &state.bounding));
+    }
+    for (set, have) in checked {
         if have.iter().any(|c| !want.contains(c)) {
             return Err(format!(
                 "verification failed: the {set} set still holds {have:?}"
