@@ -15,7 +15,7 @@ fn main() {
         Some(Command::Executor(args)) => {
             logging::init("info");
             match cmd_executor::harden(&args) {
-                Ok(pinned) => runtime(2).block_on(cmd_executor::run(args, pinned)),
+                Ok(pinned) => runtime(executor_threads()).block_on(cmd_executor::run(args, pinned)),
                 Err(code) => code,
             }
         }
@@ -81,4 +81,15 @@ fn check_config(file: &std::path::Path) -> i32 {
             1
         }
     }
+}
+
+/// Worker threads of the executor's runtime (`III_SHELL_EXECUTOR_THREADS`, default 1: one
+/// thread keeps every request on the thread that reads it, which saves a cross-thread wake-up
+/// per hop; blocking work runs on the blocking pool either way).
+fn executor_threads() -> usize {
+    std::env::var("III_SHELL_EXECUTOR_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
 }
