@@ -45,9 +45,9 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         .lines()
         .find_map(|l| l.strip_prefix("0::"))?
         .trim_start_matches('/');
-    let dir = mount
-        .join(rel)
-        .join(format!("iii-shell-{}", std::process::id()));
+    let parent = mount.join(rel);
+    sweep_stale_bases(&parent);
+    let dir = parent.join(format!("iii-shell-{}", std::process::id()));
     match std::fs::create_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -63,6 +63,38 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
     }
     tracing::debug!(path = %dir.display(), "job cgroups enabled");
     Some(CgroupBase { dir })
+}
+
+/// Removes the empty job-cgroup bases of executors that no longer exist. An executor runs
+/// without capabilities once hardened, so when the cgroup parent is only writable with
+/// CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next executor, which sweeps
+/// before it drops its capabilities, does. A base that still holds live processes is kept.
+pub fn sweep_stale_bases(parent: &Path) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("iii-shell-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let base = e.path();
+        if let Ok(jobs) = std::fs::read_dir(&base) {
+            for j in jobs.flatten() {
+                if j.path().is_dir() {
+                    let _ = std::fs::remove_dir(j.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&base);
+    }
 }
 
 /// The cgroup of one job.
@@ -211,5 +243,29 @@ fn remove_when_empty(p: &Path) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_removes_bases_of_dead_executors_only() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pid that cannot exist (above pid_max) and one that always does (init).
+        let dead = dir.path().join("iii-shell-4294967294");
+        let live = dir.path().join("iii-shell-1");
+        let other = dir.path().join("not-ours-4294967294");
+        std::fs::create_dir_all(dead.join("job-1")).unwrap();
+        std::fs::create_dir_all(&live).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        sweep_stale_bases(dir.path());
+        assert!(!dead.exists(), "a dead executor's base is swept");
+        assert!(live.exists(), "a live executor's base is kept");
+        assert!(
+            other.exists(),
+            "directories that are not ours are left alone"
+        );
     }
 }
