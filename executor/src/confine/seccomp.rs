@@ -159,6 +159,37 @@ const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
+fn errno(e: i32) -> libc::sock_filter {
+    stmt(RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff))
+}
+
+/// Shared start of every filter: a foreign architecture is killed, the syscall number is
+/// loaded, and (on x86_64) the x32 range, which shares the audit arch, is refused.
+fn prologue() -> Vec<libc::sock_filter> {
+    let mut p = vec![
+        stmt(LD_W_ABS, OFF_ARCH),
+        jump(JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(RET_K, SECCOMP_RET_KILL_PROCESS),
+        stmt(LD_W_ABS, OFF_NR),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        p.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
+        p.push(errno(libc::EPERM));
+    }
+    p
+}
+
+/// For `nr` (clone or unshare): EPERM when arg0 carries namespace flags; otherwise `then`
+/// (ALLOW, or reloading the number to go on with the next check).
+fn refuse_namespace_flags(p: &mut Vec<libc::sock_filter>, nr: i64, then: libc::sock_filter) {
+    let ns_low = (NAMESPACE_FLAGS & 0xffff_ffff) as u32;
+    p.push(jump(JEQ_K, nr as u32, 0, 4));
+    p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
+    p.push(jump(JSET_K, ns_low, 0, 1));
+    p.push(errno(libc::EPERM));
+    p.push(then);
+}
+
 /// A compiled filter.
 #[derive(Debug, Clone)]
 pub struct Filter {
@@ -190,18 +221,7 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
         .into_iter()
         .filter(|d| !allowed(d.name.trim_start_matches("SYS_")))
         .collect();
-    let errno = |e: i32| stmt(RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff));
-    let mut p = vec![
-        stmt(LD_W_ABS, OFF_ARCH),
-        jump(JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(RET_K, SECCOMP_RET_KILL_PROCESS),
-        stmt(LD_W_ABS, OFF_NR),
-    ];
-    if cfg!(target_arch = "x86_64") {
-        // x32 system calls share the x86_64 audit arch: refuse the whole range.
-        p.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
-        p.push(errno(libc::EPERM));
-    }
+    let mut p = prologue();
     for d in &denied {
         p.push(jump(JEQ_K, d.nr as u32, 0, 1));
         p.push(errno(libc::EPERM));
@@ -211,21 +231,11 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
         p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
         p.push(errno(libc::ENOSYS));
     }
-    let ns_low = (NAMESPACE_FLAGS & 0xffff_ffff) as u32;
     if !allowed("clone_namespaces") {
-        // clone: refuse namespace flags (arg0 low word on x86_64 and arm64).
-        p.push(jump(JEQ_K, libc::SYS_clone as u32, 0, 4));
-        p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
-        p.push(jump(JSET_K, ns_low, 0, 1));
-        p.push(errno(libc::EPERM));
-        p.push(stmt(LD_W_ABS, OFF_NR));
+        refuse_namespace_flags(&mut p, libc::SYS_clone, stmt(LD_W_ABS, OFF_NR));
     }
     if !allowed("unshare") {
-        p.push(jump(JEQ_K, libc::SYS_unshare as u32, 0, 4));
-        p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
-        p.push(jump(JSET_K, ns_low, 0, 1));
-        p.push(errno(libc::EPERM));
-        p.push(stmt(LD_W_ABS, OFF_NR));
+        refuse_namespace_flags(&mut p, libc::SYS_unshare, stmt(LD_W_ABS, OFF_NR));
     }
     p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
     let mut names: Vec<&'static str> = denied.iter().map(|d| d.name).collect();
@@ -285,25 +295,10 @@ pub fn current_mode() -> Option<u32> {
 /// A default-deny filter: the listed system calls are allowed, every other one fails with
 /// EPERM (x32 too); `clone` only without namespace flags, `clone3` answers ENOSYS.
 pub fn allowlist_filter(allowed: &[i64]) -> Filter {
-    let errno = |e: i32| stmt(RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff));
-    let mut p = vec![
-        stmt(LD_W_ABS, OFF_ARCH),
-        jump(JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(RET_K, SECCOMP_RET_KILL_PROCESS),
-        stmt(LD_W_ABS, OFF_NR),
-    ];
-    if cfg!(target_arch = "x86_64") {
-        p.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
-        p.push(errno(libc::EPERM));
-    }
+    let mut p = prologue();
     p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
     p.push(errno(libc::ENOSYS));
-    let ns_low = (NAMESPACE_FLAGS & 0xffff_ffff) as u32;
-    p.push(jump(JEQ_K, libc::SYS_clone as u32, 0, 4));
-    p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
-    p.push(jump(JSET_K, ns_low, 0, 1));
-    p.push(errno(libc::EPERM));
-    p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
+    refuse_namespace_flags(&mut p, libc::SYS_clone, stmt(RET_K, SECCOMP_RET_ALLOW));
     for nr in allowed {
         p.push(jump(JEQ_K, *nr as u32, 0, 1));
         p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
