@@ -97,6 +97,21 @@ async fn host(services: &Services, op: FsOp) -> Result<FsReply, WireError> {
     }
 }
 
+/// Runs a host operation and serializes whichever response it produced.
+async fn host_value(services: &Services, op: FsOp) -> Result<Value, WireError> {
+    match host(services, op).await? {
+        FsReply::Ls(x) => to_value(&x),
+        FsReply::Stat(x) => to_value(&x),
+        FsReply::Mkdir(x) => to_value(&x),
+        FsReply::Rm(x) => to_value(&x),
+        FsReply::Chmod(x) => to_value(&x),
+        FsReply::Mv(x) => to_value(&x),
+        FsReply::Grep(x) => to_value(&x),
+        FsReply::Sed(x) => to_value(&x),
+        _ => Err(unexpected_reply()),
+    }
+}
+
 /// The payload forwarded to `sandbox::fs::*`: the request minus host-only fields.
 fn forward_body(payload: &Value) -> Value {
     let mut v = payload.clone();
@@ -122,10 +137,7 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(services, FsOp::Ls { path: r.path }).await? {
-                FsReply::Ls(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            host_value(services, FsOp::Ls { path: r.path }).await
         }
         "stat" => {
             let r: StatRequest = parse(&payload)?;
@@ -133,10 +145,7 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(services, FsOp::Stat { path: r.path }).await? {
-                FsReply::Stat(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            host_value(services, FsOp::Stat { path: r.path }).await
         }
         "mkdir" => {
             let r: MkdirRequest = parse(&payload)?;
@@ -145,7 +154,7 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(
+            host_value(
                 services,
                 FsOp::Mkdir {
                     path: r.path,
@@ -153,11 +162,7 @@ pub async fn dispatch(
                     parents: r.parents,
                 },
             )
-            .await?
-            {
-                FsReply::Mkdir(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            .await
         }
         "rm" => {
             let r: RmRequest = parse(&payload)?;
@@ -165,18 +170,14 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(
+            host_value(
                 services,
                 FsOp::Rm {
                     path: r.path,
                     recursive: r.recursive,
                 },
             )
-            .await?
-            {
-                FsReply::Rm(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            .await
         }
         "chmod" => {
             let r: ChmodRequest = parse(&payload)?;
@@ -185,7 +186,7 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            match host(
+            host_value(
                 services,
                 FsOp::Chmod {
                     path: r.path,
@@ -195,11 +196,7 @@ pub async fn dispatch(
                     recursive: r.recursive,
                 },
             )
-            .await?
-            {
-                FsReply::Chmod(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            .await
         }
         "mv" => {
             let r: MvRequest = parse(&payload)?;
@@ -208,7 +205,7 @@ pub async fn dispatch(
             }
             need_path(&r.src, "src")?;
             need_path(&r.dst, "dst")?;
-            match host(
+            host_value(
                 services,
                 FsOp::Mv {
                     src: r.src,
@@ -216,11 +213,7 @@ pub async fn dispatch(
                     overwrite: r.overwrite,
                 },
             )
-            .await?
-            {
-                FsReply::Mv(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            .await
         }
         "grep" => {
             let r: GrepRequest = parse(&payload)?;
@@ -241,10 +234,7 @@ pub async fn dispatch(
                 max_matches: r.max_matches,
                 max_line_bytes: r.max_line_bytes,
             };
-            match host(services, FsOp::Grep(spec)).await? {
-                FsReply::Grep(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            host_value(services, FsOp::Grep(spec)).await
         }
         "sed" => {
             let r: SedRequest = parse(&payload)?;
@@ -271,10 +261,7 @@ pub async fn dispatch(
                 include_glob: r.include_glob,
                 exclude_glob: r.exclude_glob,
             };
-            match host(services, FsOp::Sed(spec)).await? {
-                FsReply::Sed(x) => to_value(&x),
-                _ => Err(unexpected_reply()),
-            }
+            host_value(services, FsOp::Sed(spec)).await
         }
         "write" => write(services, &rt, payload).await,
         "read" => read(services, payload).await,
