@@ -10,6 +10,7 @@ use iii_shell_protocol::messages::ExecSpec;
 
 use crate::denylist::denied_message;
 use crate::env_policy;
+
 use crate::error::ExecError;
 use crate::jail::{fstat, open_beneath};
 use crate::policy::Policy;
@@ -117,13 +118,11 @@ pub fn lookup(program: &str, path_var: Option<&str>) -> Result<String, std::io::
 pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
     check(policy, spec)?;
     let cwd = resolve_cwd(policy, spec.cwd.as_deref())?;
-    let env = env_policy::build_env(
-        policy.config.env.inherit,
-        &policy.config.env.allow,
-        std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-        &spec.env,
-    );
+    // The forwarded base environment is built once per policy; only overrides are per call.
+    let mut env = policy.base_env.clone();
+    for (k, v) in &spec.env {
+        env.insert(k.clone(), v.clone());
+    }
     let program = lookup(&spec.argv[0], env.get("PATH").map(String::as_str))
         .map_err(|e| spawn_error(&spec.argv[0], &e))?;
     let io = |e: std::io::Error| ExecError::Internal(format!("spawn setup: {e}"));

@@ -19,6 +19,9 @@ pub struct Policy {
     pub config: Config,
     pub denylist: Denylist,
     pub jail: Jail,
+    /// The executor's environment filtered by `env.inherit` / `env.allow`: what every command
+    /// starts from before its per-call overrides.
+    pub base_env: std::collections::BTreeMap<String, String>,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
 }
@@ -106,11 +109,19 @@ impl Policy {
             &config.code.non_accessible_globs,
         )?;
         let commands = CommandConfinement::build(&config)?;
+        let base_env = crate::env_policy::build_env(
+            config.env.inherit,
+            &config.env.allow,
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+            &[],
+        );
         Ok(Policy {
             generation,
             config,
             denylist,
             jail,
+            base_env,
             commands,
         })
     }
