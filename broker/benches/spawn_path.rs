@@ -6,6 +6,7 @@
 
 use std::ffi::CString;
 use std::future::Future;
+use std::ops::Not;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -371,10 +372,10 @@ async fn stages(
         "  of which Denylist::compile (per call)",
         "socket round trip: Request::Ping",
         "executor: run::run(/bin/true) in-process",
-        "  command::prepare (env, pipes, cgroup mkdir)",
-        "  JobCgroup create + remove (mkdir/open/rmdir)",
+        "  command::prepare (env, pipes, cgroup from the pool)",
+        "  JobCgroup take + recycle (pooled)",
         "  spawn::spawn + reap, no cgroup",
-        "  spawn::spawn + reap, child joins a cgroup",
+        "  spawn::spawn + reap, child starts in a cgroup",
     ];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(iters); names.len()];
     for round in 0..(iters + iters / 10) {
@@ -402,27 +403,32 @@ async fn stages(
         let start = Instant::now();
         let prepared = prepare(&policy, &spec).expect("prepare");
         t[6] = Some(start.elapsed());
-        if let Some(cg) = &prepared.cgroup {
-            cg.remove();
+        let iii_shell_executor::command::Prepared {
+            plan: p, cgroup, ..
+        } = prepared;
+        drop(p);
+        if let Some(cg) = cgroup {
+            cg.recycle().expect("an unused cgroup is empty");
         }
-        drop(prepared);
         if cgroups {
             t[7] = Some(time(|| {
-                let (cg, procs) = JobCgroup::create().expect("cgroup");
-                drop(procs);
-                cg.remove();
+                let cg = JobCgroup::take().expect("cgroup");
+                cg.recycle().expect("an unused cgroup is empty");
             }));
         }
         t[8] = Some(time(|| {
             reap(&spawn(&plan).expect("spawn")).expect("reap");
         }));
-        if let Some((cg, procs)) = cgroups.then(JobCgroup::create).flatten() {
-            plan.cgroup_procs = Some(procs);
+        if let Some(cg) = cgroups.then(JobCgroup::take).flatten() {
+            plan.cgroup = Some(cg.target());
             t[9] = Some(time(|| {
                 reap(&spawn(&plan).expect("spawn")).expect("reap");
             }));
-            plan.cgroup_procs = None;
-            cg.remove();
+            plan.cgroup = None;
+            while cg.is_empty().not() {
+                std::thread::yield_now();
+            }
+            cg.recycle().expect("empty after the reap");
         }
         // The first tenth of the rounds is warm-up.
         if round >= iters / 10 {

@@ -251,7 +251,15 @@ fn print_human(
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!("  job cgroups        {}", yes(c.cgroups));
+    println!(
+        "  job cgroups        {}{}",
+        yes(c.cgroups),
+        match c.cgroup_entry.as_str() {
+            "clone3" => " (children start inside them: clone3 CLONE_INTO_CGROUP)",
+            "cgroup.procs" => " (children join by writing cgroup.procs: slower, see BENCHMARKS.md)",
+            _ => "",
+        }
+    );
     println!("  a real command saw {}", c.observed.join(" | "));
     if warnings.is_empty() {
         println!("\nno warnings");

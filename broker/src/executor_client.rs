@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use iii_shell_protocol::frame::{read_frame, write_frame};
+use iii_shell_protocol::frame::{encode, read_frame, write_frame, FrameError};
 use iii_shell_protocol::messages::{
     ClientFrame, Event, Hello, Reply, Request, ServerFrame, MAGIC, STREAM_WINDOW,
 };
+use iii_shell_protocol::sink::{send_now, send_queued, Sent, SharedWriter};
 use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -84,6 +85,8 @@ impl Drop for OutputStream {
 #[derive(Clone)]
 pub struct ExecutorClient {
     tx: mpsc::Sender<ClientFrame>,
+    /// The socket's write half, for requests written without a hop through the writer task.
+    wr: SharedWriter,
     pending: Pending,
     next_id: Arc<AtomicU64>,
     events: broadcast::Sender<Event>,
@@ -130,6 +133,8 @@ impl ExecutorClient {
             Err(_) => return Err(ConnectError::Handshake("no answer within 10 s".into())),
         };
 
+        let wr: SharedWriter = Arc::new(tokio::sync::Mutex::new(wr));
+        let writer_half = wr.clone();
         let (tx, mut rx) = mpsc::channel::<ClientFrame>(256);
         let pending: Pending = Arc::default();
         let (events, _) = broadcast::channel(1024);
@@ -138,7 +143,13 @@ impl ExecutorClient {
         let pending_w = pending.clone();
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
-                match write_frame(&mut wr, &frame).await {
+                let written = match encode(&frame) {
+                    Ok(bytes) => send_queued(&writer_half, &bytes)
+                        .await
+                        .map_err(iii_shell_protocol::frame::FrameError::from),
+                    Err(e) => Err(e),
+                };
+                match written {
                     Ok(()) => {}
                     // Refused while encoding, before a byte was written: the connection is
                     // intact, so fail that one request instead of every call in flight.
@@ -220,6 +231,7 @@ impl ExecutorClient {
         });
         Ok(ExecutorClient {
             tx,
+            wr,
             pending,
             next_id: Arc::new(AtomicU64::new(1)),
             events,
@@ -263,13 +275,41 @@ impl ExecutorClient {
             pending: self.pending.clone(),
             armed: true,
         };
-        if self
-            .tx
-            .send(ClientFrame::Request { id, request })
-            .await
-            .is_err()
-        {
-            return Err(executor_lost());
+        let frame = ClientFrame::Request { id, request };
+        let bytes = match encode(&frame) {
+            Ok(b) => b,
+            Err(e) => {
+                guard.disarm_quietly();
+                return Err(match e {
+                    FrameError::TooLarge(n) => {
+                        tracing::warn!(
+                            bytes = n,
+                            "a frame for the executor is over the size limit; failing that request"
+                        );
+                        WireError::new(
+                            Code::S216,
+                            format!(
+                                "request of {n} bytes exceeds the executor socket's frame limit"
+                            ),
+                        )
+                    }
+                    other => {
+                        WireError::new(Code::S216, format!("cannot encode the request: {other}"))
+                    }
+                });
+            }
+        };
+        match send_now(&self.wr, bytes) {
+            Ok(Sent::Done) => {}
+            Ok(Sent::Busy) => {
+                if self.tx.send(frame).await.is_err() {
+                    return Err(executor_lost());
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "write to executor failed");
+                return Err(executor_lost());
+            }
         }
         Ok((rx, guard))
     }
@@ -379,6 +419,14 @@ struct CancelOnDrop {
 
 impl CancelOnDrop {
     fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// For a request that was never sent: forget its waiter, send no cancel.
+    fn disarm_quietly(mut self) {
+        if let Ok(mut m) = self.pending.lock() {
+            m.remove(&self.id);
+        }
         self.armed = false;
     }
 }

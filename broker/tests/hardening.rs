@@ -45,6 +45,11 @@ fn doctor_json_reports_every_layer() {
             .is_some_and(|a| a.iter().any(|s| s == "SYS_ptrace")),
         "{v}"
     );
+    // The hardened executor, under its own seccomp filter, started the probe command directly
+    // inside its job cgroup: the filter lets exactly that clone3 through.
+    if cmds["cgroups"] == true && cfg!(target_arch = "x86_64") {
+        assert_eq!(cmds["cgroup_entry"], "clone3", "{v}");
+    }
     let observed = cmds["observed"].to_string();
     assert!(
         observed.contains("NoNewPrivs: 1") && observed.contains("Seccomp: 2"),

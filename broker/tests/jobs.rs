@@ -802,3 +802,47 @@ async fn kill_just_after_a_natural_exit_is_a_noop() {
         );
     }
 }
+
+/// Job cgroups are reused once empty, but never one that was killed: a child created inside
+/// a killed cgroup by clone3 is killed by the kernel at birth. Every command after a kill
+/// must still run to its real exit code.
+#[tokio::test]
+async fn commands_after_killed_jobs_still_run() {
+    let h = Harness::default().await;
+    for _ in 0..3 {
+        let m = marker();
+        let id = spawn(&h, json!({"command": "sleep", "args": [m.clone()]})).await;
+        started(&m).await;
+        let r = h.ok("shell::kill", json!({ "job_id": id })).await;
+        assert_eq!(r["killed"], true, "{r}");
+        assert_eq!(wait_done(&h, &id).await["status"], "killed");
+    }
+    // The killed jobs' cgroups are released after their supervisors finish.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..10 {
+        let r = h
+            .ok(
+                "shell::exec",
+                json!({"command": "sh", "args": ["-c", "exit 7"]}),
+            )
+            .await;
+        assert_eq!(
+            (r["exit_code"].as_i64(), r["timed_out"].as_bool()),
+            (Some(7), Some(false)),
+            "command {i} after killed jobs: {r}"
+        );
+    }
+    // And a timed-out (killed) foreground command does not poison the next one either.
+    let r = h
+        .ok(
+            "shell::exec",
+            json!({"command": "sleep", "args": ["5"], "timeout_ms": 100}),
+        )
+        .await;
+    assert_eq!(r["timed_out"], true, "{r}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..5 {
+        let r = h.ok("shell::exec", json!({"command": "true"})).await;
+        assert_eq!(r["exit_code"], 0, "command {i} after a timeout: {r}");
+    }
+}

@@ -70,9 +70,11 @@ impl Collector {
 
     /// Reads until EOF. Cancel-safe: bytes already read are kept in the capture.
     pub async fn pump(&mut self) {
-        let mut buf = vec![0u8; 64 * 1024];
+        // Read into spare capacity: no 64 KiB of zeroes per command.
+        let mut buf = Vec::with_capacity(64 * 1024);
         while let Some(rx) = self.rx.as_mut() {
-            match rx.read(&mut buf).await {
+            buf.clear();
+            match rx.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => self.rx = None,
                 Ok(n) => self.capture.push(&buf[..n]),
             }
@@ -81,9 +83,10 @@ impl Collector {
 
     /// Reads until EOF, publishing every chunk into a shared capture.
     pub async fn pump_into(&mut self, shared: &std::sync::Mutex<Capture>) {
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = Vec::with_capacity(64 * 1024);
         while let Some(rx) = self.rx.as_mut() {
-            match rx.read(&mut buf).await {
+            buf.clear();
+            match rx.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => self.rx = None,
                 Ok(n) => shared
                     .lock()

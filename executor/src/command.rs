@@ -119,12 +119,15 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     check(policy, spec)?;
     let cwd = resolve_cwd(policy, spec.cwd.as_deref())?;
     // The forwarded base environment is built once per policy; only overrides are per call.
-    let mut env = policy.base_env.clone();
-    for (k, v) in &spec.env {
-        env.insert(k.clone(), v.clone());
-    }
-    let program = lookup(&spec.argv[0], env.get("PATH").map(String::as_str))
-        .map_err(|e| spawn_error(&spec.argv[0], &e))?;
+    // PATH is a dangerous key (refused as an override above), so it comes from the base.
+    let path = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .or_else(|| policy.base_env.get("PATH").map(String::as_str));
+    let program = lookup(&spec.argv[0], path).map_err(|e| spawn_error(&spec.argv[0], &e))?;
     let io = |e: std::io::Error| ExecError::Internal(format!("spawn setup: {e}"));
     let (out_r, out_w) = pipe().map_err(io)?;
     let (err_r, err_w) = pipe().map_err(io)?;
@@ -139,14 +142,19 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
         }
         None => (dev_null().map_err(io)?, None),
     };
-    let mut plan =
-        SpawnPlan::new(&program, &spec.argv, env, stdin_child, out_w, err_w).map_err(io)?;
+    let mut plan = SpawnPlan::with_env(
+        &program,
+        &spec.argv,
+        policy.base_envp.clone(),
+        &spec.env,
+        stdin_child,
+        out_w,
+        err_w,
+    )
+    .map_err(io)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
-    let cgroup = JobCgroup::create().map(|(cg, procs)| {
-        plan.cgroup_procs = Some(procs);
-        cg
-    });
+    let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
         stdout: out_r,

@@ -124,6 +124,15 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             .unwrap_or_default(),
         rlimits,
         cgroups: crate::tree::cgroup_base().is_some(),
+        // Read after the probe command above went through the spawn path.
+        cgroup_entry: match (
+            crate::tree::cgroup_base().is_some(),
+            crate::clone3::available(),
+        ) {
+            (false, _) => "none".into(),
+            (true, true) => "clone3".into(),
+            (true, false) => "cgroup.procs".into(),
+        },
         observed,
         gaps: ll.gaps.clone(),
     };

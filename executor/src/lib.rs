@@ -5,6 +5,7 @@
 //! and only then runs commands and background jobs. It never talks to the network.
 
 pub mod capture;
+pub mod clone3;
 pub mod command;
 pub mod confine;
 pub mod denylist;
@@ -86,6 +87,17 @@ impl Executor {
                 Err(e) => (Err(e.to_wire()), None),
             };
         }
+        if let Request::Exec(spec) = request {
+            let p = match self.current() {
+                Ok(p) => p,
+                Err(e) => return (Err(e.to_wire()), None),
+            };
+            let (result, tree) = run::run_then_release(p, spec, cancel).await;
+            // The job's cgroup goes back to the pool after the reply is on its way.
+            let cont: Option<fs::Continuation> = tree
+                .map(|t| Box::pin(async move { running::release_later(t) }) as fs::Continuation);
+            return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
+        }
         if let Request::Doctor = request {
             let envelope = self.envelope.as_ref().map(|e| {
                 let roots = if e.fs.host_roots.is_empty() {
@@ -105,16 +117,14 @@ impl Executor {
                 None,
             );
         }
-        (self.handle_simple(request, cancel).await, None)
+        (self.handle_simple(request).await, None)
     }
 
-    async fn handle_simple(
-        &self,
-        request: Request,
-        cancel: Arc<Notify>,
-    ) -> Result<Reply, WireError> {
+    async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) | Request::Doctor => Err(ExecError::Internal("unreachable".into())),
+            Request::Fs(_) | Request::Doctor | Request::Exec(_) => {
+                Err(ExecError::Internal("unreachable".into()))
+            }
             Request::Ping => Ok(Reply::Pong),
             Request::SetPolicy { generation, .. }
                 if self.policy.get().is_some_and(|p| p.generation > generation) =>
@@ -150,10 +160,6 @@ impl Executor {
                     }
                 }
             }
-            Request::Exec(spec) => match self.current() {
-                Ok(p) => run::run(p, spec, cancel).await.map(Reply::Exec),
-                Err(e) => Err(e),
-            },
             Request::ExecBg(spec) => match self.current() {
                 Ok(p) => self.jobs.spawn(p, spec).await.map(Reply::ExecBg),
                 Err(e) => Err(e),

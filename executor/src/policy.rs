@@ -22,6 +22,8 @@ pub struct Policy {
     /// The executor's environment filtered by `env.inherit` / `env.allow`: what every command
     /// starts from before its per-call overrides.
     pub base_env: std::collections::BTreeMap<String, String>,
+    /// The same, as C strings ready for execve.
+    pub base_envp: Arc<crate::spawn::EnvBlock>,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
 }
@@ -116,12 +118,17 @@ impl Policy {
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
             &[],
         );
+        let base_envp = Arc::new(
+            crate::spawn::EnvBlock::new(base_env.iter().map(|(k, v)| (k.clone(), v.clone())))
+                .map_err(|e| format!("forwarded environment: {e}"))?,
+        );
         Ok(Policy {
             generation,
             config,
             denylist,
             jail,
             base_env,
+            base_envp,
             commands,
         })
     }

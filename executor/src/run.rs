@@ -11,6 +11,7 @@ use crate::command;
 use crate::error::ExecError;
 use crate::policy::Policy;
 use crate::running::{release_later, start};
+use crate::tree::JobTree;
 
 /// How long output is still collected after the tree was killed, for holders outside it.
 const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
@@ -31,26 +32,56 @@ pub async fn run(
     spec: ExecSpec,
     cancel: Arc<Notify>,
 ) -> Result<ExecResponse, ExecError> {
+    let (result, tree) = run_then_release(policy, spec, cancel).await;
+    if let Some(tree) = tree {
+        release_later(tree);
+    }
+    result
+}
+
+/// [`run`], leaving the release of the job's cgroup to the caller: the executor does it after
+/// the reply has been written, so the reply does not wait for it.
+pub async fn run_then_release(
+    policy: Arc<Policy>,
+    spec: ExecSpec,
+    cancel: Arc<Notify>,
+) -> (Result<ExecResponse, ExecError>, Option<Arc<JobTree>>) {
+    match run_inner(policy, spec, cancel).await {
+        Ok((r, tree)) => (r, Some(tree)),
+        Err(e) => (Err(e), None),
+    }
+}
+
+async fn run_inner(
+    policy: Arc<Policy>,
+    spec: ExecSpec,
+    cancel: Arc<Notify>,
+) -> Result<(Result<ExecResponse, ExecError>, Arc<JobTree>), ExecError> {
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
+    let entered = Instant::now();
     let prepared = command::prepare(&policy, &spec)?;
     if timeout_ms == 0 {
-        if let Some(cg) = &prepared.cgroup {
-            cg.remove();
+        if let Some(cg) = prepared.cgroup {
+            let _ = cg.recycle();
         }
-        return Ok(ExecResponse {
-            stdout: String::new(),
-            stderr: String::new(),
-            exit_code: None,
-            timed_out: true,
-            stdout_truncated: false,
-            stderr_truncated: false,
-            duration_ms: 0,
-        });
+        return Ok((
+            Ok(ExecResponse {
+                stdout: String::new(),
+                stderr: String::new(),
+                exit_code: None,
+                timed_out: true,
+                stdout_truncated: false,
+                stderr_truncated: false,
+                duration_ms: 0,
+            }),
+            Arc::new(JobTree::new(0, None)),
+        ));
     }
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
     let (mut running, mut out, mut err) = start(prepared, &spec.argv[0], cap)?;
+    let spawned = started.elapsed();
 
     let outcome = tokio::select! {
         _ = async { tokio::join!(running.wait(), out.pump(), err.pump()) } => Outcome::Completed,
@@ -58,6 +89,12 @@ pub async fn run(
         _ = cancel.notified() => Outcome::Cancelled,
     };
     let mut duration = started.elapsed();
+    tracing::trace!(
+        prepare_us = started.duration_since(entered).as_micros() as u64,
+        spawn_us = spawned.as_micros() as u64,
+        run_us = duration.as_micros() as u64,
+        "exec stages"
+    );
     if !matches!(outcome, Outcome::Completed) {
         running.tree.kill();
         if running.wait_for(Duration::from_secs(5)).await.is_none() {
@@ -71,12 +108,12 @@ pub async fn run(
         out.abandon();
         err.abandon();
     }
-    release_later(running.tree.clone());
+    let tree = running.tree.clone();
     if matches!(outcome, Outcome::Cancelled) {
-        return Err(ExecError::Internal("call cancelled".into()));
+        return Ok((Err(ExecError::Internal("call cancelled".into())), tree));
     }
     let timed_out = matches!(outcome, Outcome::TimedOut);
-    Ok(ExecResponse {
+    let response = ExecResponse {
         stdout: out.capture.text(),
         stderr: err.capture.text(),
         exit_code: if timed_out {
@@ -88,5 +125,6 @@ pub async fn run(
         stdout_truncated: out.capture.truncated,
         stderr_truncated: err.capture.truncated,
         duration_ms: duration.as_millis() as u64,
-    })
+    };
+    Ok((Ok(response), tree))
 }

@@ -1,7 +1,7 @@
 //! A started command: its root process, tree, and output collectors.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,12 +40,15 @@ pub fn start(
         let mut roots = ROOTS
             .lock()
             .map_err(|_| ExecError::Internal("job table poisoned".into()))?;
-        let child = spawn::spawn(&plan).map_err(|e| {
-            if let Some(cg) = &cgroup {
-                cg.remove();
+        let child = match spawn::spawn(&plan) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(cg) = cgroup {
+                    let _ = cg.recycle();
+                }
+                return Err(spawn_error(program, &e));
             }
-            spawn_error(program, &e)
-        })?;
+        };
         roots.push(child.pid);
         child
     };
@@ -53,11 +56,7 @@ pub fn start(
     drop(plan);
     let Child { pid, pidfd } = child;
     let io = |e: std::io::Error| ExecError::Internal(format!("supervise: {e}"));
-    let tree = Arc::new(JobTree {
-        root: pid,
-        cgroup,
-        reaped: AtomicBool::new(false),
-    });
+    let tree = Arc::new(JobTree::new(pid, cgroup));
     let running = Running {
         pid,
         // SAFETY: an OwnedFd keeps its descriptor open and unchanged for as long as the
@@ -96,7 +95,10 @@ impl Running {
         loop {
             let mut guard = match self.pidfd.readable().await {
                 Ok(g) => g,
-                Err(_) => break,
+                Err(e) => {
+                    tracing::warn!(pid = self.pid, error = %e, "cannot wait for a command");
+                    break;
+                }
             };
             match spawn::try_reap(self.pidfd.get_ref()) {
                 Ok(Some(st)) => {
@@ -104,7 +106,10 @@ impl Running {
                     return st;
                 }
                 Ok(None) => guard.clear_ready(),
-                Err(_) => break,
+                Err(e) => {
+                    tracing::warn!(pid = self.pid, error = %e, "cannot reap a command");
+                    break;
+                }
             }
         }
         let st = ExitStatus::Signaled(0);

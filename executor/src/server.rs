@@ -5,11 +5,12 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use iii_shell_protocol::frame::{read_frame, write_frame, FrameError};
+use iii_shell_protocol::frame::{encode, read_frame, write_frame, FrameError};
 use iii_shell_protocol::fs::FsOp;
 use iii_shell_protocol::messages::{
     ClientFrame, Hello, Request, ServerFrame, MAGIC, STREAM_WINDOW,
 };
+use iii_shell_protocol::sink::{send_now, send_queued, Sent, SharedWriter};
 use iii_shell_protocol::PROTOCOL_VERSION;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Notify, Semaphore};
@@ -61,6 +62,7 @@ pub fn version_mismatch(ours: u32, theirs: u32) -> String {
 /// oversized frame is logged and closes the connection.
 pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
     let (mut rd, mut wr) = stream.into_split();
+    // From here on the write half is shared by the writer task and direct replies.
     match tokio::time::timeout(HELLO_TIMEOUT, read_frame::<_, ClientFrame>(&mut rd)).await {
         Ok(Ok(ClientFrame::Hello(Hello { magic, version }))) if magic == MAGIC => {
             if version != PROTOCOL_VERSION {
@@ -103,8 +105,10 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
         return;
     }
 
+    let wr: SharedWriter = Arc::new(tokio::sync::Mutex::new(wr));
     let (tx, mut rx) = mpsc::channel::<ServerFrame>(256);
     let mut events = exec.events.subscribe();
+    let writer_half = wr.clone();
     let writer = tokio::spawn(async move {
         loop {
             let frame = tokio::select! {
@@ -115,7 +119,13 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     Err(_) => break,
                 },
             };
-            if let Err(e) = write_frame(&mut wr, &frame).await {
+            let written = match encode(&frame) {
+                Ok(bytes) => send_queued(&writer_half, &bytes)
+                    .await
+                    .map_err(FrameError::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "write to broker failed");
                 break;
             }
@@ -146,15 +156,29 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     out: tx.clone(),
                     credits,
                 };
-                let (exec, tx, inflight, streams) =
-                    (exec.clone(), tx.clone(), inflight.clone(), streams.clone());
+                let (exec, tx, inflight, streams, wr) = (
+                    exec.clone(),
+                    tx.clone(),
+                    inflight.clone(),
+                    streams.clone(),
+                    wr.clone(),
+                );
+                let received = std::time::Instant::now();
                 tokio::spawn(async move {
                     let kind = request.kind();
+                    let queued_us = received.elapsed().as_micros() as u64;
                     let (result, cont) = exec.handle(request, cancel, &mut io).await;
                     if let Err(e) = &result {
                         tracing::debug!(id, kind, code = %e.code, "request failed: {}", e.message);
                     }
-                    let _ = tx.send(ServerFrame::Reply { id, result }).await;
+                    reply(&wr, &tx, ServerFrame::Reply { id, result }).await;
+                    tracing::trace!(
+                        id,
+                        kind,
+                        queued_us,
+                        replied_us = received.elapsed().as_micros() as u64,
+                        "request served"
+                    );
                     if let Some(cont) = cont {
                         cont.await;
                     }
@@ -223,4 +247,21 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
     }
     drop(tx);
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+}
+
+/// Sends a reply: written directly when the socket is free (no hop through the writer task),
+/// queued for the writer task otherwise.
+async fn reply(wr: &SharedWriter, tx: &mpsc::Sender<ServerFrame>, frame: ServerFrame) {
+    if let Ok(bytes) = encode(&frame) {
+        match send_now(wr, bytes) {
+            Ok(Sent::Done) => return,
+            Ok(Sent::Busy) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "write to broker failed");
+                return;
+            }
+        }
+    }
+    // Busy, or too large to encode (the writer task logs that and closes the connection).
+    let _ = tx.send(frame).await;
 }

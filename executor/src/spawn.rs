@@ -13,17 +13,31 @@
 use std::ffi::{c_void, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+/// Where a child starts: a job cgroup, given both ways the kernel can put a new process there.
+///
+/// `dir` (the cgroup directory, `O_PATH`) is for `clone3(CLONE_INTO_CGROUP)`, which creates the
+/// child directly inside the cgroup. `procs` (its `cgroup.procs`, open for writing) is the
+/// fallback where clone3 is unavailable: the child writes "0" to it before execve. That write
+/// takes the cgroup threadgroup lock for writing, which waits for an RCU grace period
+/// (milliseconds on an idle machine), so it is only used when clone3 cannot be.
+#[derive(Debug, Clone, Copy)]
+pub struct CgroupTarget {
+    pub dir: RawFd,
+    pub procs: RawFd,
+}
+
 /// Everything a spawn needs, prepared in the parent.
 pub struct SpawnPlan {
     program: CString,
     argv: Vec<CString>,
-    envp: Vec<CString>,
+    base_env: std::sync::Arc<EnvBlock>,
+    extra_env: EnvBlock,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub cwd: Option<OwnedFd>,
-    /// An open `cgroup.procs` of the job cgroup; the child writes "0" to join it.
-    pub cgroup_procs: Option<OwnedFd>,
+    /// The job cgroup the child starts in (see [`CgroupTarget`]).
+    pub cgroup: Option<CgroupTarget>,
     /// Confinement applied in the child just before execve.
     pub confinement: ChildConfinement,
 }
@@ -39,6 +53,27 @@ pub struct ChildConfinement {
     pub seccomp: Option<std::sync::Arc<crate::confine::seccomp::Filter>>,
 }
 
+/// An environment turned into `KEY=value` C strings once, to be shared by many spawns (the
+/// policy's forwarded base environment).
+#[derive(Debug, Default)]
+pub struct EnvBlock {
+    entries: Vec<(String, CString)>,
+}
+
+impl EnvBlock {
+    pub fn new(env: impl IntoIterator<Item = (String, String)>) -> std::io::Result<EnvBlock> {
+        let entries = env
+            .into_iter()
+            .map(|(k, v)| Ok((k.clone(), nul(&format!("{k}={v}"))?)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(EnvBlock { entries })
+    }
+}
+
+fn nul(s: &str) -> std::io::Result<CString> {
+    CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
 impl SpawnPlan {
     pub fn new(
         program: &str,
@@ -48,25 +83,55 @@ impl SpawnPlan {
         stdout: OwnedFd,
         stderr: OwnedFd,
     ) -> std::io::Result<SpawnPlan> {
-        let nul =
-            |s: &str| CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+        let base = std::sync::Arc::new(EnvBlock::new(env)?);
+        Self::with_env(program, argv, base, &[], stdin, stdout, stderr)
+    }
+
+    /// A plan whose environment is `base` with `overrides` replacing or adding keys.
+    pub fn with_env(
+        program: &str,
+        argv: &[String],
+        base: std::sync::Arc<EnvBlock>,
+        overrides: &[(String, String)],
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    ) -> std::io::Result<SpawnPlan> {
         let program = nul(program)?;
         let argv = argv.iter().map(|a| nul(a)).collect::<Result<Vec<_>, _>>()?;
-        let envp = env
-            .into_iter()
-            .map(|(k, v)| nul(&format!("{k}={v}")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let extra = EnvBlock::new(overrides.iter().cloned())?;
         Ok(SpawnPlan {
             program,
             argv,
-            envp,
+            base_env: base,
+            extra_env: extra,
             stdin,
             stdout,
             stderr,
             cwd: None,
-            cgroup_procs: None,
+            cgroup: None,
             confinement: ChildConfinement::default(),
         })
+    }
+
+    /// Pointers to every `KEY=value` of the environment, NULL-terminated: the base minus the
+    /// keys the overrides replace, then the overrides (the last of a repeated key wins, as
+    /// the broker's map did).
+    fn envp(&self) -> Vec<*const libc::c_char> {
+        let extra = &self.extra_env.entries;
+        let mut v = Vec::with_capacity(self.base_env.entries.len() + extra.len() + 1);
+        for (k, kv) in &self.base_env.entries {
+            if !extra.iter().any(|(ek, _)| ek == k) {
+                v.push(kv.as_ptr());
+            }
+        }
+        for (i, (k, kv)) in extra.iter().enumerate() {
+            if !extra[i + 1..].iter().any(|(ek, _)| ek == k) {
+                v.push(kv.as_ptr());
+            }
+        }
+        v.push(std::ptr::null());
+        v
     }
 }
 
@@ -104,13 +169,14 @@ struct KernelSigaction {
 }
 
 const CHILD_STACK: usize = 64 * 1024;
+/// What clone3 is told the stack is: below the 16-aligned top, inside the allocation.
+const CHILD_STACK_USABLE: usize = CHILD_STACK - 64;
 
 /// Starts the child. Returns once it has exec'd (or failed to, with the errno it reported).
 pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     let mut argv_ptrs: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
-    let mut envp_ptrs: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
-    envp_ptrs.push(std::ptr::null());
+    let envp_ptrs = plan.envp();
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
         program: plan.program.as_ptr(),
@@ -122,11 +188,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
             plan.stderr.as_raw_fd(),
         ],
         cwd: plan.cwd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
-        cgroup_procs: plan
-            .cgroup_procs
-            .as_ref()
-            .map(|f| f.as_raw_fd())
-            .unwrap_or(-1),
+        cgroup_procs: -1,
         rlimits: plan.confinement.rlimits,
         no_new_privs: plan.confinement.no_new_privs,
         landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
@@ -150,20 +212,54 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         libc::sigfillset(all.as_mut_ptr());
         libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
     }
-    // SAFETY: `child_main` only performs async-signal-safe system calls on data in `ctx`,
-    // which (with argv/envp and the strings they point to) outlives the call: with CLONE_VFORK
-    // this thread is suspended until the child has called execve or _exit. The child runs on
-    // `stack`, which nothing else uses meanwhile. `pidfd` receives the CLONE_PIDFD descriptor.
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
-            &mut ctx as *mut ChildCtx as *mut c_void,
-            &mut pidfd as *mut libc::c_int,
-        )
-    };
-    let clone_err = std::io::Error::last_os_error();
+    let mut pid = -1;
+    let mut clone_err = std::io::Error::from_raw_os_error(libc::ENOSYS);
+    if let Some(cg) = plan
+        .cgroup
+        .filter(|c| c.dir >= 0 && crate::clone3::available())
+    {
+        // SAFETY: as for clone below; the trampoline runs `child_main` on `stack`, and this
+        // thread is suspended (CLONE_VFORK) until the child has exec'd or exited.
+        let base = top as usize - CHILD_STACK_USABLE;
+        match unsafe {
+            crate::clone3::spawn_into(
+                cg.dir,
+                child_main,
+                &mut ctx as *mut ChildCtx as *mut c_void,
+                base as *mut u8,
+                CHILD_STACK_USABLE,
+                &mut pidfd,
+            )
+        } {
+            Ok(p) => pid = p,
+            Err(e) => {
+                crate::clone3::note_failure(&e);
+                clone_err = e;
+            }
+        }
+    }
+    if pid < 0 {
+        // Without clone3 (or when it failed) the child joins the cgroup itself.
+        ctx.cgroup_procs = plan.cgroup.map(|c| c.procs).unwrap_or(-1);
+        // SAFETY: `child_main` only performs async-signal-safe system calls on data in
+        // `ctx`, which (with argv/envp and the strings they point to) outlives the call: with
+        // CLONE_VFORK this thread is suspended until the child has called execve or _exit.
+        // The child runs on `stack`, which nothing else uses meanwhile. `pidfd` receives the
+        // CLONE_PIDFD descriptor. No exit signal: the root is reaped through its pidfd, and a
+        // SIGCHLD per command would only wake the orphan reaper for nothing.
+        pid = unsafe {
+            libc::clone(
+                child_main,
+                top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD,
+                &mut ctx as *mut ChildCtx as *mut c_void,
+                &mut pidfd as *mut libc::c_int,
+            )
+        };
+        if pid < 0 {
+            clone_err = std::io::Error::last_os_error();
+        }
+    }
     // SAFETY: restores the mask saved above.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
@@ -307,7 +403,12 @@ impl ExitStatus {
 
 /// Reaps the child through its pidfd (blocking if it has not exited yet).
 pub fn reap(child: &Child) -> std::io::Result<ExitStatus> {
-    reap_flags(&child.pidfd, 0).map(|s| s.unwrap_or(ExitStatus::Signaled(0)))
+    try_reap_blocking(&child.pidfd)
+}
+
+/// Reaps a child through its pidfd, blocking until it has exited.
+pub fn try_reap_blocking(pidfd: &OwnedFd) -> std::io::Result<ExitStatus> {
+    reap_flags(pidfd, 0).map(|s| s.unwrap_or(ExitStatus::Signaled(0)))
 }
 
 /// Reaps the child if it has exited; `None` if it is still running.
@@ -324,7 +425,8 @@ fn reap_flags(pidfd: &OwnedFd, extra: i32) -> std::io::Result<Option<ExitStatus>
                 libc::P_PIDFD,
                 pidfd.as_raw_fd() as libc::id_t,
                 &mut info,
-                libc::WEXITED | extra,
+                // __WALL: job roots are started without an exit signal (a "clone child").
+                libc::WEXITED | libc::__WALL | extra,
             )
         };
         if rc < 0 {

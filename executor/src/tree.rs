@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::procfs;
+use crate::spawn::CgroupTarget;
 
 /// Where job cgroups are created, if anywhere.
 #[derive(Debug)]
@@ -62,7 +63,28 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         return None;
     }
     tracing::debug!(path = %dir.display(), "job cgroups enabled");
-    Some(CgroupBase { dir })
+    let base = CgroupBase { dir };
+    check_clone3(&base);
+    Some(base)
+}
+
+/// Makes sure a child created inside a fresh job cgroup by clone3 survives; otherwise clone3
+/// is switched off and children join by writing `cgroup.procs`. (A kernel kills such a child
+/// when the job cgroup's kill count differs from that of the spawner's own cgroup, which
+/// happens if the executor was moved into a cgroup that had been killed before.)
+fn check_clone3(base: &CgroupBase) {
+    if !crate::clone3::available() {
+        return;
+    }
+    let dir = base.dir.join("clone3-check");
+    let _ = std::fs::create_dir(&dir);
+    let result = std::fs::File::open(&dir)
+        .map_err(|e| e.to_string())
+        .and_then(|f| crate::clone3::self_test(std::os::fd::AsRawFd::as_raw_fd(&f)));
+    let _ = std::fs::remove_dir(&dir);
+    if let Err(why) = result {
+        crate::clone3::disable(&why);
+    }
 }
 
 /// Removes the empty job-cgroup bases of executors that no longer exist. An executor runs
@@ -97,25 +119,61 @@ pub fn sweep_stale_bases(parent: &Path) {
     }
 }
 
-/// The cgroup of one job.
+/// Empty job cgroups kept for the next commands, so a spawn neither creates nor removes one.
+static POOL: Mutex<Vec<JobCgroup>> = Mutex::new(Vec::new());
+/// How many empty job cgroups are kept; beyond that they are removed.
+const POOL_MAX: usize = 8;
+
+/// The cgroup of one job. Cgroups are reused: once a job's cgroup is empty it goes back to a
+/// small pool, and a later job starts in it. A cgroup is only ever handed out empty, and only
+/// one job owns it at a time.
 #[derive(Debug)]
 pub struct JobCgroup {
     pub dir: PathBuf,
+    /// The directory (`O_PATH`), for `clone3(CLONE_INTO_CGROUP)`.
+    dir_fd: OwnedFd,
+    /// `cgroup.procs`, open for writing, for kernels without `CLONE_INTO_CGROUP`.
+    procs: OwnedFd,
+    /// Set by [`JobCgroup::kill`]. A killed cgroup is never reused: the kernel compares a
+    /// cgroup's kill count with the parent's when clone3 creates a child inside it, and kills
+    /// the child when they differ, so a once-killed cgroup would kill every later command.
+    killed: std::sync::atomic::AtomicBool,
 }
 
 impl JobCgroup {
-    /// Creates a fresh job cgroup and opens its `cgroup.procs` for the child to join.
-    pub fn create() -> Option<(JobCgroup, OwnedFd)> {
+    /// An empty job cgroup: one from the pool, or a new one.
+    pub fn take() -> Option<JobCgroup> {
+        if let Some(cg) = POOL.lock().ok().and_then(|mut p| p.pop()) {
+            return Some(cg);
+        }
+        Self::create()
+    }
+
+    /// Creates a new job cgroup and opens what a spawn needs to start a child in it.
+    pub fn create() -> Option<JobCgroup> {
         let base = cgroup_base()?;
         let dir = base
             .dir
             .join(format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir).ok()?;
-        let procs = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cgroup.procs"));
-        match procs {
-            Ok(f) => Some((JobCgroup { dir }, f.into())),
+        let opened = (|| {
+            use std::os::unix::fs::OpenOptionsExt;
+            let dir_fd = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open(&dir)?;
+            let procs = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))?;
+            std::io::Result::Ok((dir_fd.into(), procs.into()))
+        })();
+        match opened {
+            Ok((dir_fd, procs)) => Some(JobCgroup {
+                dir,
+                dir_fd,
+                procs,
+                killed: std::sync::atomic::AtomicBool::new(false),
+            }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
                 None
@@ -123,19 +181,55 @@ impl JobCgroup {
         }
     }
 
+    /// How a spawn puts its child here.
+    pub fn target(&self) -> CgroupTarget {
+        use std::os::fd::AsRawFd;
+        CgroupTarget {
+            dir: self.dir_fd.as_raw_fd(),
+            procs: self.procs.as_raw_fd(),
+        }
+    }
+
     pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
         let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
     }
 
+    /// True when no live process is left in the cgroup (`populated 0` in `cgroup.events`).
     pub fn is_empty(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("cgroup.procs"))
-            .map(|s| s.trim().is_empty())
-            .unwrap_or(true)
+        match std::fs::read_to_string(self.dir.join("cgroup.events")) {
+            Ok(s) => s.lines().any(|l| l.trim() == "populated 0"),
+            // Gone (removed behind our back) counts as empty; it is not reused then.
+            Err(_) => true,
+        }
     }
 
     /// Removes the cgroup once it is empty; returns false while processes remain.
     pub fn remove(&self) -> bool {
         std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists()
+    }
+
+    /// Gives an empty cgroup back: kept in the pool for the next job, or removed when the
+    /// pool is full. Returns it when it still holds processes.
+    pub fn recycle(self) -> Result<(), JobCgroup> {
+        if !self.is_empty() {
+            return Err(self);
+        }
+        if !self.dir.exists() {
+            return Ok(());
+        }
+        if self.killed.load(Ordering::SeqCst) {
+            self.remove();
+            return Ok(());
+        }
+        if let Ok(mut pool) = POOL.lock() {
+            if pool.len() < POOL_MAX {
+                pool.push(self);
+                return Ok(());
+            }
+        }
+        self.remove();
+        Ok(())
     }
 }
 
@@ -143,16 +237,26 @@ impl JobCgroup {
 #[derive(Debug)]
 pub struct JobTree {
     pub root: i32,
-    pub cgroup: Option<JobCgroup>,
+    /// The job's cgroup until it is released (empty, and handed back for reuse). After that
+    /// a kill must not touch it: another job may be running there.
+    pub cgroup: Mutex<Option<JobCgroup>>,
     /// Set once the root has been reaped: its pid may then be reused by an unrelated process,
     /// so it is no longer signalled by number.
     pub reaped: std::sync::atomic::AtomicBool,
 }
 
 impl JobTree {
+    pub fn new(root: i32, cgroup: Option<JobCgroup>) -> JobTree {
+        JobTree {
+            root,
+            cgroup: Mutex::new(cgroup),
+            reaped: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
     /// SIGKILLs everything that belongs to the job. Idempotent.
     pub fn kill(&self) {
-        if let Some(cg) = &self.cgroup {
+        if let Some(cg) = self.cgroup.lock().ok().as_deref().and_then(Option::as_ref) {
             cg.kill();
         }
         // Repeat a few times: a process may fork between the scan and the signal.
@@ -188,28 +292,43 @@ impl JobTree {
         }
     }
 
-    /// Tries to remove the cgroup; call after the root has been reaped.
+    /// Hands the cgroup back once it is empty; call after the root has been reaped. True
+    /// when nothing of the job is left to release.
     pub fn release(&self) -> bool {
-        self.cgroup
-            .as_ref()
-            .map(|c| c.is_empty() && c.remove())
-            .unwrap_or(true)
+        let Ok(mut slot) = self.cgroup.lock() else {
+            return true;
+        };
+        match slot.take() {
+            None => true,
+            Some(cg) => match cg.recycle() {
+                Ok(()) => true,
+                Err(cg) => {
+                    *slot = Some(cg);
+                    false
+                }
+            },
+        }
     }
 }
 
 /// Reaps zombies among our children that are not job roots (orphans re-parented to us).
 pub fn reap_orphans() {
-    let roots = ROOTS.lock().map(|r| r.clone()).unwrap_or_default();
     for pid in procfs::own_children() {
+        if procfs::stat(pid).is_none_or(|s| s.state != b'Z') {
+            continue;
+        }
+        // Checked and reaped under the lock: a spawn registers its root while holding it, so
+        // a root that started (and exited) after this scan began is never taken for an
+        // orphan. Its own supervisor must reap it, or its exit status is lost.
+        let Ok(roots) = ROOTS.lock() else { return };
         if roots.contains(&pid) {
             continue;
         }
-        if procfs::stat(pid).is_some_and(|s| s.state == b'Z') {
-            // SAFETY: waitpid on a specific pid that is our zombie child; status is discarded.
-            unsafe {
-                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
-            }
+        // SAFETY: waitpid on a specific pid that is our zombie child; status is discarded.
+        unsafe {
+            libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL);
         }
+        drop(roots);
     }
 }
 
@@ -225,6 +344,9 @@ pub fn become_subreaper() -> std::io::Result<()> {
 /// Kills every job cgroup and removes the base (executor shutdown).
 pub fn kill_all_cgroups() {
     let Some(base) = cgroup_base() else { return };
+    if let Ok(mut pool) = POOL.lock() {
+        pool.clear();
+    }
     if let Ok(rd) = std::fs::read_dir(&base.dir) {
         for e in rd.flatten() {
             let p = e.path();

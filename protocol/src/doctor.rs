@@ -39,6 +39,9 @@ pub struct CommandReport {
     pub seccomp_denied: Vec<String>,
     pub rlimits: Vec<(String, u64)>,
     pub cgroups: bool,
+    /// How a child gets into its job cgroup: `clone3` (created inside it) or `cgroup.procs`
+    /// (joins by a write, which waits for an RCU grace period), as the probe command found.
+    pub cgroup_entry: String,
     /// What a real command saw (`/proc/self/status` lines), run through the spawn path.
     pub observed: Vec<String>,
     pub gaps: Vec<String>,

@@ -1,6 +1,7 @@
 //! Types shared by the two halves of iii-shell.
 //!
 //! * [`frame`]: the length-prefixed postcard framing used on the broker↔executor socket.
+//! * [`sink`]: writing frames to a socket shared by many tasks.
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
 //! * [`error`]: the `{code, message}` wire error and the S-codes.
 //! * [`exec`]: the public JSON request/response types of the exec family.
@@ -13,6 +14,7 @@ pub mod exec;
 pub mod frame;
 pub mod fs;
 pub mod messages;
+pub mod sink;
 
 pub use error::{Code, WireError};
 

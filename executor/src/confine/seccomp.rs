@@ -139,6 +139,8 @@ const OFF_ARCH: u32 = 4;
 const OFF_ARG0_LO: u32 = 16;
 #[allow(dead_code)]
 const OFF_ARG0_HI: u32 = 20;
+/// `seccomp_data.instruction_pointer` (a u64 after nr and arch).
+const OFF_IP_LO: u32 = 8;
 
 fn stmt(code: u16, k: u32) -> libc::sock_filter {
     libc::sock_filter {
@@ -190,6 +192,35 @@ fn refuse_namespace_flags(p: &mut Vec<libc::sock_filter>, nr: i64, then: libc::s
     p.push(then);
 }
 
+/// The one clone3 the filter lets through: the executor's spawn trampoline, which starts
+/// children inside their job cgroup (`CLONE_INTO_CGROUP`) without namespace flags. The kernel
+/// reports the instruction pointer of every system call to the filter, and the trampoline's is
+/// fixed for the life of the executor. After execve a command's code lives elsewhere; reaching
+/// that address would take knowing the executor's randomized load address, which a Landlocked
+/// command cannot read (Landlock refuses its ptrace-mode access to the executor's /proc files).
+/// With address-space randomization off (`kernel.randomize_va_space = 0`) the address is
+/// predictable, so then no exception is made and spawns fall back to the cgroup.procs write.
+fn clone3_call_site() -> Option<u64> {
+    let site = crate::clone3::call_site()?;
+    let aslr = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(false);
+    aslr.then_some(site)
+}
+
+/// clone3 answers ENOSYS unless the instruction pointer is `ip` (x86_64: little-endian, the
+/// low half of `instruction_pointer` first). Expects the number in A; leaves it there for the
+/// rules that follow when the call is not clone3.
+fn refuse_clone3_except_at(p: &mut Vec<libc::sock_filter>, ip: u64) {
+    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 6));
+    p.push(stmt(LD_W_ABS, OFF_IP_LO));
+    p.push(jump(JEQ_K, ip as u32, 0, 3));
+    p.push(stmt(LD_W_ABS, OFF_IP_LO + 4));
+    p.push(jump(JEQ_K, (ip >> 32) as u32, 0, 1));
+    p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
+    p.push(errno(libc::ENOSYS));
+}
+
 /// A compiled filter.
 #[derive(Debug, Clone)]
 pub struct Filter {
@@ -226,10 +257,16 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
         p.push(jump(JEQ_K, d.nr as u32, 0, 1));
         p.push(errno(libc::EPERM));
     }
+    let clone3_site = clone3_call_site();
     if !allowed("clone3") {
         // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
-        p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
-        p.push(errno(libc::ENOSYS));
+        match clone3_site {
+            Some(ip) => refuse_clone3_except_at(&mut p, ip),
+            None => {
+                p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+                p.push(errno(libc::ENOSYS));
+            }
+        }
     }
     if !allowed("clone_namespaces") {
         refuse_namespace_flags(&mut p, libc::SYS_clone, stmt(LD_W_ABS, OFF_NR));
@@ -240,7 +277,11 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
     p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
     let mut names: Vec<&'static str> = denied.iter().map(|d| d.name).collect();
     if !allowed("clone3") {
-        names.push("SYS_clone3 (ENOSYS)");
+        names.push(if clone3_site.is_some() {
+            "SYS_clone3 (ENOSYS, except at the executor's own spawn call site)"
+        } else {
+            "SYS_clone3 (ENOSYS)"
+        });
     }
     if !allowed("clone_namespaces") {
         names.push("SYS_clone with namespace flags");
