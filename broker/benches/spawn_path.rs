@@ -53,8 +53,7 @@ fn main() {
     println!("machine: {}", machine_facts());
     println!();
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
@@ -128,10 +127,39 @@ async fn bench(iters: usize, warmup: usize) {
     let stage_iters = (iters / 4).max(50);
     stages(&services, &config, &raw, &payload, stage_iters).await;
 
+    // As an agent calls: one command at a time with pauses between them. This is where a
+    // child joining its cgroup by a write to cgroup.procs paid an RCU grace period.
+    let spaced_n = (iters / 10).max(40);
+    let spaced = compare_spaced(&services, &raw, &payload, spaced_n, SPACING).await;
+    spaced.print(&format!(
+        "spaced calls ({spaced_n} each, {} ms pause before every call)",
+        SPACING.as_millis()
+    ));
+
+    // How much of the gap is Landlock: the same path with the command ruleset switched off.
+    let mut no_landlock = config.clone();
+    no_landlock.confinement.landlock = false;
+    set_policy(&services, 2, &no_landlock).await;
+    let unlandlocked = compare(&services, &raw, &payload, (iters / 2).max(50), warmup / 4).await;
+    unlandlocked.print(&format!(
+        "idle executor, confinement.landlock: false (for comparison only), {} iterations",
+        (iters / 2).max(50)
+    ));
+    set_policy(&services, 3, &config).await;
+
     println!("summary (goal: iii/raw <= {GOAL:.2} at p50, idle and with the fat jobs):");
-    for (name, c) in [("idle", &idle), ("16 fat jobs", &fat)] {
+    for (name, c, judged) in [
+        ("idle", &idle, true),
+        ("16 fat jobs", &fat, true),
+        ("spaced", &spaced, false),
+        ("no landlock", &unlandlocked, false),
+    ] {
         let r50 = c.iii.p50 / c.raw.p50;
-        let verdict = if r50 <= GOAL { "MET" } else { "NOT MET" };
+        let verdict = match (judged, r50 <= GOAL) {
+            (false, _) => "context",
+            (true, true) => "MET",
+            (true, false) => "NOT MET",
+        };
         println!(
             "  {name:<12} p50 {:.1} vs {:.1} us -> {r50:.2}x ({verdict}); p99 {:.1} vs {:.1} us -> {:.2}x",
             c.iii.p50,
@@ -304,6 +332,47 @@ async fn compare(
         raw: Stats::of(r),
         iii: Stats::of(i),
     }
+}
+
+/// Pause before every call of the spaced comparison.
+const SPACING: Duration = Duration::from_millis(50);
+
+/// Like [`compare`], with a pause before every single call.
+async fn compare_spaced(
+    services: &Arc<Services>,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+    pause: Duration,
+) -> Comparison {
+    let (mut r, mut i) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for n in 0..iters {
+        for first_raw in [n % 2 == 0, n % 2 != 0] {
+            tokio::time::sleep(pause).await;
+            if first_raw {
+                r.push(raw.run());
+            } else {
+                i.push(iii_exec(services, payload).await);
+            }
+        }
+    }
+    Comparison {
+        raw: Stats::of(r),
+        iii: Stats::of(i),
+    }
+}
+
+/// Installs `config` in the executor (generations after the bench's first policy).
+async fn set_policy(services: &Arc<Services>, generation: u64, config: &Config) {
+    let json = serde_json::to_string(config).expect("config json");
+    let client = services.executor.get().expect("executor connected");
+    client
+        .call(Request::SetPolicy {
+            generation: generation + 1000,
+            config_json: json,
+        })
+        .await
+        .expect("SetPolicy");
 }
 
 /// Starts the fat background jobs and waits until each holds exactly 1 MiB of stdout.
