@@ -440,7 +440,7 @@ async fn stages(
         "broker: validate::exec_request (JSON -> ExecSpec)",
         "  of which Denylist::compile (per call)",
         "socket round trip: Request::Ping",
-        "executor: run::run(/bin/true) in-process",
+        "executor: run::run in-process (child also loads seccomp)",
         "  command::prepare (env, pipes, cgroup from the pool)",
         "  JobCgroup take + recycle (pooled)",
         "  spawn::spawn + reap, no cgroup",
@@ -511,6 +511,8 @@ async fn stages(
     }
 
     println!("where the time goes ({iters} rounds, stages round-robin; executor stages run in this process):");
+    println!("  (this process has no start-up seccomp filter for children to inherit, so its run::run children");
+    println!("   load the filter themselves, about +100 us that the real executor does not pay)");
     print_header();
     for (name, s) in names.iter().zip(samples) {
         if s.is_empty() {

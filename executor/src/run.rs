@@ -84,7 +84,15 @@ async fn run_inner(
     let spawned = started.elapsed();
 
     let outcome = tokio::select! {
-        _ = async { tokio::join!(running.wait(), out.pump(), err.pump()) } => Outcome::Completed,
+        // Output first: the pipes reach EOF when the whole tree has closed them, which for
+        // almost every command is the moment the root exits; then the root is reaped, most
+        // often without another wake-up (see `reap_soon`).
+        _ = async {
+            tokio::join!(out.pump(), err.pump());
+            if !running.reap_soon() {
+                running.wait().await;
+            }
+        } => Outcome::Completed,
         _ = tokio::time::sleep_until(deadline) => Outcome::TimedOut,
         _ = cancel.notified() => Outcome::Cancelled,
     };
