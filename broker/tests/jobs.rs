@@ -846,3 +846,56 @@ async fn commands_after_killed_jobs_still_run() {
         assert_eq!(r["exit_code"], 0, "command {i} after a timeout: {r}");
     }
 }
+
+/// The job-cgroup directory of the executor `pid`, if it uses job cgroups.
+fn job_cgroup_base(pid: u32) -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (right.split_whitespace().next()? == "cgroup2")
+            .then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))?
+    })?;
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let base = mount
+        .join(rel.trim_start_matches('/'))
+        .join(format!("iii-shell-{pid}"));
+    base.is_dir().then_some(base)
+}
+
+/// Someone else writes `cgroup.kill` of the executor's idle, pooled job cgroups. The next
+/// commands must still run: a cgroup that kills its children at birth is retired, and the
+/// command is started again by the other way into a cgroup.
+#[tokio::test]
+async fn commands_survive_pooled_cgroups_killed_from_outside() {
+    let h = Harness::default().await;
+    for _ in 0..3 {
+        h.ok("shell::exec", json!({"command": "true"})).await;
+    }
+    let Some(base) = job_cgroup_base(h.executor_pid) else {
+        eprintln!("skipped: the executor has no job cgroups here");
+        return;
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut killed = 0;
+    for e in std::fs::read_dir(&base).expect("job cgroup base").flatten() {
+        if e.path().join("cgroup.kill").exists() {
+            std::fs::write(e.path().join("cgroup.kill"), "1").expect("write cgroup.kill");
+            killed += 1;
+        }
+    }
+    assert!(killed > 0, "no pooled job cgroup under {}", base.display());
+    for i in 0..10 {
+        let r = h
+            .ok(
+                "shell::exec",
+                json!({"command": "sh", "args": ["-c", "exit 3"]}),
+            )
+            .await;
+        assert_eq!(
+            (r["exit_code"].as_i64(), r["timed_out"].as_bool()),
+            (Some(3), Some(false)),
+            "command {i} after the pool was killed from outside: {r}"
+        );
+    }
+}

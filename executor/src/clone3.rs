@@ -40,17 +40,62 @@ pub fn available() -> bool {
     !UNAVAILABLE.load(Ordering::Relaxed)
 }
 
+/// Consecutive failures of other kinds after which clone3 is switched off too.
+const MAX_FAILURES: u32 = 3;
+static FAILURES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// Records a failed attempt. Errors that mean "this kernel or filter has no clone3 with
-/// `CLONE_INTO_CGROUP`" switch it off for the life of the process; others (a cgroup being
-/// removed, a permission problem) only affect that one spawn.
+/// `CLONE_INTO_CGROUP`" switch it off for the life of the process at once; others (a cgroup
+/// being removed, a permission problem) after [`MAX_FAILURES`] in a row, so spawns do not keep
+/// paying for a clone3 that fails before their fallback.
 pub fn note_failure(e: &std::io::Error) {
-    if matches!(
+    let fatal = matches!(
         e.raw_os_error(),
         Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
-    ) && !UNAVAILABLE.swap(true, Ordering::Relaxed)
-    {
-        tracing::info!(error = %e, "clone3(CLONE_INTO_CGROUP) unavailable: children join their job cgroup by writing cgroup.procs");
+    );
+    if fatal || FAILURES.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_FAILURES {
+        disable(&e.to_string());
     }
+}
+
+/// Records a successful attempt.
+pub fn note_success() {
+    FAILURES.store(0, Ordering::Relaxed);
+}
+
+/// The two 64-bit values the trampoline passes in clone3's unused argument registers (rdx and
+/// r10), drawn from the kernel's random pool once per process. The seccomp filter admits
+/// clone3 only with these values *and* from the trampoline's address, so a command that
+/// guessed the (randomized) address still has 128 bits to guess; it cannot read them (the
+/// executor is not dumpable, commands hold no capabilities, and a filter's program is not
+/// readable without CAP_SYS_ADMIN).
+pub fn secret() -> [u64; 2] {
+    static SECRET: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
+    *SECRET.get_or_init(|| {
+        let mut buf = [0u8; 16];
+        let mut filled = 0;
+        while filled < buf.len() {
+            // SAFETY: getrandom writes at most the given length into `buf`.
+            let n = unsafe {
+                libc::getrandom(
+                    buf[filled..].as_mut_ptr() as *mut c_void,
+                    buf.len() - filled,
+                    0,
+                )
+            };
+            if n > 0 {
+                filled += n as usize;
+            } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                // No kernel randomness (pre-3.17 kernels): the address check still holds.
+                break;
+            }
+        }
+        let (a, b) = buf.split_at(8);
+        [
+            u64::from_ne_bytes(a.try_into().unwrap_or_default()),
+            u64::from_ne_bytes(b.try_into().unwrap_or_default()),
+        ]
+    })
 }
 
 /// Switches clone3 off for the life of the process.
@@ -136,7 +181,9 @@ pub unsafe fn spawn_into(
     Ok(rc as i32)
 }
 
-// The x86_64 trampoline: `iii_shell_clone3(args, size, f, arg)`.
+// The x86_64 trampoline: `iii_shell_clone3(args, size, f, arg, s0, s1)`. clone3 reads only
+// its first two arguments; s0 and s1 go in the third and fourth argument registers (rdx,
+// r10), where the seccomp filter checks them (see `secret`).
 //
 // The syscall instruction clobbers only rax (the result), rcx and r11. The child resumes after
 // it with rax = 0 and every other register as the parent had it, but with rsp at the top of
@@ -151,7 +198,10 @@ std::arch::global_asm!(
     ".hidden iii_shell_clone3",
     ".type iii_shell_clone3,@function",
     "iii_shell_clone3:",
-    "    mov r8, rdx",
+    "    mov rax, rdx",
+    "    mov rdx, r8",
+    "    mov r10, r9",
+    "    mov r8, rax",
     "    mov r9, rcx",
     "    mov eax, {clone3}",
     "    syscall",
@@ -177,14 +227,22 @@ std::arch::global_asm!(
 
 #[cfg(target_arch = "x86_64")]
 extern "C" {
-    fn iii_shell_clone3(args: *mut CloneArgs, size: usize, f: ChildFn, arg: *mut c_void) -> isize;
+    fn iii_shell_clone3(
+        args: *mut CloneArgs,
+        size: usize,
+        f: ChildFn,
+        arg: *mut c_void,
+        s0: u64,
+        s1: u64,
+    ) -> isize;
     static iii_shell_clone3_ret: u8;
 }
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn raw(args: &mut CloneArgs, f: ChildFn, arg: *mut c_void) -> isize {
     // SAFETY: forwarded from `spawn_into`'s contract; the trampoline follows the C ABI.
-    unsafe { iii_shell_clone3(args, std::mem::size_of::<CloneArgs>(), f, arg) }
+    let [s0, s1] = secret();
+    unsafe { iii_shell_clone3(args, std::mem::size_of::<CloneArgs>(), f, arg, s0, s1) }
 }
 
 /// The instruction pointer the kernel reports (to seccomp) for the trampoline's clone3: the
@@ -204,4 +262,111 @@ pub fn call_site() -> Option<u64> {
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn raw(_args: &mut CloneArgs, _f: ChildFn, _arg: *mut c_void) -> isize {
     -(libc::ENOSYS as isize)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    extern "C" fn exit_zero(_: *mut c_void) -> libc::c_int {
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(0) }
+    }
+
+    /// clone3 through the trampoline with the given secrets, without a cgroup: 0 when a child
+    /// was created (and reaped), otherwise the errno.
+    fn try_trampoline(stack: &mut [u8], secret: [u64; 2]) -> i32 {
+        let size = (stack.len() - 64) & !15;
+        let mut args = CloneArgs {
+            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64,
+            stack: stack.as_mut_ptr() as u64,
+            stack_size: size as u64,
+            ..CloneArgs::default()
+        };
+        // SAFETY: the child only calls _exit on `stack`, which outlives the call.
+        let rc = unsafe {
+            iii_shell_clone3(
+                &mut args,
+                std::mem::size_of::<CloneArgs>(),
+                exit_zero,
+                std::ptr::null_mut(),
+                secret[0],
+                secret[1],
+            )
+        };
+        if rc < 0 {
+            return -rc as i32;
+        }
+        let mut info: libc::siginfo_t = unsafe_zeroed();
+        // SAFETY: waits for the child just created, writing into `info`.
+        unsafe {
+            libc::waitid(
+                libc::P_PID,
+                rc as u32,
+                &mut info,
+                libc::WEXITED | libc::__WALL,
+            )
+        };
+        0
+    }
+
+    fn unsafe_zeroed() -> libc::siginfo_t {
+        // SAFETY: all-zero is a valid siginfo_t.
+        unsafe { std::mem::zeroed() }
+    }
+
+    /// Under the executor's filter, clone3 works only from the trampoline and only with this
+    /// process's secrets; libc's own clone3 and a trampoline call with other values get ENOSYS.
+    #[test]
+    fn the_filter_admits_only_the_trampoline_with_its_secrets() {
+        let aslr = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space")
+            .is_ok_and(|s| s.trim() != "0");
+        if !aslr {
+            eprintln!("skipped: address-space randomization is off, so no exception is made");
+            return;
+        }
+        let filter = crate::confine::seccomp::build(&[]).expect("filter");
+        let prog = filter.fprog();
+        let good = secret();
+        let bad = [good[0] ^ 1, good[1]];
+        let mut stack = vec![0u8; 16 * 1024];
+        // Everything the child needs is ready; it only makes system calls and exits.
+        // SAFETY: fork in a test; the child calls only async-signal-safe functions.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: prctl/seccomp/syscall/_exit are async-signal-safe system calls.
+            unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                if libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &prog,
+                ) != 0
+                {
+                    libc::_exit(10);
+                }
+                let libc_clone3 = libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize);
+                if libc_clone3 != -1 || *libc::__errno_location() != libc::ENOSYS {
+                    libc::_exit(11);
+                }
+                if try_trampoline(&mut stack, bad) != libc::ENOSYS {
+                    libc::_exit(12);
+                }
+                if try_trampoline(&mut stack, good) != 0 {
+                    libc::_exit(13);
+                }
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for our forked child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "exit code {} (10 filter, 11 libc clone3 not refused, 12 wrong secret admitted, 13 trampoline refused)",
+            libc::WEXITSTATUS(status)
+        );
+    }
 }

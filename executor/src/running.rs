@@ -55,7 +55,16 @@ pub fn start(
     };
     // Closes the child's ends of the pipes (and its cwd/cgroup fds) in the parent.
     drop(plan);
-    let Child { pid, pidfd } = child;
+    let Child {
+        pid,
+        pidfd,
+        cgroup_refused_clone3,
+    } = child;
+    if cgroup_refused_clone3 {
+        if let Some(cg) = &cgroup {
+            cg.retire();
+        }
+    }
     let io = |e: std::io::Error| ExecError::Internal(format!("supervise: {e}"));
     let tree = Arc::new(JobTree::new(pid, cgroup));
     let running = Running {

@@ -140,6 +140,10 @@ impl SpawnPlan {
 pub struct Child {
     pub pid: i32,
     pub pidfd: OwnedFd,
+    /// The job cgroup killed a child that clone3 created inside it before it could run (its
+    /// kill count differs from ours: someone wrote its `cgroup.kill`). This child joined by
+    /// the write instead; the cgroup must not be reused.
+    pub cgroup_refused_clone3: bool,
 }
 
 /// Plain data the child reads; lives on the parent's stack for the duration of the clone.
@@ -157,6 +161,8 @@ struct ChildCtx {
     seccomp: *const libc::sock_fprog,
     /// Written by the child when it fails before or at execve.
     err: i32,
+    /// Set by the child just before execve: tells a child that ran from one killed at birth.
+    reached_exec: bool,
 }
 
 /// The kernel's `struct sigaction` (with `sa_restorer`, as on x86_64 and arm64).
@@ -197,6 +203,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
             .map(|p| p as *const libc::sock_fprog)
             .unwrap_or(std::ptr::null()),
         err: 0,
+        reached_exec: false,
     };
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down on every architecture Linux runs this on; align the top to 16.
@@ -231,12 +238,29 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
                 &mut pidfd,
             )
         } {
-            Ok(p) => pid = p,
+            Ok(p) => {
+                crate::clone3::note_success();
+                pid = p;
+            }
             Err(e) => {
                 crate::clone3::note_failure(&e);
                 clone_err = e;
             }
         }
+    }
+    let mut refused = false;
+    if pid >= 0 && !ctx.reached_exec && ctx.err == 0 {
+        // The clone3 child never ran: killed at birth by its cgroup. Reap it and start the
+        // command again the other way (the write works in such a cgroup).
+        // SAFETY: CLONE_PIDFD stored a fresh pidfd that only we own.
+        let dead = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        let _ = try_reap_blocking(&dead);
+        tracing::warn!(
+            "a job cgroup killed a new command at birth (its cgroup.kill was written); retrying by cgroup.procs and retiring that cgroup"
+        );
+        pid = -1;
+        pidfd = -1;
+        refused = true;
     }
     if pid < 0 {
         // Without clone3 (or when it failed) the child joins the cgroup itself.
@@ -270,7 +294,11 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     }
     // SAFETY: CLONE_PIDFD stored a fresh pidfd that only we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let child = Child { pid, pidfd };
+    let child = Child {
+        pid,
+        pidfd,
+        cgroup_refused_clone3: refused,
+    };
     if ctx.err != 0 {
         // The child reported a failure and called _exit; reap it so it leaves no zombie.
         let _ = reap(&child);
@@ -368,6 +396,7 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        std::ptr::write_volatile(&mut ctx.reached_exec, true);
         libc::execve(ctx.program, ctx.argv, ctx.envp);
         fail(ctx)
     }

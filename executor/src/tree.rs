@@ -190,8 +190,13 @@ impl JobCgroup {
         }
     }
 
-    pub fn kill(&self) {
+    /// Marks the cgroup as not to be reused (it is removed once empty).
+    pub fn retire(&self) {
         self.killed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn kill(&self) {
+        self.retire();
         let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
     }
 
@@ -199,8 +204,9 @@ impl JobCgroup {
     pub fn is_empty(&self) -> bool {
         match std::fs::read_to_string(self.dir.join("cgroup.events")) {
             Ok(s) => s.lines().any(|l| l.trim() == "populated 0"),
-            // Gone (removed behind our back) counts as empty; it is not reused then.
-            Err(_) => true,
+            // Gone (removed behind our back) counts as empty; it is not reused then. Any other
+            // error (out of descriptors, say) counts as not empty: try again later.
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
         }
     }
 

@@ -193,30 +193,48 @@ fn refuse_namespace_flags(p: &mut Vec<libc::sock_filter>, nr: i64, then: libc::s
 }
 
 /// The one clone3 the filter lets through: the executor's spawn trampoline, which starts
-/// children inside their job cgroup (`CLONE_INTO_CGROUP`) without namespace flags. The kernel
-/// reports the instruction pointer of every system call to the filter, and the trampoline's is
-/// fixed for the life of the executor. After execve a command's code lives elsewhere; reaching
-/// that address would take knowing the executor's randomized load address, which a Landlocked
-/// command cannot read (Landlock refuses its ptrace-mode access to the executor's /proc files).
-/// With address-space randomization off (`kernel.randomize_va_space = 0`) the address is
-/// predictable, so then no exception is made and spawns fall back to the cgroup.procs write.
-fn clone3_call_site() -> Option<u64> {
+/// children inside their job cgroup (`CLONE_INTO_CGROUP`) without namespace flags. It is told
+/// apart by two things the kernel shows the filter: the instruction pointer (the address right
+/// after the trampoline's syscall instruction, fixed for the life of the executor but
+/// randomized at its start) and two 64-bit secrets the trampoline passes in argument registers
+/// clone3 ignores (`crate::clone3::secret`). A command cannot read either: the executor is not
+/// dumpable, commands hold no capabilities, and the filter's program is not readable without
+/// CAP_SYS_ADMIN. Guessing the address alone would be feasible (a wrong guess only costs
+/// ENOSYS); guessing it and 128 random bits is not. With address-space randomization off
+/// (`kernel.randomize_va_space = 0`) no exception is made, and spawns use the cgroup.procs
+/// write.
+fn clone3_call_site() -> Option<(u64, [u64; 2])> {
     let site = crate::clone3::call_site()?;
     let aslr = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space")
         .map(|s| s.trim() != "0")
         .unwrap_or(false);
-    aslr.then_some(site)
+    aslr.then(|| (site, crate::clone3::secret()))
 }
 
-/// clone3 answers ENOSYS unless the instruction pointer is `ip` (x86_64: little-endian, the
-/// low half of `instruction_pointer` first). Expects the number in A; leaves it there for the
-/// rules that follow when the call is not clone3.
-fn refuse_clone3_except_at(p: &mut Vec<libc::sock_filter>, ip: u64) {
-    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 6));
-    p.push(stmt(LD_W_ABS, OFF_IP_LO));
-    p.push(jump(JEQ_K, ip as u32, 0, 3));
-    p.push(stmt(LD_W_ABS, OFF_IP_LO + 4));
-    p.push(jump(JEQ_K, (ip >> 32) as u32, 0, 1));
+/// clone3 answers ENOSYS unless the instruction pointer is `ip` and arguments 2 and 3 are the
+/// two secrets. Expects the number in A; leaves it there for the rules that follow when the
+/// call is not clone3. Each 64-bit value is compared as two 32-bit halves, the low half first
+/// (`seccomp_data` is in the machine's byte order; the trampoline exists on x86_64 only).
+fn refuse_clone3_except_at(p: &mut Vec<libc::sock_filter>, ip: u64, secret: [u64; 2]) {
+    let checks: [(u32, u64); 3] = [
+        (OFF_IP_LO, ip),
+        (OFF_ARG0_LO + 16, secret[0]),
+        (OFF_ARG0_LO + 24, secret[1]),
+    ];
+    let halves: Vec<(u32, u32)> = checks
+        .iter()
+        .flat_map(|&(off, v)| [(off, v as u32), (off + 4, (v >> 32) as u32)])
+        .collect();
+    // Layout: JEQ clone3; then per half LD + JEQ (a mismatch jumps to the final ENOSYS);
+    // RET ALLOW; RET ENOSYS.
+    let block = halves.len() * 2 + 2;
+    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, block as u8));
+    for (n, &(off, value)) in halves.iter().enumerate() {
+        // Instructions between this JEQ and the ENOSYS at the end of the block.
+        let to_enosys = (halves.len() - n - 1) * 2 + 1;
+        p.push(stmt(LD_W_ABS, off));
+        p.push(jump(JEQ_K, value, 0, to_enosys as u8));
+    }
     p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
     p.push(errno(libc::ENOSYS));
 }
@@ -261,7 +279,7 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
     if !allowed("clone3") {
         // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
         match clone3_site {
-            Some(ip) => refuse_clone3_except_at(&mut p, ip),
+            Some((ip, secret)) => refuse_clone3_except_at(&mut p, ip, secret),
             None => {
                 p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
                 p.push(errno(libc::ENOSYS));
