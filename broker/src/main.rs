@@ -43,11 +43,17 @@ fn main() {
 }
 
 fn runtime(workers: usize) -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-    {
+    built(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build(),
+    )
+}
+
+/// The runtime, or exit 2 with the reason.
+fn built(rt: std::io::Result<tokio::runtime::Runtime>) -> tokio::runtime::Runtime {
+    match rt {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("iii-shell: cannot start the async runtime: {e}");
@@ -108,14 +114,9 @@ fn executor_runtime() -> tokio::runtime::Runtime {
 /// hand-off between them pays a cross-thread wake-up. Blocking work still goes to the
 /// blocking pool.
 fn current_thread_runtime() -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("iii-shell: cannot start the async runtime: {e}");
-            std::process::exit(2);
-        }
-    }
+    built(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    )
 }

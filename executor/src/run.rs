@@ -66,15 +66,7 @@ async fn run_inner(
             let _ = cg.recycle();
         }
         return Ok((
-            Ok(ExecResponse {
-                stdout: String::new(),
-                stderr: String::new(),
-                exit_code: None,
-                timed_out: true,
-                stdout_truncated: false,
-                stderr_truncated: false,
-                duration_ms: 0,
-            }),
+            Ok(ExecResponse::timed_out_empty(0)),
             Arc::new(JobTree::new(0, None)),
         ));
     }

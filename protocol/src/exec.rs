@@ -104,6 +104,21 @@ pub struct ExecResponse {
     pub duration_ms: u64,
 }
 
+impl ExecResponse {
+    /// A call that timed out before producing anything: no output, no exit code.
+    pub fn timed_out_empty(duration_ms: u64) -> ExecResponse {
+        ExecResponse {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: None,
+            timed_out: true,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "ExecBgResponse")]
 pub struct ExecBgResponse {

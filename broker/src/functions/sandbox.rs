@@ -147,15 +147,7 @@ pub async fn exec(
                 duration_ms: r.duration_ms,
             })
         }
-        Forwarded::TimedOut => Ok(ExecResponse {
-            stdout: String::new(),
-            stderr: String::new(),
-            exit_code: None,
-            timed_out: true,
-            stdout_truncated: false,
-            stderr_truncated: false,
-            duration_ms: timeout_ms,
-        }),
+        Forwarded::TimedOut => Ok(ExecResponse::timed_out_empty(timeout_ms)),
         Forwarded::Failed(e) => Err(e),
     }
 }
