@@ -21,6 +21,7 @@ pub mod run;
 pub mod running;
 pub mod server;
 pub mod spawn;
+pub mod spawner;
 pub mod tree;
 
 use std::sync::Arc;
