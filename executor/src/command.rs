@@ -28,10 +28,6 @@ pub struct Prepared {
     /// Parent end of the stdin pipe and the bytes to write, when the call gave stdin.
     pub stdin: Option<(OwnedFd, Vec<u8>)>,
     pub cgroup: Option<JobCgroup>,
-    /// The thread to spawn from, which already holds the command Landlock domain.
-    pub spawner: Option<std::sync::Arc<crate::spawner::Spawner>>,
-    /// The policy's ruleset fd, for a direct spawn should the spawner thread be gone.
-    pub landlock_fd: Option<i32>,
 }
 
 /// Checks argv, the denylist and env, then resolves cwd (the validation order of the seed).
@@ -158,12 +154,6 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     .map_err(io)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
-    let spawner = policy.commands.spawner.clone();
-    let landlock_fd = plan.confinement.landlock_fd;
-    if spawner.is_some() {
-        // Inherited from the spawner thread instead of applied in the child.
-        plan.confinement.landlock_fd = None;
-    }
     let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
@@ -171,8 +161,6 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
         stderr: err_r,
         stdin,
         cgroup,
-        spawner,
-        landlock_fd,
     })
 }
 

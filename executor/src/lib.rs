@@ -21,7 +21,6 @@ pub mod run;
 pub mod running;
 pub mod server;
 pub mod spawn;
-pub mod spawner;
 pub mod tree;
 
 use std::sync::Arc;

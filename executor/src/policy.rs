@@ -36,10 +36,6 @@ pub struct CommandConfinement {
     /// loading it again per spawn would only cost time.
     pub seccomp_per_spawn: bool,
     pub rlimits: Rlimits,
-    /// A thread holding the Landlock domain, from which commands are spawned (they inherit
-    /// the domain instead of each applying it). None when there is no ruleset or the thread
-    /// could not take it.
-    pub spawner: Option<Arc<crate::spawner::Spawner>>,
 }
 
 impl CommandConfinement {
@@ -55,20 +51,11 @@ impl CommandConfinement {
             (Some(_), None) => true,
             (None, _) => false,
         };
-        let spawner = {
-            use std::os::fd::AsRawFd;
-            landlock
-                .fd
-                .as_ref()
-                .and_then(|fd| crate::spawner::Spawner::start(fd.as_raw_fd()))
-                .map(Arc::new)
-        };
         let c = CommandConfinement {
             landlock,
             seccomp,
             seccomp_per_spawn,
             rlimits: Rlimits::from_config(&config.confinement.rlimits),
-            spawner,
         };
         let mut extra_gaps = Vec::new();
         if let (Some(f), Some(base)) = (&c.seccomp, crate::confine::BASELINE.get()) {
@@ -96,8 +83,7 @@ impl CommandConfinement {
         Ok(c)
     }
 
-    /// What a spawned child applies to itself when it is spawned from a thread without the
-    /// domain (see [`CommandConfinement::spawner`], where `landlock_fd` is left out).
+    /// What a spawned child applies to itself.
     pub fn child(&self) -> ChildConfinement {
         use std::os::fd::AsRawFd;
         ChildConfinement {

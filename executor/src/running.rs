@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use crate::capture::Collector;
 use crate::command::{spawn_error, Prepared};
 use crate::error::ExecError;
-use crate::spawn::{self, Child, ExitStatus, SpawnPlan};
+use crate::spawn::{self, Child, ExitStatus};
 use crate::tree::{JobTree, ROOTS};
 
 pub struct Running {
@@ -34,8 +34,6 @@ pub fn start(
         stderr,
         stdin,
         cgroup,
-        spawner,
-        landlock_fd,
     } = prepared;
     let child = {
         // Hold the roots lock across the spawn so the orphan reaper never reaps a job root
@@ -43,25 +41,7 @@ pub fn start(
         let mut roots = ROOTS
             .lock()
             .map_err(|_| ExecError::Internal("job table poisoned".into()))?;
-        let direct = |plan: SpawnPlan| {
-            let r = spawn::spawn(&plan);
-            // Closes the child's ends of the pipes (and its cwd fd) in the parent.
-            drop(plan);
-            r
-        };
-        let spawned = match spawner {
-            Some(s) => match s.spawn(plan) {
-                Ok(result) => result,
-                Err(mut plan) => {
-                    // The spawner thread is gone: the child applies the ruleset itself.
-                    tracing::warn!("spawner thread gone; spawning directly");
-                    plan.confinement.landlock_fd = landlock_fd;
-                    direct(*plan)
-                }
-            },
-            None => direct(plan),
-        };
-        let child = match spawned {
+        let child = match spawn::spawn(&plan) {
             Ok(c) => c,
             Err(e) => {
                 if let Some(cg) = cgroup {
@@ -73,6 +53,8 @@ pub fn start(
         roots.push(child.pid);
         child
     };
+    // Closes the child's ends of the pipes (and its cwd/cgroup fds) in the parent.
+    drop(plan);
     let Child {
         pid,
         pidfd,
