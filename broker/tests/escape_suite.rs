@@ -43,6 +43,7 @@
 //! | 072 | `seccomp_allow: [ptrace]` pinned (`--pin-config`) + live | ptrace ok; keyctl still errno=1 |
 //! | 073 | `kill -0 <executor>`                                     | Operation not permitted; executor alive |
 //! | 074 | `kill -TERM <test process>`, `kill -0 1`                 | Operation not permitted |
+//! | 105 | `kill -0`/`-KILL` each executor thread by its tid        | Operation not permitted; executor alive |
 //! | 075 | connect to an abstract unix socket of the test process   | EPERM (Landlock scope) |
 //! | 076 | uid 65534 connects to an executor socket (peer uid 0)    | EACCES (mode 0600, owner 0) — root |
 //! | 077 | root connects to an executor socket for peer uid 65534   | closed without HelloAck — root |
@@ -652,6 +653,34 @@ async fn escape_073_kill_executor() {
     sh(&h, &format!("kill -KILL {ep}"))
         .await
         .failed_with("Operation not permitted");
+    assert_eq!(h.child.try_wait().unwrap(), None, "the executor died");
+    assert_eq!(sh(&h, "echo alive").await.ok().stdout, "alive\n");
+}
+
+/// Signal scoping is checked against the credentials of the thread a pid names, so every
+/// thread of the executor must be outside the commands' Landlock domain (a spawner thread that
+/// held it, for instance, would let `kill -9 <its tid>` take the whole executor down).
+#[tokio::test]
+async fn escape_105_kill_executor_threads_by_tid() {
+    require_abi!(6, "signal scoping");
+    let j = Jail::new();
+    let mut h = j.harness().await;
+    let ep = h.executor_pid;
+    // One call first, so every thread the executor starts for commands exists.
+    assert_eq!(sh(&h, "echo warm").await.ok().stdout, "warm\n");
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{ep}/task"))
+        .expect("the executor's threads")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!tids.is_empty());
+    for tid in &tids {
+        for sig in ["-0", "-KILL"] {
+            sh(&h, &format!("kill {sig} {tid}"))
+                .await
+                .failed_with("Operation not permitted");
+        }
+    }
     assert_eq!(h.child.try_wait().unwrap(), None, "the executor died");
     assert_eq!(sh(&h, "echo alive").await.ok().stdout, "alive\n");
 }
