@@ -47,7 +47,7 @@ pub async fn run_then_release(
     cancel: Arc<Notify>,
 ) -> (Result<ExecResponse, ExecError>, Option<Arc<JobTree>>) {
     match run_inner(policy, spec, cancel).await {
-        Ok((r, tree)) => (r, Some(tree)),
+        Ok((r, tree)) => (r, tree),
         Err(e) => (Err(e), None),
     }
 }
@@ -56,7 +56,7 @@ async fn run_inner(
     policy: Arc<Policy>,
     spec: ExecSpec,
     cancel: Arc<Notify>,
-) -> Result<(Result<ExecResponse, ExecError>, Arc<JobTree>), ExecError> {
+) -> Result<(Result<ExecResponse, ExecError>, Option<Arc<JobTree>>), ExecError> {
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let entered = Instant::now();
@@ -65,10 +65,7 @@ async fn run_inner(
         if let Some(cg) = prepared.cgroup {
             let _ = cg.recycle();
         }
-        return Ok((
-            Ok(ExecResponse::timed_out_empty(0)),
-            Arc::new(JobTree::new(0, None)),
-        ));
+        return Ok((Ok(ExecResponse::timed_out_empty(0)), None));
     }
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
@@ -108,7 +105,7 @@ async fn run_inner(
         out.abandon();
         err.abandon();
     }
-    let tree = running.tree.clone();
+    let tree = Some(running.tree.clone());
     if matches!(outcome, Outcome::Cancelled) {
         return Ok((Err(ExecError::Internal("call cancelled".into())), tree));
     }
