@@ -143,13 +143,7 @@ impl ExecutorClient {
         let pending_w = pending.clone();
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
-                let written = match encode(&frame) {
-                    Ok(bytes) => send_queued(&writer_half, &bytes)
-                        .await
-                        .map_err(iii_shell_protocol::frame::FrameError::from),
-                    Err(e) => Err(e),
-                };
-                match written {
+                match send_queued(&writer_half, &frame).await {
                     Ok(()) => {}
                     // Refused while encoding, before a byte was written: the connection is
                     // intact, so fail that one request instead of every call in flight.

@@ -119,13 +119,7 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     Err(_) => break,
                 },
             };
-            let written = match encode(&frame) {
-                Ok(bytes) => send_queued(&writer_half, &bytes)
-                    .await
-                    .map_err(FrameError::from),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
+            if let Err(e) = send_queued(&writer_half, &frame).await {
                 tracing::warn!(error = %e, "write to broker failed");
                 break;
             }

@@ -50,8 +50,13 @@ pub fn send_now(wr: &SharedWriter, bytes: Vec<u8>) -> std::io::Result<Sent> {
     Ok(Sent::Done)
 }
 
-/// Writes one encoded frame, waiting for the socket (the writer task's path).
-pub async fn send_queued(wr: &SharedWriter, bytes: &[u8]) -> std::io::Result<()> {
+/// Encodes and writes one frame, waiting for the socket (the writer task's path).
+pub async fn send_queued<T: serde::Serialize>(
+    wr: &SharedWriter,
+    frame: &T,
+) -> Result<(), crate::frame::FrameError> {
+    let bytes = crate::frame::encode(frame)?;
     let mut w = wr.lock().await;
-    w.write_all(bytes).await
+    w.write_all(&bytes).await?;
+    Ok(())
 }
