@@ -435,22 +435,7 @@ async fn write_inline_streamed(
             }
         }
     });
-    let reply = services
-        .executor
-        .call_with_input(
-            Request::Fs(FsOp::WriteStream {
-                path,
-                mode,
-                parents,
-            }),
-            rx,
-        )
-        .await;
-    feed.abort();
-    match reply? {
-        Reply::Fs(FsReply::Write(w)) => Ok(w),
-        _ => Err(unexpected_reply()),
-    }
+    streamed_write(services, path, mode, parents, rx, feed).await
 }
 
 /// Relays the reader end of the caller's channel to the executor as a streamed write.
@@ -467,6 +452,19 @@ async fn write_stream(
         .map_err(|e| WireError::new(Code::S216, e))?;
     let (tx, rx) = tokio::sync::mpsc::channel(iii_shell_protocol::messages::STREAM_WINDOW);
     let pump = tokio::spawn(channel::pump_reader(ws, tx, CHANNEL_IDLE));
+    streamed_write(services, path, mode, parents, rx, pump).await
+}
+
+/// Sends a streamed write whose chunks come from `rx`, fed by `feeder`, which is stopped once
+/// the executor has answered.
+async fn streamed_write(
+    services: &Arc<Services>,
+    path: String,
+    mode: u32,
+    parents: bool,
+    rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
+    feeder: tokio::task::JoinHandle<()>,
+) -> Result<WriteResponse, WireError> {
     let reply = services
         .executor
         .call_with_input(
@@ -478,7 +476,7 @@ async fn write_stream(
             rx,
         )
         .await;
-    pump.abort();
+    feeder.abort();
     match reply? {
         Reply::Fs(FsReply::Write(w)) => Ok(w),
         _ => Err(unexpected_reply()),
