@@ -132,10 +132,8 @@ pub fn self_test(cgroup_dir: RawFd) -> Result<(), String> {
     drop(stack);
     let pid = match pid {
         Ok(p) => p,
-        Err(e) => {
-            note_failure(&e);
-            return Ok(());
-        }
+        // Any failure here means spawns would fail the same way before their fallback.
+        Err(e) => return Err(format!("clone3 into a fresh job cgroup failed: {e}")),
     };
     // SAFETY: CLONE_PIDFD stored a fresh descriptor that only we own.
     let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
