@@ -147,12 +147,25 @@ async fn bench(iters: usize, warmup: usize) {
     ));
     set_policy(&services, 3, &config).await;
 
+    // How much pre-started command processes save: a second executor with them switched off,
+    // the two and the raw spawn taking turns.
+    let without = prestart_comparison(
+        &services,
+        &config,
+        &raw,
+        &payload,
+        (iters / 2).max(50),
+        warmup / 4,
+    )
+    .await;
+
     println!("summary (goal: iii/raw <= {GOAL:.2} at p50, idle and with the fat jobs):");
     for (name, c, judged) in [
         ("idle", &idle, true),
         ("16 fat jobs", &fat, true),
         ("spaced", &spaced, false),
         ("no landlock", &unlandlocked, false),
+        ("no prestart", &without, false),
     ] {
         let r50 = c.iii.p50 / c.raw.p50;
         let verdict = match (judged, r50 <= GOAL) {
@@ -332,6 +345,68 @@ async fn compare(
         raw: Stats::of(r),
         iii: Stats::of(i),
     }
+}
+
+/// The default executor against a second one started with `III_SHELL_PRESTART=0`, each
+/// beside raw spawns, in rotation (raw, on, off, then the order shifts by one). Prints all three
+/// and returns the "off" comparison.
+async fn prestart_comparison(
+    services: &Arc<Services>,
+    config: &Config,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+    warmup: usize,
+) -> Comparison {
+    // The variable is read once by the executor at start-up; the bench has no other threads
+    // reading the environment at this point.
+    std::env::set_var("III_SHELL_PRESTART", "0");
+    let started = spawn_executor_with(Path::new(EXE), &[]);
+    std::env::remove_var("III_SHELL_PRESTART");
+    let (mut child, stream) = started.expect("start the second executor");
+    let off = Services::new();
+    let rt = off.runtime.install(config.clone());
+    let client = ExecutorClient::connect(stream)
+        .await
+        .expect("executor handshake");
+    client
+        .call(Request::SetPolicy {
+            generation: rt.generation,
+            config_json: rt.config_json(),
+        })
+        .await
+        .expect("SetPolicy");
+    off.executor.set(client);
+    for _ in 0..warmup {
+        raw.run();
+        iii_exec(services, payload).await;
+        iii_exec(&off, payload).await;
+    }
+    let (mut r, mut on_s, mut off_s) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..iters {
+        for k in 0..3 {
+            match (n + k) % 3 {
+                0 => r.push(raw.run()),
+                1 => on_s.push(iii_exec(services, payload).await),
+                _ => off_s.push(iii_exec(&off, payload).await),
+            }
+        }
+    }
+    let (r, on_s, off_s) = (Stats::of(r), Stats::of(on_s), Stats::of(off_s));
+    println!("pre-started command processes on and off (III_SHELL_PRESTART=0, a second executor), {iters} iterations each, rotating:");
+    print_header();
+    print_row("raw posix_spawn + waitpid", &r);
+    print_row("iii-shell shell::exec, pre-start on (default)", &on_s);
+    print_row("iii-shell shell::exec, pre-start off", &off_s);
+    println!(
+        "  ratio iii/raw at p50: on {:.2}x, off {:.2}x",
+        on_s.p50 / r.p50,
+        off_s.p50 / r.p50
+    );
+    println!();
+    drop(off);
+    wait_or_kill(&mut child, Duration::from_secs(5));
+    Comparison { raw: r, iii: off_s }
 }
 
 /// Pause before every call of the spaced comparison.

@@ -67,6 +67,10 @@ pub struct ExecutorArgs {
     /// (reloads can only narrow it), and the confinement it applies to itself at start-up
     #[arg(long)]
     pub pin_config: Option<PathBuf>,
+    /// Start every command from scratch instead of in a pre-started process (the same as
+    /// III_SHELL_PRESTART=0)
+    #[arg(long)]
+    pub no_prestart: bool,
 }
 
 #[derive(Debug, Args)]

@@ -28,6 +28,9 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         let listener = bind_socket(path, args.peer_uid.unwrap_or(own_uid), own_uid)?;
         *PREBOUND.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
     }
+    if args.no_prestart {
+        iii_shell_executor::warm::disable();
+    }
     let pinned = match &args.pin_config {
         Some(path) => match load_envelope(path) {
             Ok(c) => Some(c),

@@ -147,8 +147,9 @@ pub fn self_test(cgroup_dir: RawFd) -> Result<(), String> {
 }
 
 /// Starts `f(arg)` as a child inside the cgroup `cgroup_dir`, sharing our memory, with this
-/// thread suspended until the child execs or exits. No exit signal is sent when it ends; it
-/// is reaped through the pidfd stored in `pidfd`.
+/// thread suspended until the child execs or exits. It is cloned without an exit signal (a
+/// child that fails before `execve` raises none; `execve` resets it to SIGCHLD) and is reaped
+/// through the pidfd stored in `pidfd`.
 ///
 /// # Safety
 /// The same contract as `clone(CLONE_VM | CLONE_VFORK)`: `f` must only make async-signal-safe
@@ -163,8 +164,51 @@ pub unsafe fn spawn_into(
     stack_size: usize,
     pidfd: &mut libc::c_int,
 ) -> std::io::Result<i32> {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        clone_into(
+            cgroup_dir,
+            f,
+            arg,
+            stack,
+            stack_size,
+            pidfd,
+            libc::CLONE_VFORK,
+        )
+    }
+}
+
+/// [`spawn_into`] without `CLONE_VFORK`: the call returns at once and the child runs alongside
+/// this thread, in the same memory (a pre-started command, see `warm`).
+///
+/// # Safety
+/// As for [`spawn_into`], and more: `arg`, everything it points to and the stack must stay
+/// valid until the child has exec'd or exited, which this call does not wait for; the child
+/// must not touch memory this process uses (no allocation, no locks, no `errno`: only raw
+/// system calls on data reserved for it).
+pub unsafe fn start_into(
+    cgroup_dir: RawFd,
+    f: ChildFn,
+    arg: *mut c_void,
+    stack: *mut u8,
+    stack_size: usize,
+    pidfd: &mut libc::c_int,
+) -> std::io::Result<i32> {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { clone_into(cgroup_dir, f, arg, stack, stack_size, pidfd, 0) }
+}
+
+unsafe fn clone_into(
+    cgroup_dir: RawFd,
+    f: ChildFn,
+    arg: *mut c_void,
+    stack: *mut u8,
+    stack_size: usize,
+    pidfd: &mut libc::c_int,
+    vfork: libc::c_int,
+) -> std::io::Result<i32> {
     let mut args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | vfork | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
         pidfd: pidfd as *mut libc::c_int as u64,
         stack: stack as u64,
         stack_size: stack_size as u64,
@@ -238,7 +282,7 @@ extern "C" {
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn raw(args: &mut CloneArgs, f: ChildFn, arg: *mut c_void) -> isize {
-    // SAFETY: forwarded from `spawn_into`'s contract; the trampoline follows the C ABI.
+    // SAFETY: forwarded from the callers' contract; the trampoline follows the C ABI.
     let [s0, s1] = secret();
     unsafe { iii_shell_clone3(args, std::mem::size_of::<CloneArgs>(), f, arg, s0, s1) }
 }

@@ -116,6 +116,16 @@ pub fn lookup(program: &str, path_var: Option<&str>) -> Result<String, std::io::
 
 /// Builds the spawn plan: environment, program path, pipes, cgroup.
 pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
+    prepare_with(policy, spec, true)
+}
+
+/// [`prepare`], taking a job cgroup only when `take_cgroup` (a pre-started command process
+/// brings its own).
+pub fn prepare_with(
+    policy: &Policy,
+    spec: &ExecSpec,
+    take_cgroup: bool,
+) -> Result<Prepared, ExecError> {
     check(policy, spec)?;
     let cwd = resolve_cwd(policy, spec.cwd.as_deref())?;
     // The forwarded base environment is built once per policy; only overrides are per call.
@@ -154,7 +164,11 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     .map_err(io)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
-    let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
+    let cgroup = if take_cgroup {
+        JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()))
+    } else {
+        None
+    };
     Ok(Prepared {
         plan,
         stdout: out_r,

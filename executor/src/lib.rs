@@ -22,6 +22,7 @@ pub mod running;
 pub mod server;
 pub mod spawn;
 pub mod tree;
+pub mod warm;
 
 use std::sync::Arc;
 
@@ -92,10 +93,15 @@ impl Executor {
                 Ok(p) => p,
                 Err(e) => return (Err(e.to_wire()), None),
             };
-            let (result, tree) = run::run_then_release(p, spec, cancel).await;
-            // The job's cgroup goes back to the pool after the reply is on its way.
-            let cont: Option<fs::Continuation> = tree
-                .map(|t| Box::pin(async move { running::release_later(t) }) as fs::Continuation);
+            let (result, tree) = run::run_then_release(p.clone(), spec, cancel).await;
+            // After the reply is on its way: the job's cgroup goes back to the pool, and the
+            // next command process is pre-started.
+            let cont: Option<fs::Continuation> = Some(Box::pin(async move {
+                if let Some(t) = tree {
+                    running::release_later(t);
+                }
+                p.refill_warm();
+            }));
             return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
         }
         if let Request::Doctor = request {
@@ -149,6 +155,9 @@ impl Executor {
                     Ok(p) => {
                         tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
                         self.policy.set(p);
+                        if let Some(p) = self.policy.get() {
+                            p.refill_warm();
+                        }
                         Ok(Reply::PolicyAccepted { generation })
                     }
                     Err(e) => {
@@ -222,6 +231,11 @@ fn ensure_std_fds() {
 }
 
 /// Reaps orphans re-parented to us whenever SIGCHLD arrives.
+///
+/// Every command's exit raises SIGCHLD, so the common case must be cheap: one `waitid` that
+/// finds nothing ([`tree::reap_exited_orphans`]). Only when a job root that its supervisor has
+/// not reaped yet hides the queue is it retried a little later, and then the `/proc` scan
+/// ([`tree::reap_orphans`]) settles it.
 pub fn spawn_orphan_reaper() {
     tokio::spawn(async {
         let Ok(mut sig) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
@@ -229,7 +243,21 @@ pub fn spawn_orphan_reaper() {
             return;
         };
         while sig.recv().await.is_some() {
-            tokio::task::spawn_blocking(tree::reap_orphans);
+            let mut settled = false;
+            for _ in 0..ORPHAN_RETRIES {
+                if tree::reap_exited_orphans() == tree::OrphanCheck::Clear {
+                    settled = true;
+                    break;
+                }
+                tokio::time::sleep(ORPHAN_RETRY_PAUSE).await;
+            }
+            if !settled {
+                let _ = tokio::task::spawn_blocking(tree::reap_orphans).await;
+            }
         }
     });
 }
+
+/// How often, and how far apart, a SIGCHLD is re-checked while a job root hides the queue.
+const ORPHAN_RETRIES: usize = 4;
+const ORPHAN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);

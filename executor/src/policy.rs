@@ -26,6 +26,8 @@ pub struct Policy {
     pub base_envp: Arc<crate::spawn::EnvBlock>,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
+    /// A command process started ahead of time under this policy (see `warm`).
+    warm: std::sync::Mutex<Vec<crate::warm::Warm>>,
 }
 
 #[derive(Debug)]
@@ -130,7 +132,65 @@ impl Policy {
             base_env,
             base_envp,
             commands,
+            warm: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// A pre-started command process: a ready one if there is one, else one still setting
+    /// itself up (the launch waits for it: its setup is already under way, which beats
+    /// starting over). Dead ones are discarded.
+    pub fn take_warm(&self) -> Option<crate::warm::Warm> {
+        use crate::warm::State;
+        let mut pool = self.warm.lock().ok()?;
+        let mut dead = Vec::new();
+        let mut pick: Option<(usize, bool)> = None;
+        let mut i = 0;
+        while i < pool.len() {
+            match pool[i].state() {
+                State::Dead => dead.push(pool.swap_remove(i)),
+                State::Ready if pick.is_none_or(|(_, ready)| !ready) => {
+                    pick = Some((i, true));
+                    i += 1;
+                }
+                State::Starting if pick.is_none() => {
+                    pick = Some((i, false));
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+        }
+        let taken = pick.map(|(i, _)| pool.swap_remove(i));
+        drop(pool);
+        drop(dead);
+        taken
+    }
+
+    /// Gives back a pre-started process a call took but did not use.
+    pub fn put_back_warm(&self, w: crate::warm::Warm) {
+        if let Ok(mut pool) = self.warm.lock() {
+            if pool.len() < crate::warm::POOL {
+                pool.push(w);
+            }
+        }
+    }
+
+    /// Tops the pool of pre-started processes up (after a call, off its path).
+    pub fn refill_warm(&self) {
+        if !crate::warm::enabled() {
+            return;
+        }
+        let Ok(mut pool) = self.warm.lock() else {
+            return;
+        };
+        while pool.len() < crate::warm::POOL {
+            match crate::warm::Warm::start(&self.commands.child()) {
+                Ok(w) => pool.push(w),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no pre-started command process");
+                    return;
+                }
+            }
+        }
     }
 }
 

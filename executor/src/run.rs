@@ -60,7 +60,20 @@ async fn run_inner(
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let entered = Instant::now();
-    let prepared = command::prepare(&policy, &spec)?;
+    let warm = if timeout_ms == 0 {
+        None
+    } else {
+        policy.take_warm()
+    };
+    let prepared = match command::prepare_with(&policy, &spec, warm.is_none()) {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(w) = warm {
+                policy.put_back_warm(w);
+            }
+            return Err(e);
+        }
+    };
     if timeout_ms == 0 {
         if let Some(cg) = prepared.cgroup {
             let _ = cg.recycle();
@@ -69,7 +82,7 @@ async fn run_inner(
     }
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
-    let (mut running, mut out, mut err) = start(prepared, &spec.argv[0], cap)?;
+    let (mut running, mut out, mut err) = start(prepared, &spec.argv[0], cap, warm)?;
     let spawned = started.elapsed();
 
     let outcome = tokio::select! {
@@ -106,6 +119,10 @@ async fn run_inner(
         err.abandon();
     }
     let tree = Some(running.tree.clone());
+    if let Some(e) = running.exec_failure.take() {
+        // A pre-started process could not exec the command: the same error a spawn gives.
+        return Ok((Err(command::spawn_error(&spec.argv[0], &e)), tree));
+    }
     if matches!(outcome, Outcome::Cancelled) {
         return Ok((Err(ExecError::Internal("call cancelled".into())), tree));
     }

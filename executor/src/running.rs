@@ -13,28 +13,59 @@ use crate::capture::Collector;
 use crate::command::{spawn_error, Prepared};
 use crate::error::ExecError;
 use crate::spawn::{self, Child, ExitStatus};
-use crate::tree::{JobTree, ROOTS};
+use crate::tree::{JobCgroup, JobTree, ROOTS};
+use crate::warm::{Keep, Warm};
 
 pub struct Running {
     pid: i32,
     pidfd: AsyncFd<OwnedFd>,
     pub tree: Arc<JobTree>,
     pub status: Option<ExitStatus>,
+    /// What a pre-started process needs until it has exec'd (see `warm`).
+    warm: Option<Keep>,
+    /// Set when the root has been reaped and it was a pre-started process that failed to
+    /// exec the command (the spawn error a plain spawn would have returned).
+    pub exec_failure: Option<std::io::Error>,
 }
 
-/// Starts a prepared command. Returns the running root and its two output pipes.
+/// Starts a prepared command, in `warm` when given and able to take it. Returns the running
+/// root and its two output pipes.
 pub fn start(
     prepared: Prepared,
     program: &str,
     cap: usize,
+    warm: Option<Warm>,
 ) -> Result<(Running, Collector, Collector), ExecError> {
     let Prepared {
-        plan,
+        mut plan,
         stdout,
         stderr,
         stdin,
-        cgroup,
+        mut cgroup,
     } = prepared;
+    if let Some(w) = warm {
+        match w.launch(plan) {
+            Ok(l) => {
+                tracing::trace!(pid = l.pid, "command handed to a pre-started process");
+                let child = Child {
+                    pid: l.pid,
+                    pidfd: l.pidfd,
+                    cgroup_refused_clone3: false,
+                };
+                return supervise(child, l.cgroup, Some(l.keep), stdout, stderr, stdin, cap);
+            }
+            Err(back) => {
+                let mut back = *back;
+                // Spawn the ordinary way, which needs a cgroup (prepare left it to the warm
+                // process).
+                if cgroup.is_none() {
+                    cgroup = JobCgroup::take();
+                }
+                back.cgroup = cgroup.as_ref().map(|cg| cg.target());
+                plan = back;
+            }
+        }
+    }
     let child = {
         // Hold the roots lock across the spawn so the orphan reaper never reaps a job root
         // before it is registered.
@@ -55,16 +86,25 @@ pub fn start(
     };
     // Closes the child's ends of the pipes (and its cwd/cgroup fds) in the parent.
     drop(plan);
-    let Child {
-        pid,
-        pidfd,
-        cgroup_refused_clone3,
-    } = child;
-    if cgroup_refused_clone3 {
+    if child.cgroup_refused_clone3 {
         if let Some(cg) = &cgroup {
             cg.retire();
         }
     }
+    supervise(child, cgroup, None, stdout, stderr, stdin, cap)
+}
+
+/// Watches a started root: its pidfd, its tree, and its output pipes.
+fn supervise(
+    child: Child,
+    cgroup: Option<JobCgroup>,
+    warm: Option<Keep>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    stdin: Option<(OwnedFd, Vec<u8>)>,
+    cap: usize,
+) -> Result<(Running, Collector, Collector), ExecError> {
+    let Child { pid, pidfd, .. } = child;
     let io = |e: std::io::Error| ExecError::Internal(format!("supervise: {e}"));
     let tree = Arc::new(JobTree::new(pid, cgroup));
     let running = Running {
@@ -75,6 +115,8 @@ pub fn start(
             .map_err(|e| io(e.into()))?,
         tree: tree.clone(),
         status: None,
+        warm,
+        exec_failure: None,
     };
     if let Some((fd, bytes)) = stdin {
         match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
@@ -154,6 +196,9 @@ impl Running {
 
     fn finish(&mut self, st: ExitStatus) {
         self.status = Some(st);
+        if let Some(keep) = self.warm.as_mut() {
+            self.exec_failure = keep.exec_error();
+        }
         self.tree.reaped.store(true, Ordering::SeqCst);
         if let Ok(mut roots) = ROOTS.lock() {
             roots.retain(|&p| p != self.pid);

@@ -135,6 +135,80 @@ impl SpawnPlan {
     }
 }
 
+/// What `execve` needs, apart from the descriptors: the program, argv and environment as C
+/// strings, with NULL-terminated pointer arrays into them (the arrays stay valid while the
+/// image lives: moving it does not move the strings).
+#[derive(Default)]
+pub struct ExecImage {
+    program: CString,
+    argv: Vec<CString>,
+    base_env: std::sync::Arc<EnvBlock>,
+    extra_env: EnvBlock,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+}
+
+impl ExecImage {
+    pub fn program_ptr(&self) -> *const libc::c_char {
+        self.program.as_ptr()
+    }
+    pub fn argv_ptr(&self) -> *const *const libc::c_char {
+        self.argv_ptrs.as_ptr()
+    }
+    pub fn envp_ptr(&self) -> *const *const libc::c_char {
+        self.envp_ptrs.as_ptr()
+    }
+}
+
+/// A plan's descriptors for the child, in the order stdin, stdout, stderr, then the cwd when
+/// there is one.
+pub type ChildFds = Vec<OwnedFd>;
+
+impl SpawnPlan {
+    /// Splits the plan into what execve reads and the descriptors the child needs (the
+    /// cgroup and confinement are the caller's business then).
+    pub fn into_parts(self) -> (ExecImage, ChildFds) {
+        let envp_ptrs = self.envp();
+        let mut argv_ptrs: Vec<*const libc::c_char> =
+            self.argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut fds = vec![self.stdin, self.stdout, self.stderr];
+        fds.extend(self.cwd);
+        (
+            ExecImage {
+                program: self.program,
+                argv: self.argv,
+                base_env: self.base_env,
+                extra_env: self.extra_env,
+                argv_ptrs,
+                envp_ptrs,
+            },
+            fds,
+        )
+    }
+
+    /// Puts a plan back together from [`SpawnPlan::into_parts`] (without cgroup or
+    /// confinement; the caller sets them again).
+    pub fn from_parts(image: ExecImage, fds: ChildFds) -> SpawnPlan {
+        let mut fds = fds.into_iter();
+        let (Some(stdin), Some(stdout), Some(stderr)) = (fds.next(), fds.next(), fds.next()) else {
+            unreachable!("into_parts always yields the three stdio descriptors")
+        };
+        SpawnPlan {
+            program: image.program,
+            argv: image.argv,
+            base_env: image.base_env,
+            extra_env: image.extra_env,
+            stdin,
+            stdout,
+            stderr,
+            cwd: fds.next(),
+            cgroup: None,
+            confinement: ChildConfinement::default(),
+        }
+    }
+}
+
 /// A started child: its pid and a pidfd that becomes readable when it exits.
 #[derive(Debug)]
 pub struct Child {
@@ -269,8 +343,8 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         // `ctx`, which (with argv/envp and the strings they point to) outlives the call: with
         // CLONE_VFORK this thread is suspended until the child has called execve or _exit.
         // The child runs on `stack`, which nothing else uses meanwhile. `pidfd` receives the
-        // CLONE_PIDFD descriptor. No exit signal: the root is reaped through its pidfd, and a
-        // SIGCHLD per command would only wake the orphan reaper for nothing.
+        // CLONE_PIDFD descriptor. No exit signal until execve (which resets it to SIGCHLD):
+        // the root is reaped through its pidfd either way.
         pid = unsafe {
             libc::clone(
                 child_main,
@@ -440,6 +514,11 @@ pub fn try_reap_blocking(pidfd: &OwnedFd) -> std::io::Result<ExitStatus> {
     reap_flags(pidfd, 0).map(|s| s.unwrap_or(ExitStatus::Signaled(0)))
 }
 
+/// True when the child has exited (it is left a zombie: nothing is reaped).
+pub fn try_reap_peek(pidfd: &OwnedFd) -> std::io::Result<bool> {
+    reap_flags(pidfd, libc::WNOHANG | libc::WNOWAIT).map(|s| s.is_some())
+}
+
 /// Reaps the child if it has exited; `None` if it is still running.
 pub fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<ExitStatus>> {
     reap_flags(pidfd, libc::WNOHANG)
@@ -447,14 +526,14 @@ pub fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<ExitStatus>> {
 
 fn reap_flags(pidfd: &OwnedFd, extra: i32) -> std::io::Result<Option<ExitStatus>> {
     loop {
-        let mut info: libc::siginfo_t = unsafe_zeroed_siginfo();
+        let mut info: libc::siginfo_t = zeroed_siginfo();
         // SAFETY: waitid writes into `info`, which is a valid, zeroed siginfo_t.
         let rc = unsafe {
             libc::waitid(
                 libc::P_PIDFD,
                 pidfd.as_raw_fd() as libc::id_t,
                 &mut info,
-                // __WALL: job roots are started without an exit signal (a "clone child").
+                // __WALL: a root that never reached execve has no exit signal (a "clone child").
                 libc::WEXITED | libc::__WALL | extra,
             )
         };
@@ -478,7 +557,7 @@ fn reap_flags(pidfd: &OwnedFd, extra: i32) -> std::io::Result<Option<ExitStatus>
     }
 }
 
-fn unsafe_zeroed_siginfo() -> libc::siginfo_t {
+pub(crate) fn zeroed_siginfo() -> libc::siginfo_t {
     // SAFETY: siginfo_t is a plain C struct for which all-zero is a valid value.
     unsafe { std::mem::zeroed() }
 }

@@ -317,7 +317,58 @@ impl JobTree {
     }
 }
 
-/// Reaps zombies among our children that are not job roots (orphans re-parented to us).
+/// What [`reap_exited_orphans`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrphanCheck {
+    /// No exited child is left for us to reap (or we have no children).
+    Clear,
+    /// The first exited child is a job root, which its own supervisor reaps; any orphan
+    /// queued behind it is not visible yet.
+    RootPending,
+}
+
+/// Reaps exited orphans without scanning `/proc`: asks the kernel for the first exited child
+/// (`waitid(P_ALL, WNOWAIT)`, which leaves it a zombie) and reaps it unless it is a job root.
+///
+/// This is what runs on every SIGCHLD. A command's root gets SIGCHLD as its exit signal once
+/// it has exec'd (execve resets it, whatever the clone asked for), so this runs once per
+/// command, and almost always finds nothing: the root was already reaped by its supervisor.
+pub fn reap_exited_orphans() -> OrphanCheck {
+    loop {
+        // Checked and reaped under the lock, as in [`reap_orphans`].
+        let Ok(roots) = ROOTS.lock() else {
+            return OrphanCheck::Clear;
+        };
+        let mut info = crate::spawn::zeroed_siginfo();
+        // SAFETY: waitid writes into `info`, a valid zeroed siginfo_t; WNOWAIT leaves the
+        // child as it is.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        // SAFETY: si_pid is valid for a successful waitid (0 when nothing has exited).
+        let pid = if rc == 0 { unsafe { info.si_pid() } } else { 0 };
+        if pid <= 0 {
+            return OrphanCheck::Clear;
+        }
+        if roots.contains(&pid) {
+            return OrphanCheck::RootPending;
+        }
+        // SAFETY: waitpid on a specific pid that is our exited child; status is discarded.
+        unsafe {
+            libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL);
+        }
+        drop(roots);
+    }
+}
+
+/// Reaps zombies among our children that are not job roots (orphans re-parented to us),
+/// scanning `/proc`: slower than [`reap_exited_orphans`], but it sees past a root that has
+/// not been reaped yet.
 pub fn reap_orphans() {
     for pid in procfs::own_children() {
         if procfs::stat(pid).is_none_or(|s| s.state != b'Z') {

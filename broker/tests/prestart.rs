@@ -1,0 +1,245 @@
+//! Pre-started command processes (`executor/src/warm.rs`): what a waiting process holds, how
+//! it ends, and that a command run in one reads exactly like one spawned from scratch.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::*;
+use iii_shell_broker::executor_client::ExecutorClient;
+use iii_shell_broker::services::Services;
+use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_protocol::config::Config;
+use iii_shell_protocol::messages::Request;
+use serde_json::json;
+
+/// Pids of the executor's children that are still the executor's image (not exec'd yet),
+/// sleeping: the pre-started processes waiting for a command.
+fn waiting_of(executor: u32) -> BTreeSet<i32> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let parent = f.get(1).and_then(|p| p.parse::<u32>().ok());
+        if parent == Some(executor) && head.ends_with("(iii-shell") && f.first() == Some(&"S") {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim().chars().next().unwrap_or('?'))
+        })
+        .is_some_and(|state| state != 'Z')
+}
+
+/// An executor started with `extra` arguments, like `Harness::new`.
+async fn harness_with(config: Config, extra: &[&str]) -> Harness {
+    let services = Services::new();
+    let rt = services.runtime.install(config);
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
+    let client = ExecutorClient::connect(stream).await.expect("handshake");
+    let executor_pid = client.pid;
+    client
+        .call(Request::SetPolicy {
+            generation: rt.generation,
+            config_json: rt.config_json(),
+        })
+        .await
+        .expect("policy accepted");
+    services.executor.set(client);
+    Harness {
+        services,
+        child,
+        executor_pid,
+    }
+}
+
+async fn two_waiting(h: &Harness) -> BTreeSet<i32> {
+    let pid = h.executor_pid;
+    assert!(
+        eventually(Duration::from_secs(5), || waiting_of(pid).len() == 2).await,
+        "the executor keeps two pre-started processes: {:?}",
+        waiting_of(pid)
+    );
+    waiting_of(pid)
+}
+
+#[tokio::test]
+async fn waiting_processes_hold_nothing_of_the_executor_and_are_confined() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    for pid in two_waiting(&h).await {
+        let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let sockets = fds
+            .iter()
+            .filter(|fd| {
+                std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                    .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+            })
+            .count();
+        // stdio (replaced before exec) and the one socket a command arrives on.
+        assert_eq!(fds.len(), 4, "pid {pid} holds {fds:?}");
+        assert_eq!(sockets, 1, "pid {pid} holds {fds:?}");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        for line in ["NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000"] {
+            assert!(status.contains(line), "pid {pid} lacks {line}:\n{status}");
+        }
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        assert!(cgroup.contains("/job-"), "pid {pid} is in {cgroup}");
+    }
+}
+
+#[tokio::test]
+async fn commands_run_in_a_waiting_process_and_in_their_own_session_and_cgroup() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    let r = h
+        .ok(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", "echo $$; cut -d' ' -f6 /proc/self/stat; grep -c /job- /proc/self/cgroup; pwd; cat"], "cwd": "/tmp", "stdin": "in", "env": {"X_MARK": "1"}}),
+        )
+        .await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let out = r["stdout"].as_str().unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    let pid: i32 = lines[0].parse().unwrap();
+    assert!(
+        waiting.contains(&pid),
+        "the command ran as pid {pid}, not in one of the waiting processes {waiting:?}"
+    );
+    assert_eq!(lines[1], lines[0], "its own session");
+    assert_eq!(lines[2], "1", "in a job cgroup: {out}");
+    assert_eq!(lines[3], "/tmp");
+    assert_eq!(lines[4], "in");
+}
+
+#[tokio::test]
+async fn an_exec_failure_reads_the_same_as_without_prestart() {
+    let dir = tempdir();
+    let prog = dir.path().join("not-a-program");
+    std::fs::write(&prog, b"\x00\x01\x02\x03 not an executable format").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let payload = json!({"command": prog.to_str().unwrap(), "args": []});
+
+    let warm = Harness::default().await;
+    warm.ok("shell::exec", json!({"command": "true"})).await;
+    two_waiting(&warm).await;
+    let a = warm.err("shell::exec", payload.clone()).await;
+
+    let cold = harness_with(Config::builtin_default(), &["--no-prestart"]).await;
+    cold.ok("shell::exec", json!({"command": "true"})).await;
+    assert!(
+        waiting_of(cold.executor_pid).is_empty(),
+        "--no-prestart keeps no waiting process"
+    );
+    let b = cold.err("shell::exec", payload).await;
+
+    assert_eq!((a.code, &a.message), (b.code, &b.message));
+    assert!(
+        a.message.contains("Exec format error (os error 8)"),
+        "{}",
+        a.message
+    );
+    // The pool is topped up again after the failure.
+    two_waiting(&warm).await;
+}
+
+#[tokio::test]
+async fn a_policy_change_replaces_the_waiting_processes() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let before = two_waiting(&h).await;
+    let mut config = Config::builtin_default();
+    config.max_output_bytes = 4;
+    let json = serde_json::to_string(&config).unwrap();
+    h.services
+        .executor
+        .get()
+        .unwrap()
+        .call(Request::SetPolicy {
+            generation: 10_000,
+            config_json: json,
+        })
+        .await
+        .expect("policy accepted");
+    for pid in &before {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "waiting process {pid} of the old policy was not discarded and reaped"
+        );
+    }
+    let after = two_waiting(&h).await;
+    assert!(after.is_disjoint(&before));
+    // And the new policy is the one commands get.
+    let r = h
+        .ok(
+            "shell::exec",
+            json!({"command": "echo", "args": ["abcdefgh"]}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "abcd");
+    assert_eq!(r["stdout_truncated"], true);
+}
+
+#[tokio::test]
+async fn waiting_processes_end_with_the_executor() {
+    let mut h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    h.child.kill().unwrap();
+    h.child.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || waiting
+            .iter()
+            .all(|&p| !alive(p)))
+        .await,
+        "waiting processes outlived their executor: {:?}",
+        waiting.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn concurrent_calls_each_get_their_own_output() {
+    let h = std::sync::Arc::new(Harness::default().await);
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = h
+                .ok(
+                    "shell::exec",
+                    json!({"command": "sh", "args": ["-c", "echo $1; echo err$1 >&2", "sh", i.to_string()]}),
+                )
+                .await;
+            (i, r)
+        }));
+    }
+    for t in tasks {
+        let (i, r) = t.await.unwrap();
+        assert_eq!(r["stdout"], format!("{i}\n"), "{r}");
+        assert_eq!(r["stderr"], format!("err{i}\n"), "{r}");
+        assert_eq!(r["exit_code"], 0);
+    }
+}

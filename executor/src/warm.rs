@@ -1,0 +1,716 @@
+//! Pre-started commands: a child that has done everything a command's process does before
+//! `execve` — and is waiting for the command.
+//!
+//! Most of a foreground spawn's cost in the executor is not `execve` but what comes before
+//! it: the clone into the job cgroup, resetting signal dispositions, `setsid`, rlimits,
+//! no_new_privs and above all `landlock_restrict_self`, which copies every rule of the
+//! policy's ruleset into a new domain (about 90 µs with the 248 rules of the unjailed
+//! default). A warm child does all of that *between* calls, under the current policy, and then
+//! blocks reading a socket. A call hands it the command's descriptors (stdin, stdout,
+//! stderr and the cwd, over `SCM_RIGHTS`) and the program, argv and environment (in memory
+//! it shares with the executor); it `dup2`s the descriptors, `fchdir`s and execs.
+//!
+//! * The child is created with `clone3(CLONE_VM | CLONE_PIDFD | CLONE_INTO_CGROUP)` from the
+//!   executor's trampoline, **without** `CLONE_VFORK`: it runs alongside the executor in the
+//!   same memory until it execs. So it touches only what is reserved for it (its stack and
+//!   its [`Block`]) and makes raw system calls that never write `errno`, which belongs to the
+//!   executor's thread.
+//! * Right after its setup it closes every descriptor but its socket, so it holds nothing of
+//!   the executor's open (the broker connection, other commands' pipes).
+//! * It is tied to one policy: a policy change drops it (SIGKILL, reaped). If the executor
+//!   dies, the socket reaches EOF and the child exits.
+//! * An exec failure is written to the block before the child exits; the caller reads it
+//!   once the child has been reaped and reports it as a spawn error.
+//! * Only `shell::exec` uses it (a background job must report a failed exec at once), and
+//!   only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
+//!   unexpected — the child not ready yet, dead, or the hand-over failing — falls back to the
+//!   ordinary spawn. `III_SHELL_PRESTART=0` turns it off.
+
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+
+use crate::confine::Rlimits;
+use crate::spawn::{ChildConfinement, ExecImage, SpawnPlan};
+use crate::tree::{JobCgroup, ROOTS};
+
+const SETUP: u32 = 0;
+const READY: u32 = 1;
+const FAILED: u32 = 2;
+
+const STACK: usize = 64 * 1024;
+
+/// Pre-started processes kept per policy: two, so that back-to-back calls find one ready
+/// while the next is still setting itself up.
+pub const POOL: usize = 2;
+
+/// How long a launch waits for a process that is still setting itself up.
+const SETUP_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// What the child reads and writes; it lives in a Box the parent keeps until the child has
+/// been reaped (or has exec'd, after which the child no longer shares our memory).
+#[repr(C)]
+struct Block {
+    state: AtomicU32,
+    /// Errno of a failed step (setup or execve), written before the child exits.
+    err: AtomicI32,
+    /// The child's end of the socketpair (same number in its descriptor table).
+    sock: RawFd,
+    rlimits: Rlimits,
+    no_new_privs: bool,
+    landlock_fd: RawFd,
+    seccomp: libc::sock_fprog,
+    has_seccomp: bool,
+    /// Set by the parent before it sends the descriptors.
+    program: AtomicUsize,
+    argv: AtomicUsize,
+    envp: AtomicUsize,
+}
+
+/// A pre-started command process, ready for [`Warm::launch`].
+pub struct Warm {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    sock: OwnedFd,
+    block: Box<Block>,
+    stack: Vec<u8>,
+    cgroup: Option<JobCgroup>,
+    /// Keeps the per-spawn seccomp program (pointed to by the block) alive.
+    confinement: ChildConfinement,
+}
+
+// SAFETY: the raw pointers inside `Block` point into memory this value owns (the seccomp
+// program through `confinement`) or are plain integers; nothing is tied to a thread.
+unsafe impl Send for Warm {}
+// SAFETY: shared references only read plain fields.
+unsafe impl Sync for Warm {}
+
+impl std::fmt::Debug for Warm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Warm").field("pid", &self.pid).finish()
+    }
+}
+
+static OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether pre-started commands are used at all.
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        cfg!(target_arch = "x86_64")
+            && std::env::var("III_SHELL_PRESTART").map_or(true, |v| v.trim() != "0")
+    }) && !OFF.load(Ordering::Relaxed)
+        && crate::clone3::available()
+}
+
+/// Turns pre-started commands off for the life of the process (`executor --no-prestart`).
+pub fn disable() {
+    OFF.store(true, Ordering::Relaxed);
+}
+
+/// See [`Warm::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Starting,
+    Ready,
+    Dead,
+}
+
+/// A started command handed over by [`Warm::launch`].
+pub struct Launched {
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+    pub cgroup: Option<JobCgroup>,
+    pub keep: Keep,
+}
+
+/// What must outlive the child until it has exec'd: its block and stack, and the strings
+/// execve reads.
+pub struct Keep {
+    block: Box<Block>,
+    stack: Vec<u8>,
+    image: ExecImage,
+    reaped: bool,
+}
+
+// SAFETY: as for Warm; the image's pointer arrays point into strings the image owns.
+unsafe impl Send for Keep {}
+// SAFETY: shared references only read atomics.
+unsafe impl Sync for Keep {}
+
+impl Keep {
+    /// Called once the child has been reaped: its exec failure, if it had one.
+    pub fn exec_error(&mut self) -> Option<std::io::Error> {
+        self.reaped = true;
+        (self.block.state.load(Ordering::Acquire) == FAILED).then(|| {
+            std::io::Error::from_raw_os_error(self.block.err.load(Ordering::Acquire).max(1))
+        })
+    }
+}
+
+impl Drop for Keep {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // The child may still be reading this memory (it was never reaped): leave it be.
+            // Only happens when a call's future is dropped before its command was reaped.
+            let block = std::mem::replace(&mut self.block, Box::new(Block::empty()));
+            std::mem::forget(block);
+            std::mem::forget(std::mem::take(&mut self.stack));
+            std::mem::forget(std::mem::take(&mut self.image));
+        }
+    }
+}
+
+impl Block {
+    fn empty() -> Block {
+        Block {
+            state: AtomicU32::new(SETUP),
+            err: AtomicI32::new(0),
+            sock: -1,
+            rlimits: Rlimits::default(),
+            no_new_privs: false,
+            landlock_fd: -1,
+            seccomp: libc::sock_fprog {
+                len: 0,
+                filter: std::ptr::null_mut(),
+            },
+            has_seccomp: false,
+            program: AtomicUsize::new(0),
+            argv: AtomicUsize::new(0),
+            envp: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Warm {
+    /// Starts a child that confines itself with `confinement` inside a job cgroup of its own
+    /// and waits for a command.
+    pub fn start(confinement: &ChildConfinement) -> std::io::Result<Warm> {
+        if !enabled() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+        }
+        let cgroup = JobCgroup::take().ok_or_else(|| std::io::Error::other("no job cgroup"))?;
+        let mut fds = [0; 2];
+        // SAFETY: socketpair fills `fds` with two new descriptors on success.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        } < 0
+        {
+            let e = std::io::Error::last_os_error();
+            let _ = cgroup.recycle();
+            return Err(e);
+        }
+        // SAFETY: both descriptors are new and owned by nobody else.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let mut block = Box::new(Block::empty());
+        block.sock = theirs.as_raw_fd();
+        block.rlimits = confinement.rlimits;
+        block.no_new_privs = confinement.no_new_privs;
+        block.landlock_fd = confinement.landlock_fd.unwrap_or(-1);
+        if let Some(f) = &confinement.seccomp {
+            block.seccomp = f.fprog();
+            block.has_seccomp = true;
+        }
+        let mut stack = vec![0u8; STACK];
+        let base = stack.as_mut_ptr();
+        let top = (base as usize + STACK - 64) & !15;
+        let mut pidfd: libc::c_int = -1;
+        let block_ptr = &mut *block as *mut Block as *mut c_void;
+
+        // Every signal blocked around the clone: the child starts with them blocked (it
+        // resets dispositions, then unblocks only right before execve).
+        let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigfillset initialises `all`; pthread_sigmask stores the old mask in `old`.
+        unsafe {
+            libc::sigfillset(all.as_mut_ptr());
+            libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
+        }
+        let started = {
+            // Registered as a job root under the lock, so the orphan reaper leaves it alone.
+            let mut roots = ROOTS.lock().ok();
+            // SAFETY: `warm_main` only makes raw system calls on the block and its own stack,
+            // both owned by the returned Warm (or by the Keep after launch), which outlive the
+            // child's use of them: they are freed only after it has been reaped.
+            let r = unsafe {
+                crate::clone3::start_into(
+                    cgroup.target().dir,
+                    warm_main,
+                    block_ptr,
+                    base,
+                    top - base as usize,
+                    &mut pidfd,
+                )
+            };
+            if let (Ok(pid), Some(roots)) = (&r, roots.as_mut()) {
+                roots.push(*pid);
+            }
+            r
+        };
+        // SAFETY: restores the mask saved above.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+        }
+        drop(theirs);
+        let pid = match started {
+            Ok(pid) => pid,
+            Err(e) => {
+                let _ = cgroup.recycle();
+                return Err(e);
+            }
+        };
+        Ok(Warm {
+            pid,
+            // SAFETY: CLONE_PIDFD stored a fresh descriptor that only we own.
+            pidfd: Some(unsafe { OwnedFd::from_raw_fd(pidfd) }),
+            sock: ours,
+            block,
+            stack,
+            cgroup: Some(cgroup),
+            confinement: confinement.clone(),
+        })
+    }
+
+    /// Where the child is: still setting up, waiting for a command, or gone.
+    pub fn state(&self) -> State {
+        let alive = self
+            .pidfd
+            .as_ref()
+            .is_some_and(|fd| matches!(crate::spawn::try_reap_peek(fd), Ok(false)));
+        match self.block.state.load(Ordering::Acquire) {
+            _ if !alive => State::Dead,
+            READY => State::Ready,
+            SETUP => State::Starting,
+            _ => State::Dead,
+        }
+    }
+
+    /// Waits (bounded by [`SETUP_WAIT`]) for a child that is still setting itself up; true
+    /// once it is ready.
+    fn wait_ready(&self) -> bool {
+        let deadline = std::time::Instant::now() + SETUP_WAIT;
+        loop {
+            match self.state() {
+                State::Ready => return true,
+                State::Dead => return false,
+                State::Starting => {}
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let left = (deadline - now).min(std::time::Duration::from_millis(1));
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: FUTEX_WAIT on a word of the block we own, with a valid timeout; it
+            // returns at once if the word is no longer SETUP. The child wakes it when ready.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.block.state.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    SETUP,
+                    &ts as *const libc::timespec,
+                );
+            }
+        }
+    }
+
+    /// Hands `plan`'s command to the child. Gives the plan back when the child cannot take it
+    /// (not ready, gone, or the hand-over failed); the child is discarded then.
+    pub fn launch(mut self, plan: SpawnPlan) -> Result<Launched, Box<SpawnPlan>> {
+        if !self.wait_ready() {
+            return Err(Box::new(plan));
+        }
+        let (image, fds) = plan.into_parts();
+        self.block
+            .program
+            .store(image.program_ptr() as usize, Ordering::Release);
+        self.block
+            .argv
+            .store(image.argv_ptr() as usize, Ordering::Release);
+        self.block
+            .envp
+            .store(image.envp_ptr() as usize, Ordering::Release);
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        if let Err(e) = send_fds(&self.sock, &raw) {
+            tracing::warn!(error = %e, "handing a command to a pre-started process failed");
+            let mut plan = SpawnPlan::from_parts(image, fds);
+            plan.confinement = self.confinement.clone();
+            return Err(Box::new(plan));
+        }
+        // The child holds its own references now (in flight or installed).
+        drop(fds);
+        let pidfd = self.pidfd.take().expect("checked by ready()");
+        let keep = Keep {
+            block: std::mem::replace(&mut self.block, Box::new(Block::empty())),
+            stack: std::mem::take(&mut self.stack),
+            image,
+            reaped: false,
+        };
+        let launched = Launched {
+            pid: self.pid,
+            pidfd,
+            cgroup: self.cgroup.take(),
+            keep,
+        };
+        // Nothing left for Drop to discard.
+        self.pid = -1;
+        Ok(launched)
+    }
+}
+
+impl Drop for Warm {
+    /// Discards an unused child: SIGKILL, reaped, its cgroup given back.
+    fn drop(&mut self) {
+        let Some(pidfd) = self.pidfd.take() else {
+            return;
+        };
+        // SAFETY: pidfd_send_signal on a pidfd we own; no memory is passed.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            );
+        }
+        let reaped = crate::spawn::try_reap_blocking(&pidfd).is_ok();
+        if let Ok(mut roots) = ROOTS.lock() {
+            roots.retain(|&p| p != self.pid);
+        }
+        if let Some(cg) = self.cgroup.take() {
+            if self.block.state.load(Ordering::Acquire) != READY {
+                // Never got going: perhaps killed at birth by its cgroup; do not reuse that.
+                cg.retire();
+            }
+            if let Err(cg) = cg.recycle() {
+                // Not empty yet (it should be, the child is reaped): never reuse it, and leave
+                // the empty directory to the executor's shutdown if it cannot go now.
+                cg.retire();
+                cg.remove();
+            }
+        }
+        if !reaped {
+            // Still running on this memory somehow: never free it under the child.
+            let block = std::mem::replace(&mut self.block, Box::new(Block::empty()));
+            std::mem::forget(block);
+            std::mem::forget(std::mem::take(&mut self.stack));
+        }
+    }
+}
+
+/// Sends one byte with `fds` attached.
+fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
+    const MAX: usize = 4;
+    if fds.len() > MAX {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr() as *mut c_void,
+        iov_len: 1,
+    };
+    // u64 elements keep the control buffer aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    let data_len = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE/CMSG_LEN are pure size computations.
+    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+    debug_assert!(space <= std::mem::size_of_val(&control));
+    // SAFETY: a zeroed msghdr is valid; the fields set below point at live locals.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut c_void;
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer is large enough for one header and `fds` (checked above);
+    // CMSG_FIRSTHDR/CMSG_DATA return pointers inside it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr() as *const u8,
+            libc::CMSG_DATA(cmsg),
+            data_len as usize,
+        );
+    }
+    loop {
+        // SAFETY: `msg` and everything it points to are valid for the call.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// The kernel's `struct sigaction` (with `sa_restorer`).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// The warm child. Runs on its own stack in the executor's memory, concurrently with it: raw
+/// system calls only (see [`sys`]), reading the block and writing only its atomics.
+extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
+    // SAFETY: `arg` is the Block the parent keeps alive until this child is reaped; every
+    // call below is a raw system call that neither allocates nor touches errno.
+    unsafe {
+        let b = &*(arg as *const Block);
+        let wake = || {
+            sys(
+                libc::SYS_futex,
+                [
+                    b.state.as_ptr() as usize,
+                    (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize,
+                    1,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+        };
+        let fail = |rc: isize| -> libc::c_int {
+            b.err.store((-rc) as i32, Ordering::Release);
+            b.state.store(FAILED, Ordering::Release);
+            wake();
+            sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+            127
+        };
+        let dfl = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        for sig in 1..65usize {
+            if sig != libc::SIGKILL as usize && sig != libc::SIGSTOP as usize {
+                sys(
+                    libc::SYS_rt_sigaction,
+                    [sig, &dfl as *const KernelSigaction as usize, 0, 8, 0, 0],
+                );
+            }
+        }
+        let rc = sys(libc::SYS_setsid, [0; 6]);
+        if rc < 0 {
+            return fail(rc);
+        }
+        for &(resource, value) in &b.rlimits.entries[..b.rlimits.len] {
+            let lim = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            let rc = sys(
+                libc::SYS_prlimit64,
+                [
+                    0,
+                    resource as usize,
+                    &lim as *const libc::rlimit as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        if b.no_new_privs {
+            let rc = sys(
+                libc::SYS_prctl,
+                [libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0, 0, 0],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        if b.landlock_fd >= 0 {
+            let rc = sys(
+                libc::SYS_landlock_restrict_self,
+                [b.landlock_fd as usize, 0, 0, 0, 0, 0],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        if b.has_seccomp {
+            let rc = sys(
+                libc::SYS_seccomp,
+                [
+                    libc::SECCOMP_SET_MODE_FILTER as usize,
+                    0,
+                    &b.seccomp as *const libc::sock_fprog as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        // Keep nothing of the executor's open while waiting: only our socket (and stdio,
+        // replaced below).
+        let sock = b.sock as usize;
+        if sock > 3 {
+            sys(libc::SYS_close_range, [3, sock - 1, 0, 0, 0, 0]);
+        }
+        sys(
+            libc::SYS_close_range,
+            [sock + 1, u32::MAX as usize, 0, 0, 0, 0],
+        );
+        b.state.store(READY, Ordering::Release);
+        wake();
+
+        // Wait for the command: one byte with its descriptors attached.
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr() as *mut c_void,
+            iov_len: 1,
+        };
+        let mut control = [0u64; 8];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        loop {
+            let n = sys(
+                libc::SYS_recvmsg,
+                [
+                    sock,
+                    &mut msg as *mut libc::msghdr as usize,
+                    libc::MSG_CMSG_CLOEXEC as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+            if n == -(libc::EINTR as isize) {
+                continue;
+            }
+            if n <= 0 {
+                // Discarded (the executor closed its end, or is gone).
+                sys(libc::SYS_exit_group, [0; 6]);
+            }
+            break;
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            return fail(-(libc::EPROTO as isize));
+        }
+        let n = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+        if !(3..=4).contains(&n) {
+            return fail(-(libc::EPROTO as isize));
+        }
+        let data = libc::CMSG_DATA(cmsg) as *const i32;
+        for target in 0..3usize {
+            let fd = std::ptr::read_unaligned(data.add(target));
+            // Received descriptors take the lowest free numbers, and 0-2 are open, so `fd`
+            // is never `target`; were it, dup3 would refuse and the close-on-exec flag stay.
+            let rc = if fd as usize == target {
+                sys(
+                    libc::SYS_fcntl,
+                    [fd as usize, libc::F_SETFD as usize, 0, 0, 0, 0],
+                )
+            } else {
+                sys(libc::SYS_dup3, [fd as usize, target, 0, 0, 0, 0])
+            };
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        if n == 4 {
+            let rc = sys(
+                libc::SYS_fchdir,
+                [
+                    std::ptr::read_unaligned(data.add(3)) as usize,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        // The received originals and the socket are close-on-exec already.
+        let empty: u64 = 0;
+        sys(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as usize,
+                &empty as *const u64 as usize,
+                0,
+                8,
+                0,
+                0,
+            ],
+        );
+        let rc = sys(
+            libc::SYS_execve,
+            [
+                b.program.load(Ordering::Acquire),
+                b.argv.load(Ordering::Acquire),
+                b.envp.load(Ordering::Acquire),
+                0,
+                0,
+                0,
+            ],
+        );
+        fail(rc)
+    }
+}
+
+/// A system call that returns `-errno` instead of setting `errno`: the warm child shares the
+/// executor's thread-local storage, so libc's wrappers would write the executor's errno.
+#[cfg(target_arch = "x86_64")]
+unsafe fn sys(nr: libc::c_long, a: [usize; 6]) -> isize {
+    let ret: isize;
+    // SAFETY (caller): the arguments are valid for system call `nr`. The syscall instruction
+    // clobbers rcx and r11 and returns in rax; memory the kernel writes is passed by pointer.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn sys(_nr: libc::c_long, _a: [usize; 6]) -> isize {
+    // Never reached: `enabled()` is false without the x86_64 clone3 trampoline.
+    -(libc::ENOSYS as isize)
+}
