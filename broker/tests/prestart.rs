@@ -243,3 +243,63 @@ async fn concurrent_calls_each_get_their_own_output() {
         assert_eq!(r["exit_code"], 0);
     }
 }
+
+#[tokio::test]
+async fn a_low_open_files_limit_does_not_cost_the_command_its_descriptors() {
+    for limit in [5u64, 6] {
+        let mut config = Config::builtin_default();
+        config.confinement.rlimits.open_files = Some(limit);
+        let h = Harness::new(config).await;
+        h.ok("shell::exec", json!({"command": "true"})).await;
+        two_waiting(&h).await;
+        let r = h
+            .ok(
+                "shell::exec",
+                json!({"command": "sh", "args": ["-c", "pwd; ulimit -n; cat"], "cwd": "/tmp", "stdin": "x"}),
+            )
+            .await;
+        assert_eq!(r["exit_code"], 0, "open_files {limit}: {r}");
+        assert_eq!(
+            r["stdout"],
+            format!("/tmp\n{limit}\nx"),
+            "open_files {limit}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_signal_sent_to_a_waiting_process_does_not_reach_a_later_command() {
+    // Only reachable without Landlock's signal scoping.
+    let mut config = Config::builtin_default();
+    config.confinement.landlock = false;
+    let h = Harness::new(config).await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    // The command itself runs in one of them: it signals the other.
+    let pids: Vec<String> = waiting.iter().map(|p| p.to_string()).collect();
+    let script = format!(
+        "n=0; for p in {}; do [ $p != $$ ] && kill -TERM $p && n=$((n+1)); done; echo $n",
+        pids.join(" ")
+    );
+    let r = h
+        .ok(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", script]}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "1\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    for _ in 0..3 {
+        let r = h
+            .ok(
+                "shell::exec",
+                json!({"command": "echo", "args": ["still here"]}),
+            )
+            .await;
+        assert_eq!(
+            r["exit_code"], 0,
+            "a stale SIGTERM reached a later command: {r}"
+        );
+        assert_eq!(r["stdout"], "still here\n");
+    }
+}

@@ -182,6 +182,14 @@ impl Policy {
         let Ok(mut pool) = self.warm.lock() else {
             return;
         };
+        // A waiting process that died (killed from outside, say) sends no SIGCHLD: prune it
+        // here, after every call, so it neither lingers as a zombie job root nor holds up the
+        // orphan reaper.
+        let (dead, live): (Vec<_>, Vec<_>) = pool
+            .drain(..)
+            .partition(|w| w.state() == crate::warm::State::Dead);
+        *pool = live;
+        drop(dead);
         while pool.len() < crate::warm::POOL {
             match crate::warm::Warm::start(&self.commands.child()) {
                 Ok(w) => pool.push(w),

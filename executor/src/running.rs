@@ -150,27 +150,27 @@ impl Running {
             return st;
         }
         let (pid, pidfd) = (self.pid, &self.pidfd);
-        let st = std::future::poll_fn(|cx| loop {
+        let st: (ExitStatus, bool) = std::future::poll_fn(|cx| loop {
             match spawn::try_reap(pidfd.get_ref()) {
-                Ok(Some(st)) => return Poll::Ready(st),
+                Ok(Some(st)) => return Poll::Ready((st, true)),
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(pid, error = %e, "cannot reap a command");
-                    return Poll::Ready(ExitStatus::Signaled(0));
+                    return Poll::Ready((ExitStatus::Signaled(0), false));
                 }
             }
             match pidfd.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
                 Poll::Ready(Err(e)) => {
                     tracing::warn!(pid, error = %e, "cannot wait for a command");
-                    return Poll::Ready(ExitStatus::Signaled(0));
+                    return Poll::Ready((ExitStatus::Signaled(0), false));
                 }
                 Poll::Pending => return Poll::Pending,
             }
         })
         .await;
-        self.finish(st);
-        st
+        self.finish(st.0, st.1);
+        st.0
     }
 
     /// Called when both output pipes reached EOF: the root is usually exiting right now (the
@@ -185,7 +185,7 @@ impl Running {
         loop {
             match spawn::try_reap(self.pidfd.get_ref()) {
                 Ok(Some(st)) => {
-                    self.finish(st);
+                    self.finish(st, true);
                     return true;
                 }
                 Ok(None) if start.elapsed() < EXIT_SPIN => std::thread::yield_now(),
@@ -194,9 +194,11 @@ impl Running {
         }
     }
 
-    fn finish(&mut self, st: ExitStatus) {
+    /// Records the root's end. `reaped` is false when waiting failed instead: a pre-started
+    /// root's memory is then never freed (see `warm::Keep`).
+    fn finish(&mut self, st: ExitStatus, reaped: bool) {
         self.status = Some(st);
-        if let Some(keep) = self.warm.as_mut() {
+        if let (Some(keep), true) = (self.warm.as_mut(), reaped) {
             self.exec_failure = keep.exec_error();
         }
         self.tree.reaped.store(true, Ordering::SeqCst);

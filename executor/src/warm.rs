@@ -61,7 +61,8 @@ struct Block {
     landlock_fd: RawFd,
     seccomp: libc::sock_fprog,
     has_seccomp: bool,
-    /// Set by the parent before it sends the descriptors.
+    /// Set by the parent before it sends the descriptors: how many it sends.
+    nfds: AtomicUsize,
     program: AtomicUsize,
     argv: AtomicUsize,
     envp: AtomicUsize,
@@ -175,6 +176,7 @@ impl Block {
                 filter: std::ptr::null_mut(),
             },
             has_seccomp: false,
+            nfds: AtomicUsize::new(0),
             program: AtomicUsize::new(0),
             argv: AtomicUsize::new(0),
             envp: AtomicUsize::new(0),
@@ -259,8 +261,12 @@ impl Warm {
         }
         drop(theirs);
         let pid = match started {
-            Ok(pid) => pid,
+            Ok(pid) => {
+                crate::clone3::note_success();
+                pid
+            }
             Err(e) => {
+                crate::clone3::note_failure(&e);
                 let _ = cgroup.recycle();
                 return Err(e);
             }
@@ -341,6 +347,7 @@ impl Warm {
             .envp
             .store(image.envp_ptr() as usize, Ordering::Release);
         let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        self.block.nfds.store(raw.len(), Ordering::Release);
         if let Err(e) = send_fds(&self.sock, &raw) {
             tracing::warn!(error = %e, "handing a command to a pre-started process failed");
             let mut plan = SpawnPlan::from_parts(image, fds);
@@ -401,10 +408,12 @@ impl Drop for Warm {
             }
         }
         if !reaped {
-            // Still running on this memory somehow: never free it under the child.
+            // Still running on this memory somehow: never free it under the child (nor the
+            // seccomp program the block points to).
             let block = std::mem::replace(&mut self.block, Box::new(Block::empty()));
             std::mem::forget(block);
             std::mem::forget(std::mem::take(&mut self.stack));
+            std::mem::forget(std::mem::take(&mut self.confinement));
         }
     }
 }
@@ -512,26 +521,6 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
         if rc < 0 {
             return fail(rc);
         }
-        for &(resource, value) in &b.rlimits.entries[..b.rlimits.len] {
-            let lim = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            let rc = sys(
-                libc::SYS_prlimit64,
-                [
-                    0,
-                    resource as usize,
-                    &lim as *const libc::rlimit as usize,
-                    0,
-                    0,
-                    0,
-                ],
-            );
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
         if b.no_new_privs {
             let rc = sys(
                 libc::SYS_prctl,
@@ -613,14 +602,15 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
             break;
         }
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
+        if msg.msg_flags & libc::MSG_CTRUNC != 0
+            || cmsg.is_null()
             || (*cmsg).cmsg_level != libc::SOL_SOCKET
             || (*cmsg).cmsg_type != libc::SCM_RIGHTS
         {
             return fail(-(libc::EPROTO as isize));
         }
         let n = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-        if !(3..=4).contains(&n) {
+        if !(3..=4).contains(&n) || n != b.nfds.load(Ordering::Acquire) {
             return fail(-(libc::EPROTO as isize));
         }
         let data = libc::CMSG_DATA(cmsg) as *const i32;
@@ -656,7 +646,57 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
                 return fail(rc);
             }
         }
+        // Resource limits last, as on the ordinary path: a low open-files limit must not stop
+        // the descriptors above from arriving.
+        for &(resource, value) in &b.rlimits.entries[..b.rlimits.len] {
+            let lim = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            let rc = sys(
+                libc::SYS_prlimit64,
+                [
+                    0,
+                    resource as usize,
+                    &lim as *const libc::rlimit as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
         // The received originals and the socket are close-on-exec already.
+        // A signal sent to this process while it waited (only possible without Landlock's
+        // signal scoping) is still pending: it was meant for no command, so it is dropped
+        // rather than delivered to this one. Setting a disposition to SIG_IGN discards it.
+        let mut pending: u64 = 0;
+        sys(
+            libc::SYS_rt_sigpending,
+            [&mut pending as *mut u64 as usize, 8, 0, 0, 0, 0],
+        );
+        if pending != 0 {
+            let ign = KernelSigaction {
+                handler: libc::SIG_IGN,
+                flags: 0,
+                restorer: 0,
+                mask: 0,
+            };
+            for sig in 1..65usize {
+                if pending & (1u64 << (sig - 1)) != 0 {
+                    sys(
+                        libc::SYS_rt_sigaction,
+                        [sig, &ign as *const KernelSigaction as usize, 0, 8, 0, 0],
+                    );
+                    sys(
+                        libc::SYS_rt_sigaction,
+                        [sig, &dfl as *const KernelSigaction as usize, 0, 8, 0, 0],
+                    );
+                }
+            }
+        }
         let empty: u64 = 0;
         sys(
             libc::SYS_rt_sigprocmask,
