@@ -37,7 +37,7 @@ use crate::policy::{Policy, PolicyStore};
 
 /// Shared state of one executor process.
 pub struct Executor {
-    pub policy: PolicyStore,
+    pub policy: Arc<PolicyStore>,
     pub jobs: Jobs,
     pub events: broadcast::Sender<Event>,
     /// The pinned envelope: the widest policy this executor accepts.
@@ -58,7 +58,7 @@ impl Executor {
     pub fn with_envelope(envelope: Option<iii_shell_protocol::config::Config>) -> Self {
         let (events, _) = broadcast::channel(1024);
         Executor {
-            policy: PolicyStore::default(),
+            policy: Arc::new(PolicyStore::default()),
             jobs: Jobs::new(events.clone()),
             events,
             envelope,
@@ -96,11 +96,15 @@ impl Executor {
             let (result, tree) = run::run_then_release(p.clone(), spec, cancel).await;
             // After the reply is on its way: the job's cgroup goes back to the pool, and the
             // next command process is pre-started.
+            let store = self.policy.clone();
             let cont: Option<fs::Continuation> = Some(Box::pin(async move {
                 if let Some(t) = tree {
                     running::release_later(t);
                 }
-                p.refill_warm();
+                // Only for the policy in force: one replaced meanwhile is on its way out.
+                if store.get().is_some_and(|current| Arc::ptr_eq(&current, &p)) {
+                    p.refill_warm();
+                }
             }));
             return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
         }
