@@ -303,3 +303,30 @@ async fn a_signal_sent_to_a_waiting_process_does_not_reach_a_later_command() {
         assert_eq!(r["stdout"], "still here\n");
     }
 }
+
+#[tokio::test]
+async fn waiting_processes_killed_from_outside_are_replaced_and_reaped() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    for &pid in &waiting {
+        // SAFETY: kill(2) on processes this test just listed; no memory is passed.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    for i in 0..3 {
+        let r = h
+            .ok("shell::exec", json!({"command": "echo", "args": [i.to_string()]}))
+            .await;
+        assert_eq!(r["stdout"], format!("{i}\n"), "{r}");
+    }
+    let after = two_waiting(&h).await;
+    assert!(after.is_disjoint(&waiting));
+    assert!(
+        eventually(Duration::from_secs(3), || waiting
+            .iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()))
+        .await,
+        "killed waiting processes were not reaped: {:?}",
+        zombies_of(h.executor_pid)
+    );
+}

@@ -57,7 +57,8 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(fd: OwnedFd, cap: usize) -> std::io::Result<Self> {
-        let rx = pipe::Receiver::from_owned_fd(fd)?;
+        // Our own pipe, made non-blocking by `spawn::pipe`: no need for tokio to check it.
+        let rx = pipe::Receiver::from_owned_fd_unchecked(fd)?;
         Ok(Collector {
             rx: Some(rx),
             capture: Capture::new(cap),

@@ -146,7 +146,7 @@ impl Policy {
         let mut pick: Option<(usize, bool)> = None;
         let mut i = 0;
         while i < pool.len() {
-            match pool[i].state() {
+            match pool[i].claimed_state() {
                 State::Dead => dead.push(pool.swap_remove(i)),
                 State::Ready if pick.is_none_or(|(_, ready)| !ready) => {
                     pick = Some((i, true));

@@ -587,12 +587,20 @@ pub fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `/dev/null` opened read-only, close-on-exec.
+/// `/dev/null` opened read-only, close-on-exec: a duplicate of one opened once per process
+/// (one system call per command instead of a path walk).
 pub fn dev_null() -> std::io::Result<OwnedFd> {
-    Ok(std::fs::File::options()
-        .read(true)
-        .open("/dev/null")?
-        .into())
+    static NULL: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    let open = || -> std::io::Result<OwnedFd> {
+        Ok(std::fs::File::options()
+            .read(true)
+            .open("/dev/null")?
+            .into())
+    };
+    match NULL.get_or_init(|| open().ok()) {
+        Some(fd) => fd.try_clone(),
+        None => open(),
+    }
 }
 
 #[cfg(test)]

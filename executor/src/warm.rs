@@ -283,6 +283,16 @@ impl Warm {
         })
     }
 
+    /// Where the child says it is, without asking the kernel whether it is still alive (a
+    /// dead one is found out when the hand-over fails: its socket is closed).
+    pub fn claimed_state(&self) -> State {
+        match self.block.state.load(Ordering::Acquire) {
+            READY => State::Ready,
+            SETUP => State::Starting,
+            _ => State::Dead,
+        }
+    }
+
     /// Where the child is: still setting up, waiting for a command, or gone.
     pub fn state(&self) -> State {
         let alive = self
@@ -301,8 +311,16 @@ impl Warm {
     /// once it is ready.
     fn wait_ready(&self) -> bool {
         let deadline = std::time::Instant::now() + SETUP_WAIT;
+        let mut checked = false;
         loop {
-            match self.state() {
+            // The cheap answer first; the kernel is asked only after a wait timed out (a child
+            // killed during its setup never wakes us).
+            let state = if checked {
+                self.state()
+            } else {
+                self.claimed_state()
+            };
+            match state {
                 State::Ready => return true,
                 State::Dead => return false,
                 State::Starting => {}
@@ -311,6 +329,7 @@ impl Warm {
             if now >= deadline {
                 return false;
             }
+            checked = true;
             let left = (deadline - now).min(std::time::Duration::from_millis(1));
             let ts = libc::timespec {
                 tv_sec: 0,
@@ -349,7 +368,11 @@ impl Warm {
         let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
         self.block.nfds.store(raw.len(), Ordering::Release);
         if let Err(e) = send_fds(&self.sock, &raw) {
-            tracing::warn!(error = %e, "handing a command to a pre-started process failed");
+            if e.raw_os_error() == Some(libc::EPIPE) {
+                tracing::debug!("a pre-started process had died; spawning the ordinary way");
+            } else {
+                tracing::warn!(error = %e, "handing a command to a pre-started process failed");
+            }
             let mut plan = SpawnPlan::from_parts(image, fds);
             plan.confinement = self.confinement.clone();
             return Err(Box::new(plan));
