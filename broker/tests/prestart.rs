@@ -315,7 +315,10 @@ async fn waiting_processes_killed_from_outside_are_replaced_and_reaped() {
     }
     for i in 0..3 {
         let r = h
-            .ok("shell::exec", json!({"command": "echo", "args": [i.to_string()]}))
+            .ok(
+                "shell::exec",
+                json!({"command": "echo", "args": [i.to_string()]}),
+            )
             .await;
         assert_eq!(r["stdout"], format!("{i}\n"), "{r}");
     }

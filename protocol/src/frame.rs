@@ -47,6 +47,10 @@ where
     Ok(())
 }
 
+/// Buffer for the read half of a connection (`tokio::io::BufReader::with_capacity`): a small
+/// frame then arrives in one read instead of one for its length and one for its body.
+pub const READ_BUFFER: usize = 64 * 1024;
+
 /// Reads one frame. A clean EOF before the length prefix is [`FrameError::Closed`].
 pub async fn read_frame<R, T>(r: &mut R) -> Result<T, FrameError>
 where
