@@ -260,6 +260,14 @@ fn print_human(
             _ => "",
         }
     );
+    println!(
+        "  pre-started        {}",
+        match c.prestart.as_str() {
+            "on" => "yes (shell::exec runs commands in processes that confined themselves ahead of time)",
+            "off" => "no (switched off: --no-prestart or III_SHELL_PRESTART=0)",
+            _ => "no (needs clone3 with CLONE_INTO_CGROUP and job cgroups)",
+        }
+    );
     println!("  a real command saw {}", c.observed.join(" | "));
     if warnings.is_empty() {
         println!("\nno warnings");

@@ -49,6 +49,7 @@ fn doctor_json_reports_every_layer() {
     // inside its job cgroup: the filter lets exactly that clone3 through.
     if cmds["cgroups"] == true && cfg!(target_arch = "x86_64") {
         assert_eq!(cmds["cgroup_entry"], "clone3", "{v}");
+        assert_eq!(cmds["prestart"], "on", "{v}");
     }
     let observed = cmds["observed"].to_string();
     assert!(

@@ -133,6 +133,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             (true, true) => "clone3".into(),
             (true, false) => "cgroup.procs".into(),
         },
+        prestart: crate::warm::availability().into(),
         observed,
         gaps: ll.gaps.clone(),
     };

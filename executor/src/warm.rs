@@ -104,6 +104,20 @@ pub fn enabled() -> bool {
         && crate::clone3::available()
 }
 
+/// `on`, `off` (switched off by the operator) or `unavailable` (no clone3 with
+/// `CLONE_INTO_CGROUP` here, or no job cgroups), for `doctor`.
+pub fn availability() -> &'static str {
+    if enabled() && crate::tree::cgroup_base().is_some() {
+        "on"
+    } else if OFF.load(Ordering::Relaxed)
+        || std::env::var("III_SHELL_PRESTART").is_ok_and(|v| v.trim() == "0")
+    {
+        "off"
+    } else {
+        "unavailable"
+    }
+}
+
 /// Turns pre-started commands off for the life of the process (`executor --no-prestart`).
 pub fn disable() {
     OFF.store(true, Ordering::Relaxed);

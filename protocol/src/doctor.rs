@@ -42,6 +42,10 @@ pub struct CommandReport {
     /// How a child gets into its job cgroup: `clone3` (created inside it) or `cgroup.procs`
     /// (joins by a write, which waits for an RCU grace period), as the probe command found.
     pub cgroup_entry: String,
+    /// Whether `shell::exec` starts commands in pre-started processes: `on`, `off`
+    /// (`--no-prestart`), or `unavailable` (no clone3 with `CLONE_INTO_CGROUP` here).
+    #[serde(default)]
+    pub prestart: String,
     /// What a real command saw (`/proc/self/status` lines), run through the spawn path.
     pub observed: Vec<String>,
     pub gaps: Vec<String>,
