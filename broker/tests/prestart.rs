@@ -18,6 +18,7 @@ use serde_json::json;
 /// Pids of the executor's children that are still the executor's image (not exec'd yet),
 /// sleeping: the pre-started processes waiting for a command.
 fn waiting_of(executor: u32) -> BTreeSet<i32> {
+    let exe = std::fs::read_link(format!("/proc/{executor}/exe")).ok();
     let mut out = BTreeSet::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
@@ -26,12 +27,18 @@ fn waiting_of(executor: u32) -> BTreeSet<i32> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let Some((head, rest)) = stat.rsplit_once(')') else {
+        let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
         let parent = f.get(1).and_then(|p| p.parse::<u32>().ok());
-        if parent == Some(executor) && head.ends_with("(iii-shell") && f.first() == Some(&"S") {
+        // Compared by image, not name: a child cloned from a runtime worker thread carries
+        // that thread's name.
+        if parent == Some(executor)
+            && f.first() == Some(&"S")
+            && exe.is_some()
+            && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == exe
+        {
             out.insert(pid);
         }
     }
@@ -101,6 +108,8 @@ async fn waiting_processes_hold_nothing_of_the_executor_and_are_confined() {
         // stdio (replaced before exec) and the one socket a command arrives on.
         assert_eq!(fds.len(), 4, "pid {pid} holds {fds:?}");
         assert_eq!(sockets, 1, "pid {pid} holds {fds:?}");
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        assert_eq!(comm.trim(), "iii-shell-ready", "pid {pid}");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         for line in ["NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000"] {
             assert!(status.contains(line), "pid {pid} lacks {line}:\n{status}");

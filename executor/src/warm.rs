@@ -40,6 +40,9 @@ const FAILED: u32 = 2;
 
 const STACK: usize = 64 * 1024;
 
+/// What a waiting process is called (`comm`, at most 15 bytes).
+const NAME: &[u8; 16] = b"iii-shell-ready\0";
+
 /// Pre-started processes kept per policy: two, so that back-to-back calls find one ready
 /// while the next is still setting itself up.
 pub const POOL: usize = 2;
@@ -554,6 +557,18 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
                 );
             }
         }
+        // A name operators can tell apart in `ps` (execve replaces it with the program's).
+        sys(
+            libc::SYS_prctl,
+            [
+                libc::PR_SET_NAME as usize,
+                NAME.as_ptr() as usize,
+                0,
+                0,
+                0,
+                0,
+            ],
+        );
         let rc = sys(libc::SYS_setsid, [0; 6]);
         if rc < 0 {
             return fail(rc);
