@@ -8,7 +8,9 @@
 //! default). A warm child does all of that *between* calls, under the current policy, and then
 //! blocks reading a socket. A call hands it the command's descriptors (stdin, stdout,
 //! stderr and the cwd, over `SCM_RIGHTS`) and the program, argv and environment (in memory
-//! it shares with the executor); it `dup2`s the descriptors, `fchdir`s and execs.
+//! it shares with the executor); it `dup3`s the descriptors, `fchdir`s, applies the rlimits
+//! (only now, so a low open-files limit cannot drop a descriptor in transit), drops signals
+//! that reached it while it waited, and execs.
 //!
 //! * The child is created with `clone3(CLONE_VM | CLONE_PIDFD | CLONE_INTO_CGROUP)` from the
 //!   executor's trampoline, **without** `CLONE_VFORK`: it runs alongside the executor in the
@@ -24,7 +26,7 @@
 //! * Only `shell::exec` uses it (a background job must report a failed exec at once), and
 //!   only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
 //!   unexpected — the child not ready yet, dead, or the hand-over failing — falls back to the
-//!   ordinary spawn. `III_SHELL_PRESTART=0` turns it off.
+//!   ordinary spawn. `executor --no-prestart` or `III_SHELL_PRESTART=0` turns it off.
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -51,7 +53,7 @@ pub const POOL: usize = 2;
 const SETUP_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// What the child reads and writes; it lives in a Box the parent keeps until the child has
-/// been reaped (or has exec'd, after which the child no longer shares our memory).
+/// been reaped (leaked instead if it cannot be).
 #[repr(C)]
 struct Block {
     state: AtomicU32,
