@@ -8,9 +8,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::*;
-use iii_shell_broker::executor_client::ExecutorClient;
-use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use serde_json::json;
@@ -53,29 +50,6 @@ fn alive(pid: i32) -> bool {
                 .map(|(_, r)| r.trim().chars().next().unwrap_or('?'))
         })
         .is_some_and(|state| state != 'Z')
-}
-
-/// An executor started with `extra` arguments, like `Harness::new`.
-async fn harness_with(config: Config, extra: &[&str]) -> Harness {
-    let services = Services::new();
-    let rt = services.runtime.install(config);
-    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
-    let client = ExecutorClient::connect(stream).await.expect("handshake");
-    let executor_pid = client.pid;
-    client
-        .call(Request::SetPolicy {
-            generation: rt.generation,
-            config_json: rt.config_json(),
-        })
-        .await
-        .expect("policy accepted");
-    services.executor.set(client);
-    Harness {
-        services,
-        child,
-        executor_pid,
-    }
 }
 
 async fn two_waiting(h: &Harness) -> BTreeSet<i32> {
@@ -157,7 +131,7 @@ async fn an_exec_failure_reads_the_same_as_without_prestart() {
     two_waiting(&warm).await;
     let a = warm.err("shell::exec", payload.clone()).await;
 
-    let cold = harness_with(Config::builtin_default(), &["--no-prestart"]).await;
+    let cold = Harness::with_args(Config::builtin_default(), &["--no-prestart"]).await;
     cold.ok("shell::exec", json!({"command": "true"})).await;
     assert!(
         waiting_of(cold.executor_pid).is_empty(),

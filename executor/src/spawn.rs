@@ -241,11 +241,11 @@ struct ChildCtx {
 
 /// The kernel's `struct sigaction` (with `sa_restorer`, as on x86_64 and arm64).
 #[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: libc::c_ulong,
-    restorer: usize,
-    mask: u64,
+pub(crate) struct KernelSigaction {
+    pub handler: libc::sighandler_t,
+    pub flags: libc::c_ulong,
+    pub restorer: usize,
+    pub mask: u64,
 }
 
 const CHILD_STACK: usize = 64 * 1024;

@@ -33,7 +33,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::confine::Rlimits;
-use crate::spawn::{ChildConfinement, ExecImage, SpawnPlan};
+use crate::spawn::{ChildConfinement, ExecImage, KernelSigaction, SpawnPlan};
 use crate::tree::{JobCgroup, ROOTS};
 
 const SETUP: u32 = 0;
@@ -507,15 +507,6 @@ fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
             return Err(e);
         }
     }
-}
-
-/// The kernel's `struct sigaction` (with `sa_restorer`).
-#[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: libc::c_ulong,
-    restorer: usize,
-    mask: u64,
 }
 
 /// The warm child. Runs on its own stack in the executor's memory, concurrently with it: raw

@@ -26,9 +26,15 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new(config: Config) -> Harness {
+        Harness::with_args(config, &[]).await
+    }
+
+    /// An executor started with `extra` arguments (`--no-prestart`, say).
+    pub async fn with_args(config: Config, extra: &[&str]) -> Harness {
         let services = Services::new();
         let rt = services.runtime.install(config);
-        let (child, stream) = spawn_executor_with(bin(), &[]).expect("spawn executor");
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
         let client = ExecutorClient::connect(stream).await.expect("handshake");
         let executor_pid = client.pid;
         client
