@@ -316,3 +316,35 @@ async fn waiting_processes_killed_from_outside_are_replaced_and_reaped() {
         zombies_of(h.executor_pid)
     );
 }
+
+#[tokio::test]
+async fn a_command_handed_to_a_process_that_dies_before_taking_it_runs_anyway() {
+    let h = std::sync::Arc::new(Harness::default().await);
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    // Stopped, a waiting process still accepts the hand-over (its socket is open) but never
+    // takes the command.
+    for &pid in &waiting {
+        // SAFETY: kill(2) on processes this test just listed; no memory is passed.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+    let call = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            h.ok("shell::exec", json!({"command": "echo", "args": ["ran"]}))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!call.is_finished(), "the command cannot have run yet");
+    for &pid in &waiting {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let r = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call finished")
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["stdout"], "ran\n", "{r}");
+}

@@ -46,26 +46,44 @@ pub async fn run_then_release(
     spec: ExecSpec,
     cancel: Arc<Notify>,
 ) -> (Result<ExecResponse, ExecError>, Option<Arc<JobTree>>) {
-    match run_inner(policy, spec, cancel).await {
-        Ok((r, tree)) => (r, tree),
-        Err(e) => (Err(e), None),
+    let mut allow_warm = true;
+    loop {
+        match run_inner(policy.clone(), &spec, cancel.clone(), allow_warm).await {
+            Ok(Attempt::Done(r, tree)) => return (r, tree),
+            Ok(Attempt::NeverStarted(tree)) => {
+                // Killed while it waited, before it took the command: nothing ran, so the
+                // command is started again, the ordinary way.
+                tracing::debug!("a pre-started process died before it took the command");
+                release_later(tree);
+                allow_warm = false;
+            }
+            Err(e) => return (Err(e), None),
+        }
     }
+}
+
+/// One attempt at running the command.
+enum Attempt {
+    Done(Result<ExecResponse, ExecError>, Option<Arc<JobTree>>),
+    /// The pre-started process it was handed to died before taking it.
+    NeverStarted(Arc<JobTree>),
 }
 
 async fn run_inner(
     policy: Arc<Policy>,
-    spec: ExecSpec,
+    spec: &ExecSpec,
     cancel: Arc<Notify>,
-) -> Result<(Result<ExecResponse, ExecError>, Option<Arc<JobTree>>), ExecError> {
+    allow_warm: bool,
+) -> Result<Attempt, ExecError> {
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let entered = Instant::now();
-    let warm = if timeout_ms == 0 {
+    let warm = if timeout_ms == 0 || !allow_warm {
         None
     } else {
         policy.take_warm()
     };
-    let prepared = match command::prepare_with(&policy, &spec, warm.is_none()) {
+    let prepared = match command::prepare_with(&policy, spec, warm.is_none()) {
         Ok(p) => p,
         Err(e) => {
             if let Some(w) = warm {
@@ -78,7 +96,7 @@ async fn run_inner(
         if let Some(cg) = prepared.cgroup {
             let _ = cg.recycle();
         }
-        return Ok((Ok(ExecResponse::timed_out_empty(0)), None));
+        return Ok(Attempt::Done(Ok(ExecResponse::timed_out_empty(0)), None));
     }
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
@@ -118,13 +136,22 @@ async fn run_inner(
         out.abandon();
         err.abandon();
     }
+    if running.never_started && matches!(outcome, Outcome::Completed) {
+        return Ok(Attempt::NeverStarted(running.tree.clone()));
+    }
     let tree = Some(running.tree.clone());
     if let Some(e) = running.exec_failure.take() {
         // A pre-started process could not exec the command: the same error a spawn gives.
-        return Ok((Err(command::spawn_error(&spec.argv[0], &e)), tree));
+        return Ok(Attempt::Done(
+            Err(command::spawn_error(&spec.argv[0], &e)),
+            tree,
+        ));
     }
     if matches!(outcome, Outcome::Cancelled) {
-        return Ok((Err(ExecError::Internal("call cancelled".into())), tree));
+        return Ok(Attempt::Done(
+            Err(ExecError::Internal("call cancelled".into())),
+            tree,
+        ));
     }
     let timed_out = matches!(outcome, Outcome::TimedOut);
     let response = ExecResponse {
@@ -140,5 +167,5 @@ async fn run_inner(
         stderr_truncated: err.capture.truncated,
         duration_ms: duration.as_millis() as u64,
     };
-    Ok((Ok(response), tree))
+    Ok(Attempt::Done(Ok(response), tree))
 }

@@ -14,7 +14,7 @@ use crate::command::{spawn_error, Prepared};
 use crate::error::ExecError;
 use crate::spawn::{self, Child, ExitStatus};
 use crate::tree::{JobCgroup, JobTree, ROOTS};
-use crate::warm::{Keep, Warm};
+use crate::warm::{Keep, Outcome, Warm};
 
 pub struct Running {
     pid: i32,
@@ -26,6 +26,9 @@ pub struct Running {
     /// Set when the root has been reaped and it was a pre-started process that failed to
     /// exec the command (the spawn error a plain spawn would have returned).
     pub exec_failure: Option<std::io::Error>,
+    /// Set when the root was a pre-started process that died before it received the
+    /// command: nothing ran.
+    pub never_started: bool,
 }
 
 /// Starts a prepared command, in `warm` when given and able to take it. Returns the running
@@ -117,6 +120,7 @@ fn supervise(
         status: None,
         warm,
         exec_failure: None,
+        never_started: false,
     };
     if let Some((fd, bytes)) = stdin {
         match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
@@ -199,7 +203,11 @@ impl Running {
     fn finish(&mut self, st: ExitStatus, reaped: bool) {
         self.status = Some(st);
         if let (Some(keep), true) = (self.warm.as_mut(), reaped) {
-            self.exec_failure = keep.exec_error();
+            match keep.outcome() {
+                Outcome::Took => {}
+                Outcome::ExecFailed(e) => self.exec_failure = Some(e),
+                Outcome::NeverStarted => self.never_started = true,
+            }
         }
         self.tree.reaped.store(true, Ordering::SeqCst);
         if let Ok(mut roots) = ROOTS.lock() {

@@ -39,6 +39,8 @@ use crate::tree::{JobCgroup, ROOTS};
 const SETUP: u32 = 0;
 const READY: u32 = 1;
 const FAILED: u32 = 2;
+/// The child has received a command (set right after `recvmsg`).
+const TAKEN: u32 = 3;
 
 const STACK: usize = 64 * 1024;
 
@@ -158,13 +160,29 @@ unsafe impl Send for Keep {}
 // SAFETY: shared references only read atomics.
 unsafe impl Sync for Keep {}
 
+/// How a pre-started process that was handed a command ended up, read once it is reaped.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It took the command (and exec'd it, or died trying without an error of its own).
+    Took,
+    /// It took the command and could not exec it: the spawn error.
+    ExecFailed(std::io::Error),
+    /// It died before it received the command (killed while waiting): nothing ran, and the
+    /// command can be started again the ordinary way.
+    NeverStarted,
+}
+
 impl Keep {
-    /// Called once the child has been reaped: its exec failure, if it had one.
-    pub fn exec_error(&mut self) -> Option<std::io::Error> {
+    /// Called once the child has been reaped.
+    pub fn outcome(&mut self) -> Outcome {
         self.reaped = true;
-        (self.block.state.load(Ordering::Acquire) == FAILED).then(|| {
-            std::io::Error::from_raw_os_error(self.block.err.load(Ordering::Acquire).max(1))
-        })
+        match self.block.state.load(Ordering::Acquire) {
+            FAILED => Outcome::ExecFailed(std::io::Error::from_raw_os_error(
+                self.block.err.load(Ordering::Acquire).max(1),
+            )),
+            READY => Outcome::NeverStarted,
+            _ => Outcome::Took,
+        }
     }
 }
 
@@ -646,6 +664,7 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
             }
             break;
         }
+        b.state.store(TAKEN, Ordering::Release);
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         if msg.msg_flags & libc::MSG_CTRUNC != 0
             || cmsg.is_null()
