@@ -117,6 +117,13 @@ impl SpawnPlan {
     /// Pointers to every `KEY=value` of the environment, NULL-terminated: the base minus the
     /// keys the overrides replace, then the overrides (the last of a repeated key wins, as
     /// the broker's map did).
+    /// Pointers to every argument, NULL-terminated.
+    fn argv_ptrs(&self) -> Vec<*const libc::c_char> {
+        let mut v: Vec<*const libc::c_char> = self.argv.iter().map(|a| a.as_ptr()).collect();
+        v.push(std::ptr::null());
+        v
+    }
+
     fn envp(&self) -> Vec<*const libc::c_char> {
         let extra = &self.extra_env.entries;
         let mut v = Vec::with_capacity(self.base_env.entries.len() + extra.len() + 1);
@@ -169,9 +176,7 @@ impl SpawnPlan {
     /// cgroup and confinement are the caller's business then).
     pub fn into_parts(self) -> (ExecImage, ChildFds) {
         let envp_ptrs = self.envp();
-        let mut argv_ptrs: Vec<*const libc::c_char> =
-            self.argv.iter().map(|a| a.as_ptr()).collect();
-        argv_ptrs.push(std::ptr::null());
+        let argv_ptrs = self.argv_ptrs();
         let mut fds = vec![self.stdin, self.stdout, self.stderr];
         fds.extend(self.cwd);
         (
@@ -248,14 +253,25 @@ pub(crate) struct KernelSigaction {
     pub mask: u64,
 }
 
+impl KernelSigaction {
+    /// Just a disposition (`SIG_DFL` or `SIG_IGN`): no flags, no mask.
+    pub(crate) const fn of(handler: libc::sighandler_t) -> KernelSigaction {
+        KernelSigaction {
+            handler,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        }
+    }
+}
+
 const CHILD_STACK: usize = 64 * 1024;
 /// What clone3 is told the stack is: below the 16-aligned top, inside the allocation.
 const CHILD_STACK_USABLE: usize = CHILD_STACK - 64;
 
 /// Starts the child. Returns once it has exec'd (or failed to, with the errno it reported).
 pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
-    let mut argv_ptrs: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
+    let argv_ptrs = plan.argv_ptrs();
     let envp_ptrs = plan.envp();
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
@@ -390,12 +406,7 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         // Default dispositions for every signal (ignored ones survive execve otherwise: the
         // Rust runtime ignores SIGPIPE). The raw system call is used because glibc's wrapper
         // refuses the signals it reserves for itself (32 and 33).
-        let dfl = KernelSigaction {
-            handler: libc::SIG_DFL,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        };
+        let dfl = KernelSigaction::of(libc::SIG_DFL);
         for sig in 1..65 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                 libc::syscall(

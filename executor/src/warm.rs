@@ -554,12 +554,7 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
             sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
             127
         };
-        let dfl = KernelSigaction {
-            handler: libc::SIG_DFL,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        };
+        let dfl = KernelSigaction::of(libc::SIG_DFL);
         for sig in 1..65usize {
             if sig != libc::SIGKILL as usize && sig != libc::SIGSTOP as usize {
                 sys(
@@ -742,12 +737,7 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
             [&mut pending as *mut u64 as usize, 8, 0, 0, 0, 0],
         );
         if pending != 0 {
-            let ign = KernelSigaction {
-                handler: libc::SIG_IGN,
-                flags: 0,
-                restorer: 0,
-                mask: 0,
-            };
+            let ign = KernelSigaction::of(libc::SIG_IGN);
             for sig in 1..65usize {
                 if pending & (1u64 << (sig - 1)) != 0 {
                     sys(
