@@ -69,21 +69,7 @@ async fn bench(iters: usize, warmup: usize) {
     standalone_rss();
 
     let config = Config::builtin_default();
-    let services = Services::new();
-    let rt = services.runtime.install(config.clone());
-    let (mut child, stream) = spawn_executor_with(Path::new(EXE), &[]).expect("start the executor");
-    let client = ExecutorClient::connect(stream)
-        .await
-        .expect("executor handshake");
-    let executor_pid = client.pid;
-    client
-        .call(Request::SetPolicy {
-            generation: rt.generation,
-            config_json: rt.config_json(),
-        })
-        .await
-        .expect("SetPolicy");
-    services.executor.set(client);
+    let (services, mut child, executor_pid) = start_executor(&config, &[]).await;
     let mut rss = vec![(
         "idle, right after start-up + SetPolicy",
         vm_rss_kib(executor_pid),
@@ -347,7 +333,7 @@ async fn compare(
     }
 }
 
-/// The default executor against a second one started with `III_SHELL_PRESTART=0`, each
+/// The default executor against a second one started with `--no-prestart`, each
 /// beside raw spawns, in rotation (raw, on, off, then the order shifts by one). Prints all three
 /// and returns the "off" comparison.
 async fn prestart_comparison(
@@ -358,25 +344,7 @@ async fn prestart_comparison(
     iters: usize,
     warmup: usize,
 ) -> Comparison {
-    // The variable is read once by the executor at start-up; the bench has no other threads
-    // reading the environment at this point.
-    std::env::set_var("III_SHELL_PRESTART", "0");
-    let started = spawn_executor_with(Path::new(EXE), &[]);
-    std::env::remove_var("III_SHELL_PRESTART");
-    let (mut child, stream) = started.expect("start the second executor");
-    let off = Services::new();
-    let rt = off.runtime.install(config.clone());
-    let client = ExecutorClient::connect(stream)
-        .await
-        .expect("executor handshake");
-    client
-        .call(Request::SetPolicy {
-            generation: rt.generation,
-            config_json: rt.config_json(),
-        })
-        .await
-        .expect("SetPolicy");
-    off.executor.set(client);
+    let (off, mut child, _) = start_executor(config, &["--no-prestart"]).await;
     for _ in 0..warmup {
         raw.run();
         iii_exec(services, payload).await;
@@ -393,7 +361,7 @@ async fn prestart_comparison(
         }
     }
     let (r, on_s, off_s) = (Stats::of(r), Stats::of(on_s), Stats::of(off_s));
-    println!("pre-started command processes on and off (III_SHELL_PRESTART=0, a second executor), {iters} iterations each, rotating:");
+    println!("pre-started command processes on and off (a second executor with --no-prestart), {iters} iterations each, rotating:");
     print_header();
     print_row("raw posix_spawn + waitpid", &r);
     print_row("iii-shell shell::exec, pre-start on (default)", &on_s);
@@ -407,6 +375,28 @@ async fn prestart_comparison(
     drop(off);
     wait_or_kill(&mut child, Duration::from_secs(5));
     Comparison { raw: r, iii: off_s }
+}
+
+/// Starts `iii-shell executor` with `extra` arguments, connects and installs `config`.
+/// Returns the services that reach it, the process and its pid.
+async fn start_executor(config: &Config, extra: &[&str]) -> (Arc<Services>, Child, u32) {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let (child, stream) = spawn_executor_with(Path::new(EXE), &extra).expect("start the executor");
+    let services = Services::new();
+    let rt = services.runtime.install(config.clone());
+    let client = ExecutorClient::connect(stream)
+        .await
+        .expect("executor handshake");
+    let pid = client.pid;
+    client
+        .call(Request::SetPolicy {
+            generation: rt.generation,
+            config_json: rt.config_json(),
+        })
+        .await
+        .expect("SetPolicy");
+    services.executor.set(client);
+    (services, child, pid)
 }
 
 /// Pause before every call of the spaced comparison.

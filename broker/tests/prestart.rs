@@ -15,31 +15,18 @@ use serde_json::json;
 /// Pids of the executor's children that are still the executor's image (not exec'd yet),
 /// sleeping: the pre-started processes waiting for a command.
 fn waiting_of(executor: u32) -> BTreeSet<i32> {
-    let exe = std::fs::read_link(format!("/proc/{executor}/exe")).ok();
-    let mut out = BTreeSet::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let parent = f.get(1).and_then(|p| p.parse::<u32>().ok());
+    let Ok(exe) = std::fs::read_link(format!("/proc/{executor}/exe")) else {
+        return BTreeSet::new();
+    };
+    children_of(executor)
+        .into_iter()
         // Compared by image, not name: a child cloned from a runtime worker thread carries
         // that thread's name.
-        if parent == Some(executor)
-            && f.first() == Some(&"S")
-            && exe.is_some()
-            && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == exe
-        {
-            out.insert(pid);
-        }
-    }
-    out
+        .filter(|&(pid, state)| {
+            state == 'S' && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(exe.clone())
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 fn alive(pid: i32) -> bool {

@@ -117,8 +117,8 @@ pub fn procs_with(needle: &str) -> Vec<i32> {
     out
 }
 
-/// Zombie children of `parent`.
-pub fn zombies_of(parent: u32) -> Vec<i32> {
+/// Children of `parent`, each with its state letter from `/proc/<pid>/stat`.
+pub fn children_of(parent: u32) -> Vec<(i32, char)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
@@ -130,12 +130,24 @@ pub fn zombies_of(parent: u32) -> Vec<i32> {
         let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.first() == Some(&"Z") && f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
-            out.push(pid);
+        let mut f = rest.split_whitespace();
+        let state = f.next().and_then(|s| s.chars().next());
+        if let (Some(state), Some(Ok(ppid))) = (state, f.next().map(str::parse::<u32>)) {
+            if ppid == parent {
+                out.push((pid, state));
+            }
         }
     }
     out
+}
+
+/// Zombie children of `parent`.
+pub fn zombies_of(parent: u32) -> Vec<i32> {
+    children_of(parent)
+        .into_iter()
+        .filter(|&(_, state)| state == 'Z')
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// Polls `f` until it is true or `limit` passes.
