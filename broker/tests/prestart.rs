@@ -174,6 +174,42 @@ async fn a_policy_change_replaces_the_waiting_processes() {
 }
 
 #[tokio::test]
+async fn a_policy_change_during_a_call_ends_the_old_waiting_processes_at_once() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let before = two_waiting(&h).await;
+    // A call under the old policy is still running when the policy changes: the old policy
+    // lives on until it ends, but its waiting process must not.
+    let slow = h.ok("shell::exec", json!({"command": "sleep", "args": ["1"]}));
+    let change = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut config = Config::builtin_default();
+        config.max_output_bytes = 4;
+        h.services
+            .executor
+            .get()
+            .unwrap()
+            .call(Request::SetPolicy {
+                generation: 10_000,
+                config_json: serde_json::to_string(&config).unwrap(),
+            })
+            .await
+            .expect("policy accepted");
+        let during = two_waiting(&h).await;
+        assert!(
+            during.is_disjoint(&before),
+            "a waiting process of the replaced policy outlived the change: {during:?} vs {before:?}"
+        );
+        during
+    };
+    let (r, during) = tokio::join!(slow, change);
+    assert_eq!(r["exit_code"], 0);
+    // The old call's end starts nothing under the old policy.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(waiting_of(h.executor_pid), during);
+}
+
+#[tokio::test]
 async fn waiting_processes_end_with_the_executor() {
     let mut h = Harness::default().await;
     h.ok("shell::exec", json!({"command": "true"})).await;

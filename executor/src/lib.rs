@@ -95,16 +95,12 @@ impl Executor {
             };
             let (result, tree) = run::run_then_release(p.clone(), spec, cancel).await;
             // After the reply is on its way: the job's cgroup goes back to the pool, and the
-            // next command process is pre-started.
-            let store = self.policy.clone();
+            // next command process is pre-started (not under a policy replaced meanwhile).
             let cont: Option<fs::Continuation> = Some(Box::pin(async move {
                 if let Some(t) = tree {
                     running::release_later(t);
                 }
-                // Only for the policy in force: one replaced meanwhile is on its way out.
-                if store.get().is_some_and(|current| Arc::ptr_eq(&current, &p)) {
-                    p.refill_warm();
-                }
+                p.refill_warm();
             }));
             return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
         }

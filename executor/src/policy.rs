@@ -3,6 +3,7 @@
 //! The broker sends the whole document; the executor parses and validates it itself, so a
 //! compromised broker cannot hand it a policy the configuration rules would refuse.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use iii_shell_protocol::config::{Config, ConfinementMode};
@@ -28,6 +29,8 @@ pub struct Policy {
     pub commands: CommandConfinement,
     /// A command process started ahead of time under this policy (see `warm`).
     warm: std::sync::Mutex<Vec<crate::warm::Warm>>,
+    /// Set when a newer policy replaced this one: it starts no more command processes.
+    retired: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -133,6 +136,7 @@ impl Policy {
             base_envp,
             commands,
             warm: std::sync::Mutex::new(Vec::new()),
+            retired: AtomicBool::new(false),
         })
     }
 
@@ -165,13 +169,29 @@ impl Policy {
         taken
     }
 
+    /// Stops starting command processes under this policy and ends the waiting ones. The
+    /// flag is set under the pool's lock, which every refill and give-back checks it under,
+    /// so none can slip a process in after.
+    fn retire(&self) {
+        let waiting = match self.warm.lock() {
+            Ok(mut pool) => {
+                self.retired.store(true, Ordering::Relaxed);
+                std::mem::take(&mut *pool)
+            }
+            Err(_) => return,
+        };
+        // Ended (killed and reaped) outside the lock.
+        drop(waiting);
+    }
+
     /// Gives back a pre-started process a call took but did not use.
     pub fn put_back_warm(&self, w: crate::warm::Warm) {
         if let Ok(mut pool) = self.warm.lock() {
-            if pool.len() < crate::warm::POOL {
+            if pool.len() < crate::warm::POOL && !self.retired.load(Ordering::Relaxed) {
                 pool.push(w);
             }
         }
+        // Otherwise `w` is ended here, after the lock is released.
     }
 
     /// Tops the pool of pre-started processes up (after a call, off its path).
@@ -182,6 +202,9 @@ impl Policy {
         let Ok(mut pool) = self.warm.lock() else {
             return;
         };
+        if self.retired.load(Ordering::Relaxed) {
+            return;
+        }
         // A waiting process that died (killed from outside, say) sends no SIGCHLD: prune it
         // here, after every call, so it neither lingers as a zombie job root nor holds up the
         // orphan reaper.
@@ -213,9 +236,15 @@ impl PolicyStore {
         self.current.read().ok().and_then(|g| g.clone())
     }
 
+    /// Installs `p`. The policy it replaces starts no more command processes, and the ones
+    /// it has waiting are ended now rather than when its last request finishes.
     pub fn set(&self, p: Policy) {
-        if let Ok(mut g) = self.current.write() {
-            *g = Some(Arc::new(p));
+        let old = match self.current.write() {
+            Ok(mut g) => g.replace(Arc::new(p)),
+            Err(_) => return,
+        };
+        if let Some(old) = old {
+            old.retire();
         }
     }
 }
