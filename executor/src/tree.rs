@@ -127,6 +127,15 @@ const POOL_MAX: usize = 8;
 /// The cgroup of one job. Cgroups are reused: once a job's cgroup is empty it goes back to a
 /// small pool, and a later job starts in it. A cgroup is only ever handed out empty, and only
 /// one job owns it at a time.
+/// What `cgroup.events` says of a job cgroup.
+#[derive(Debug, PartialEq, Eq)]
+enum Occupancy {
+    Empty,
+    Populated,
+    /// Removed behind our back.
+    Gone,
+}
+
 #[derive(Debug)]
 pub struct JobCgroup {
     pub dir: PathBuf,
@@ -201,12 +210,48 @@ impl JobCgroup {
     }
 
     /// True when no live process is left in the cgroup (`populated 0` in `cgroup.events`).
+    /// A cgroup removed behind our back counts as empty.
     pub fn is_empty(&self) -> bool {
-        match std::fs::read_to_string(self.dir.join("cgroup.events")) {
-            Ok(s) => s.lines().any(|l| l.trim() == "populated 0"),
-            // Gone (removed behind our back) counts as empty; it is not reused then. Any other
-            // error (out of descriptors, say) counts as not empty: try again later.
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        !matches!(self.occupancy(), Occupancy::Populated)
+    }
+
+    /// Reads `cgroup.events` through the directory descriptor: three system calls (open,
+    /// read, close), where a read by path also walked the path and stat'ed the file. This runs
+    /// after every command.
+    fn occupancy(&self) -> Occupancy {
+        use std::io::Read;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: openat on a directory descriptor we own, with a NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                self.dir_fd.as_raw_fd(),
+                c"cgroup.events".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            // Gone (removed behind our back): not reused. Any other error (out of
+            // descriptors, say) counts as populated: try again later.
+            return if e.raw_os_error() == Some(libc::ENOENT) {
+                Occupancy::Gone
+            } else {
+                Occupancy::Populated
+            };
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut buf = [0u8; 256];
+        let n = match file.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Occupancy::Gone,
+            Err(_) => return Occupancy::Populated,
+        };
+        let text = String::from_utf8_lossy(&buf[..n]);
+        if text.lines().any(|l| l.trim() == "populated 0") {
+            Occupancy::Empty
+        } else {
+            Occupancy::Populated
         }
     }
 
@@ -218,11 +263,10 @@ impl JobCgroup {
     /// Gives an empty cgroup back: kept in the pool for the next job, or removed when the
     /// pool is full. Returns it when it still holds processes.
     pub fn recycle(self) -> Result<(), JobCgroup> {
-        if !self.is_empty() {
-            return Err(self);
-        }
-        if !self.dir.exists() {
-            return Ok(());
+        match self.occupancy() {
+            Occupancy::Populated => return Err(self),
+            Occupancy::Gone => return Ok(()),
+            Occupancy::Empty => {}
         }
         if self.killed.load(Ordering::SeqCst) {
             self.remove();
@@ -445,6 +489,42 @@ mod tests {
         assert!(
             other.exists(),
             "directories that are not ours are left alone"
+        );
+    }
+
+    #[test]
+    fn occupancy_follows_cgroup_events_and_a_removed_cgroup_is_not_pooled() {
+        if cgroup_base().is_none() {
+            eprintln!("skipped: no writable cgroup v2 hierarchy here");
+            return;
+        }
+        let cg = JobCgroup::create().expect("a job cgroup");
+        assert_eq!(cg.occupancy(), Occupancy::Empty);
+
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        std::fs::write(cg.dir.join("cgroup.procs"), child.id().to_string()).unwrap();
+        assert_eq!(cg.occupancy(), Occupancy::Populated);
+        assert!(!cg.is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cg.occupancy() != Occupancy::Empty && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(cg.occupancy(), Occupancy::Empty);
+
+        // Removed behind our back: gone, and recycling drops it instead of pooling it.
+        let dir = cg.dir.clone();
+        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(cg.occupancy(), Occupancy::Gone);
+        assert!(cg.is_empty());
+        assert!(cg.recycle().is_ok());
+        assert!(
+            !POOL.lock().unwrap().iter().any(|c| c.dir == dir),
+            "a removed cgroup went back to the pool"
         );
     }
 }
