@@ -3,6 +3,8 @@
 //!
 //! Run with `cargo bench -p iii-shell-broker --bench spawn_path` (builds the `iii-shell`
 //! binary too); `BENCH_ITERS=200` makes a quick run. Results are recorded in BENCHMARKS.md.
+//! `BENCH_BASELINE_EXE=<an iii-shell binary of another build>` first runs this build's
+//! executor against that one in rotation; `BENCH_BASELINE_ONLY=1` stops after that.
 
 use std::ffi::CString;
 use std::future::Future;
@@ -82,6 +84,24 @@ async fn bench(iters: usize, warmup: usize) {
 
     let raw = RawSpawn::new(TRUE);
     let payload = json!({"command": TRUE, "args": []});
+
+    if let Some(baseline) = std::env::var_os("BENCH_BASELINE_EXE") {
+        baseline_comparison(
+            &services,
+            &config,
+            &raw,
+            &payload,
+            Path::new(&baseline),
+            iters,
+            warmup,
+        )
+        .await;
+        if std::env::var_os("BENCH_BASELINE_ONLY").is_some() {
+            drop(services);
+            wait_or_kill(&mut child, Duration::from_secs(5));
+            return;
+        }
+    }
 
     let idle = compare(&services, &raw, &payload, iters, warmup).await;
     idle.print(&format!(
@@ -377,11 +397,69 @@ async fn prestart_comparison(
     Comparison { raw: r, iii: off_s }
 }
 
+/// This build's executor against one from another build (`BENCH_BASELINE_EXE`, an
+/// `iii-shell` binary), each beside raw spawns, in rotation: a change to the executor measured
+/// against the code before it in one run, so the machine's drift cancels out. The broker side
+/// is this build's for both.
+async fn baseline_comparison(
+    services: &Arc<Services>,
+    config: &Config,
+    raw: &RawSpawn,
+    payload: &Value,
+    baseline: &Path,
+    iters: usize,
+    warmup: usize,
+) {
+    let (base, mut child, _) = start_executor_from(baseline, config, &[]).await;
+    for _ in 0..warmup {
+        raw.run();
+        iii_exec(services, payload).await;
+        iii_exec(&base, payload).await;
+    }
+    let (mut r, mut this, mut other) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..iters {
+        for k in 0..3 {
+            match (n + k) % 3 {
+                0 => r.push(raw.run()),
+                1 => this.push(iii_exec(services, payload).await),
+                _ => other.push(iii_exec(&base, payload).await),
+            }
+        }
+    }
+    let (r, this, other) = (Stats::of(r), Stats::of(this), Stats::of(other));
+    println!(
+        "this build's executor against {} ({iters} iterations each, rotating):",
+        baseline.display()
+    );
+    print_header();
+    print_row("raw posix_spawn + waitpid", &r);
+    print_row("iii-shell shell::exec, this build", &this);
+    print_row("iii-shell shell::exec, baseline", &other);
+    println!(
+        "  ratio iii/raw at p50: this build {:.2}x, baseline {:.2}x",
+        this.p50 / r.p50,
+        other.p50 / r.p50
+    );
+    println!();
+    drop(base);
+    wait_or_kill(&mut child, Duration::from_secs(5));
+}
+
 /// Starts `iii-shell executor` with `extra` arguments, connects and installs `config`.
 /// Returns the services that reach it, the process and its pid.
 async fn start_executor(config: &Config, extra: &[&str]) -> (Arc<Services>, Child, u32) {
+    let exe = std::env::var_os("BENCH_EXE").map(std::path::PathBuf::from);
+    start_executor_from(exe.as_deref().unwrap_or(Path::new(EXE)), config, extra).await
+}
+
+/// [`start_executor`] with another `iii-shell` binary.
+async fn start_executor_from(
+    exe: &Path,
+    config: &Config,
+    extra: &[&str],
+) -> (Arc<Services>, Child, u32) {
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    let (child, stream) = spawn_executor_with(Path::new(EXE), &extra).expect("start the executor");
+    let (child, stream) = spawn_executor_with(exe, &extra).expect("start the executor");
     let services = Services::new();
     let rt = services.runtime.install(config.clone());
     let client = ExecutorClient::connect(stream)
