@@ -112,8 +112,7 @@ pub fn executor_lost() -> WireError {
 impl ExecutorClient {
     /// Performs the handshake and starts the reader and writer tasks.
     pub async fn connect(stream: UnixStream) -> Result<ExecutorClient, ConnectError> {
-        let (rd, mut wr) = iii_shell_protocol::socket::split(stream)
-            .map_err(|e| ConnectError::Handshake(e.to_string()))?;
+        let (rd, mut wr) = stream.into_split();
         let mut rd =
             tokio::io::BufReader::with_capacity(iii_shell_protocol::frame::READ_BUFFER, rd);
         let hello = ClientFrame::Hello(Hello {

@@ -61,13 +61,7 @@ pub fn version_mismatch(ours: u32, theirs: u32) -> String {
 /// Serves one broker connection until it closes. Never panics on bad input: a malformed or
 /// oversized frame is logged and closes the connection.
 pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
-    let (rd, mut wr) = match iii_shell_protocol::socket::split(stream) {
-        Ok(halves) => halves,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot set up the broker connection");
-            return;
-        }
-    };
+    let (rd, mut wr) = stream.into_split();
     let mut rd = tokio::io::BufReader::with_capacity(iii_shell_protocol::frame::READ_BUFFER, rd);
     // From here on the write half is shared by the writer task and direct replies.
     match tokio::time::timeout(HELLO_TIMEOUT, read_frame::<_, ClientFrame>(&mut rd)).await {

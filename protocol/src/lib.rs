@@ -2,7 +2,6 @@
 //!
 //! * [`frame`]: the length-prefixed postcard framing used on the broker↔executor socket.
 //! * [`sink`]: writing frames to a socket shared by many tasks.
-//! * [`socket`]: the two halves of that socket, each registered only for what it waits on.
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
 //! * [`error`]: the `{code, message}` wire error and the S-codes.
 //! * [`exec`]: the public JSON request/response types of the exec family.
@@ -16,7 +15,6 @@ pub mod frame;
 pub mod fs;
 pub mod messages;
 pub mod sink;
-pub mod socket;
 
 pub use error::{Code, WireError};
 

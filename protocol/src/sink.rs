@@ -14,12 +14,11 @@
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::Mutex;
 
-use crate::socket::WriteHalf;
-
 /// The write half of the socket, shared by the writer task and direct writers.
-pub type SharedWriter = Arc<Mutex<WriteHalf>>;
+pub type SharedWriter = Arc<Mutex<OwnedWriteHalf>>;
 
 /// What became of a direct write.
 #[derive(Debug)]
