@@ -353,9 +353,36 @@ async fn compare(
     }
 }
 
-/// The default executor against a second one started with `--no-prestart`, each
-/// beside raw spawns, in rotation (raw, on, off, then the order shifts by one). Prints all three
-/// and returns the "off" comparison.
+/// Raw spawns, `services` and `other` taking turns (raw, first, second, then the order shifts
+/// by one), after a shared warm-up. Returns the three samples' statistics.
+async fn rotate3(
+    services: &Arc<Services>,
+    other: &Arc<Services>,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+    warmup: usize,
+) -> (Stats, Stats, Stats) {
+    for _ in 0..warmup {
+        raw.run();
+        iii_exec(services, payload).await;
+        iii_exec(other, payload).await;
+    }
+    let (mut r, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..iters {
+        for k in 0..3 {
+            match (n + k) % 3 {
+                0 => r.push(raw.run()),
+                1 => first.push(iii_exec(services, payload).await),
+                _ => second.push(iii_exec(other, payload).await),
+            }
+        }
+    }
+    (Stats::of(r), Stats::of(first), Stats::of(second))
+}
+
+/// The default executor against a second one started with `--no-prestart`, in rotation with
+/// raw spawns. Prints all three and returns the "off" comparison.
 async fn prestart_comparison(
     services: &Arc<Services>,
     config: &Config,
@@ -365,22 +392,7 @@ async fn prestart_comparison(
     warmup: usize,
 ) -> Comparison {
     let (off, mut child, _) = start_executor(config, &["--no-prestart"]).await;
-    for _ in 0..warmup {
-        raw.run();
-        iii_exec(services, payload).await;
-        iii_exec(&off, payload).await;
-    }
-    let (mut r, mut on_s, mut off_s) = (Vec::new(), Vec::new(), Vec::new());
-    for n in 0..iters {
-        for k in 0..3 {
-            match (n + k) % 3 {
-                0 => r.push(raw.run()),
-                1 => on_s.push(iii_exec(services, payload).await),
-                _ => off_s.push(iii_exec(&off, payload).await),
-            }
-        }
-    }
-    let (r, on_s, off_s) = (Stats::of(r), Stats::of(on_s), Stats::of(off_s));
+    let (r, on_s, off_s) = rotate3(services, &off, raw, payload, iters, warmup).await;
     println!("pre-started command processes on and off (a second executor with --no-prestart), {iters} iterations each, rotating:");
     print_header();
     print_row("raw posix_spawn + waitpid", &r);
@@ -398,7 +410,7 @@ async fn prestart_comparison(
 }
 
 /// This build's executor against one from another build (`BENCH_BASELINE_EXE`, an
-/// `iii-shell` binary), each beside raw spawns, in rotation: a change to the executor measured
+/// `iii-shell` binary), in rotation with raw spawns: a change to the executor measured
 /// against the code before it in one run, so the machine's drift cancels out. The broker side
 /// is this build's for both.
 async fn baseline_comparison(
@@ -411,22 +423,7 @@ async fn baseline_comparison(
     warmup: usize,
 ) {
     let (base, mut child, _) = start_executor_from(baseline, config, &[]).await;
-    for _ in 0..warmup {
-        raw.run();
-        iii_exec(services, payload).await;
-        iii_exec(&base, payload).await;
-    }
-    let (mut r, mut this, mut other) = (Vec::new(), Vec::new(), Vec::new());
-    for n in 0..iters {
-        for k in 0..3 {
-            match (n + k) % 3 {
-                0 => r.push(raw.run()),
-                1 => this.push(iii_exec(services, payload).await),
-                _ => other.push(iii_exec(&base, payload).await),
-            }
-        }
-    }
-    let (r, this, other) = (Stats::of(r), Stats::of(this), Stats::of(other));
+    let (r, this, other) = rotate3(services, &base, raw, payload, iters, warmup).await;
     println!(
         "this build's executor against {} ({iters} iterations each, rotating):",
         baseline.display()

@@ -39,6 +39,22 @@ fn alive(pid: i32) -> bool {
         .is_some_and(|state| state != 'Z')
 }
 
+/// Sends the executor a newer policy: the built-in default with `max_output_bytes: 4`.
+async fn install_four_byte_policy(h: &Harness) {
+    let mut config = Config::builtin_default();
+    config.max_output_bytes = 4;
+    h.services
+        .executor
+        .get()
+        .unwrap()
+        .call(Request::SetPolicy {
+            generation: 10_000,
+            config_json: serde_json::to_string(&config).unwrap(),
+        })
+        .await
+        .expect("policy accepted");
+}
+
 async fn two_waiting(h: &Harness) -> BTreeSet<i32> {
     let pid = h.executor_pid;
     assert!(
@@ -141,19 +157,7 @@ async fn a_policy_change_replaces_the_waiting_processes() {
     let h = Harness::default().await;
     h.ok("shell::exec", json!({"command": "true"})).await;
     let before = two_waiting(&h).await;
-    let mut config = Config::builtin_default();
-    config.max_output_bytes = 4;
-    let json = serde_json::to_string(&config).unwrap();
-    h.services
-        .executor
-        .get()
-        .unwrap()
-        .call(Request::SetPolicy {
-            generation: 10_000,
-            config_json: json,
-        })
-        .await
-        .expect("policy accepted");
+    install_four_byte_policy(&h).await;
     for pid in &before {
         assert!(
             !std::path::Path::new(&format!("/proc/{pid}")).exists(),
@@ -183,18 +187,7 @@ async fn a_policy_change_during_a_call_ends_the_old_waiting_processes_at_once() 
     let slow = h.ok("shell::exec", json!({"command": "sleep", "args": ["1"]}));
     let change = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let mut config = Config::builtin_default();
-        config.max_output_bytes = 4;
-        h.services
-            .executor
-            .get()
-            .unwrap()
-            .call(Request::SetPolicy {
-                generation: 10_000,
-                config_json: serde_json::to_string(&config).unwrap(),
-            })
-            .await
-            .expect("policy accepted");
+        install_four_byte_policy(&h).await;
         let during = two_waiting(&h).await;
         assert!(
             during.is_disjoint(&before),
