@@ -62,16 +62,20 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
         }
         Some(_) => return Err(WireError::plain("'args' must be an array of strings")),
     }
-    // Negative or fractional timeouts fall back to the default instead of failing.
-    let mut normalized = value.clone();
-    if let Some(t) = normalized.get_mut("timeout_ms") {
-        if let Value::Number(n) = t {
-            if n.as_u64().is_none() {
-                *t = Value::Null;
-            }
+    // Negative or fractional timeouts fall back to the default instead of failing. The value is
+    // copied only then: otherwise it is read in place.
+    let odd_timeout =
+        matches!(obj.get("timeout_ms"), Some(Value::Number(n)) if n.as_u64().is_none());
+    let request: ExecRequest = if odd_timeout {
+        let mut normalized = value.clone();
+        if let Some(t) = normalized.get_mut("timeout_ms") {
+            *t = Value::Null;
         }
+        serde_json::from_value(normalized)
+    } else {
+        <ExecRequest as serde::Deserialize>::deserialize(value)
     }
-    let request: ExecRequest = serde_json::from_value(normalized).map_err(malformed)?;
+    .map_err(malformed)?;
 
     if let Target::Sandbox { .. } = &request.target {
         if !config.sandbox.enabled {
