@@ -124,9 +124,6 @@ static POOL: Mutex<Vec<JobCgroup>> = Mutex::new(Vec::new());
 /// How many empty job cgroups are kept; beyond that they are removed.
 const POOL_MAX: usize = 8;
 
-/// The cgroup of one job. Cgroups are reused: once a job's cgroup is empty it goes back to a
-/// small pool, and a later job starts in it. A cgroup is only ever handed out empty, and only
-/// one job owns it at a time.
 /// What `cgroup.events` says of a job cgroup.
 #[derive(Debug, PartialEq, Eq)]
 enum Occupancy {
@@ -136,6 +133,9 @@ enum Occupancy {
     Gone,
 }
 
+/// The cgroup of one job. Cgroups are reused: once a job's cgroup is empty it goes back to a
+/// small pool, and a later job starts in it. A cgroup is only ever handed out empty, and only
+/// one job owns it at a time.
 #[derive(Debug)]
 pub struct JobCgroup {
     pub dir: PathBuf,
