@@ -5,6 +5,7 @@
 //! binary too); `BENCH_ITERS=200` makes a quick run. Results are recorded in BENCHMARKS.md.
 //! `BENCH_BASELINE_EXE=<an iii-shell binary of another build>` first runs this build's
 //! executor against that one in rotation; `BENCH_BASELINE_ONLY=1` stops after that.
+//! `BENCH_EXE=<an iii-shell binary>` swaps the main executor.
 
 use std::ffi::CString;
 use std::future::Future;
