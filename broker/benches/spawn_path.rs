@@ -394,17 +394,11 @@ async fn prestart_comparison(
 ) -> Comparison {
     let (off, mut child, _) = start_executor(config, &["--no-prestart"]).await;
     let (r, on_s, off_s) = rotate3(services, &off, raw, payload, iters, warmup).await;
-    println!("pre-started command processes on and off (a second executor with --no-prestart), {iters} iterations each, rotating:");
-    print_header();
-    print_row("raw posix_spawn + waitpid", &r);
-    print_row("iii-shell shell::exec, pre-start on (default)", &on_s);
-    print_row("iii-shell shell::exec, pre-start off", &off_s);
-    println!(
-        "  ratio iii/raw at p50: on {:.2}x, off {:.2}x",
-        on_s.p50 / r.p50,
-        off_s.p50 / r.p50
+    print_rotation(
+        &format!("pre-started command processes on and off (a second executor with --no-prestart), {iters} iterations each, rotating"),
+        &r,
+        [("pre-start on (default)", "on", &on_s), ("pre-start off", "off", &off_s)],
     );
-    println!();
     drop(off);
     wait_or_kill(&mut child, Duration::from_secs(5));
     Comparison { raw: r, iii: off_s }
@@ -425,22 +419,36 @@ async fn baseline_comparison(
 ) {
     let (base, mut child, _) = start_executor_from(baseline, config, &[]).await;
     let (r, this, other) = rotate3(services, &base, raw, payload, iters, warmup).await;
-    println!(
-        "this build's executor against {} ({iters} iterations each, rotating):",
-        baseline.display()
+    print_rotation(
+        &format!(
+            "this build's executor against {} ({iters} iterations each, rotating)",
+            baseline.display()
+        ),
+        &r,
+        [
+            ("this build", "this build", &this),
+            ("baseline", "baseline", &other),
+        ],
     );
-    print_header();
-    print_row("raw posix_spawn + waitpid", &r);
-    print_row("iii-shell shell::exec, this build", &this);
-    print_row("iii-shell shell::exec, baseline", &other);
-    println!(
-        "  ratio iii/raw at p50: this build {:.2}x, baseline {:.2}x",
-        this.p50 / r.p50,
-        other.p50 / r.p50
-    );
-    println!();
     drop(base);
     wait_or_kill(&mut child, Duration::from_secs(5));
+}
+
+/// Prints a [`rotate3`] result: the raw row, one row per executor (`(row label, ratio label,
+/// stats)`), and their p50 ratios against raw.
+fn print_rotation(title: &str, raw: &Stats, executors: [(&str, &str, &Stats); 2]) {
+    println!("{title}:");
+    print_header();
+    print_row("raw posix_spawn + waitpid", raw);
+    for (row, _, stats) in executors {
+        print_row(&format!("iii-shell shell::exec, {row}"), stats);
+    }
+    let ratios: Vec<String> = executors
+        .iter()
+        .map(|(_, name, stats)| format!("{name} {:.2}x", stats.p50 / raw.p50))
+        .collect();
+    println!("  ratio iii/raw at p50: {}", ratios.join(", "));
+    println!();
 }
 
 /// Starts `iii-shell executor` with `extra` arguments, connects and installs `config`.

@@ -37,7 +37,7 @@ use crate::policy::{Policy, PolicyStore};
 
 /// Shared state of one executor process.
 pub struct Executor {
-    pub policy: Arc<PolicyStore>,
+    pub policy: PolicyStore,
     pub jobs: Jobs,
     pub events: broadcast::Sender<Event>,
     /// The pinned envelope: the widest policy this executor accepts.
@@ -58,7 +58,7 @@ impl Executor {
     pub fn with_envelope(envelope: Option<iii_shell_protocol::config::Config>) -> Self {
         let (events, _) = broadcast::channel(1024);
         Executor {
-            policy: Arc::new(PolicyStore::default()),
+            policy: PolicyStore::default(),
             jobs: Jobs::new(events.clone()),
             events,
             envelope,
