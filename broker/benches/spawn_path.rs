@@ -88,7 +88,7 @@ async fn bench(iters: usize, warmup: usize) {
 
     if let Some(baseline) = std::env::var_os("BENCH_BASELINE_EXE") {
         baseline_comparison(
-            &services,
+            (&services, executor_pid),
             &config,
             &raw,
             &payload,
@@ -158,6 +158,7 @@ async fn bench(iters: usize, warmup: usize) {
     // the two and the raw spawn taking turns.
     let without = prestart_comparison(
         &services,
+        executor_pid,
         &config,
         &raw,
         &payload,
@@ -386,18 +387,21 @@ async fn rotate3(
 /// raw spawns. Prints all three and returns the "off" comparison.
 async fn prestart_comparison(
     services: &Arc<Services>,
+    pid: u32,
     config: &Config,
     raw: &RawSpawn,
     payload: &Value,
     iters: usize,
     warmup: usize,
 ) -> Comparison {
-    let (off, mut child, _) = start_executor(config, &["--no-prestart"]).await;
+    let (off, mut child, off_pid) = start_executor(config, &["--no-prestart"]).await;
+    let cpu = CpuMeter::start([pid, off_pid]);
     let (r, on_s, off_s) = rotate3(services, &off, raw, payload, iters, warmup).await;
     print_rotation(
         &format!("pre-started command processes on and off (a second executor with --no-prestart), {iters} iterations each, rotating"),
         &r,
         [("pre-start on (default)", "on", &on_s), ("pre-start off", "off", &off_s)],
+        cpu.per_call(iters + warmup),
     );
     drop(off);
     wait_or_kill(&mut child, Duration::from_secs(5));
@@ -409,7 +413,7 @@ async fn prestart_comparison(
 /// against the code before it in one run, so the machine's drift cancels out. The broker side
 /// is this build's for both.
 async fn baseline_comparison(
-    services: &Arc<Services>,
+    (services, pid): (&Arc<Services>, u32),
     config: &Config,
     raw: &RawSpawn,
     payload: &Value,
@@ -417,7 +421,8 @@ async fn baseline_comparison(
     iters: usize,
     warmup: usize,
 ) {
-    let (base, mut child, _) = start_executor_from(baseline, config, &[]).await;
+    let (base, mut child, base_pid) = start_executor_from(baseline, config, &[]).await;
+    let cpu = CpuMeter::start([pid, base_pid]);
     let (r, this, other) = rotate3(services, &base, raw, payload, iters, warmup).await;
     print_rotation(
         &format!(
@@ -429,14 +434,20 @@ async fn baseline_comparison(
             ("this build", "this build", &this),
             ("baseline", "baseline", &other),
         ],
+        cpu.per_call(iters + warmup),
     );
     drop(base);
     wait_or_kill(&mut child, Duration::from_secs(5));
 }
 
 /// Prints a [`rotate3`] result: the raw row, one row per executor (`(row label, ratio label,
-/// stats)`), and their p50 ratios against raw.
-fn print_rotation(title: &str, raw: &Stats, executors: [(&str, &str, &Stats); 2]) {
+/// stats)`), their p50 ratios against raw, and the CPU each executor used per call.
+fn print_rotation(
+    title: &str,
+    raw: &Stats,
+    executors: [(&str, &str, &Stats); 2],
+    cpu: [Option<CpuPerCall>; 2],
+) {
     println!("{title}:");
     print_header();
     print_row("raw posix_spawn + waitpid", raw);
@@ -448,7 +459,92 @@ fn print_rotation(title: &str, raw: &Stats, executors: [(&str, &str, &Stats); 2]
         .map(|(_, name, stats)| format!("{name} {:.2}x", stats.p50 / raw.p50))
         .collect();
     println!("  ratio iii/raw at p50: {}", ratios.join(", "));
+    let cpu: Vec<String> = executors
+        .iter()
+        .zip(cpu)
+        .map(|((_, name, _), c)| match c {
+            Some(c) => format!(
+                "{name} {:.0} us + {:.0} us ({:.1} switches)",
+                c.executor_us, c.children_us, c.switches
+            ),
+            None => format!("{name} n/a"),
+        })
+        .collect();
+    println!(
+        "  CPU per call (executor's threads + its reaped children, incl. the command; the executor's context switches): {}",
+        cpu.join(", ")
+    );
     println!();
+}
+
+/// CPU time of executors across a run: their threads' run time (`/proc/<pid>/task/*/schedstat`,
+/// nanoseconds) and their reaped children's user + system time (`/proc/<pid>/stat`, clock
+/// ticks), which covers the pre-started processes and the commands they became.
+struct CpuMeter {
+    pids: [u32; 2],
+    at_start: [Option<(u64, u64, u64)>; 2],
+}
+
+#[derive(Clone, Copy)]
+struct CpuPerCall {
+    executor_us: f64,
+    children_us: f64,
+    switches: f64,
+}
+
+impl CpuMeter {
+    fn start(pids: [u32; 2]) -> CpuMeter {
+        CpuMeter {
+            pids,
+            at_start: pids.map(cpu_of),
+        }
+    }
+
+    fn per_call(&self, calls: usize) -> [Option<CpuPerCall>; 2] {
+        let mut out = [None; 2];
+        for (i, pid) in self.pids.iter().enumerate() {
+            if let (Some((own0, kids0, sw0)), Some((own1, kids1, sw1))) =
+                (self.at_start[i], cpu_of(*pid))
+            {
+                out[i] = Some(CpuPerCall {
+                    executor_us: own1.saturating_sub(own0) as f64 / 1e3 / calls as f64,
+                    children_us: kids1.saturating_sub(kids0) as f64 / 1e3 / calls as f64,
+                    switches: sw1.saturating_sub(sw0) as f64 / calls as f64,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// (run time of `pid`'s threads, user + system time of its reaped children), in nanoseconds,
+/// and the context switches of its threads.
+fn cpu_of(pid: u32) -> Option<(u64, u64, u64)> {
+    let (mut own, mut switches) = (0u64, 0u64);
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        own += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+        for line in status.lines() {
+            if line.starts_with("voluntary_ctxt_switches:")
+                || line.starts_with("nonvoluntary_ctxt_switches:")
+            {
+                switches += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+            }
+        }
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces): cutime and cstime are the
+    // 16th and 17th fields of the whole line, the 14th and 15th after ")".
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(13)?.parse::<u64>().ok()? + f.get(14)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some((own, ticks * 1_000_000_000 / hz, switches))
 }
 
 /// Starts `iii-shell executor` with `extra` arguments, connects and installs `config`.

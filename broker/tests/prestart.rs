@@ -82,9 +82,19 @@ async fn waiting_processes_hold_nothing_of_the_executor_and_are_confined() {
                     .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
             })
             .count();
-        // stdio (replaced before exec) and the one socket a command arrives on.
+        // Its stdio (/dev/null and the command's two output pipes, made before any call)
+        // and the one socket a command arrives on.
         assert_eq!(fds.len(), 4, "pid {pid} holds {fds:?}");
         assert_eq!(sockets, 1, "pid {pid} holds {fds:?}");
+        let target = |fd: u32| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .map(|t| t.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(target(0), "/dev/null", "pid {pid}");
+        assert!(target(1).starts_with("pipe:"), "pid {pid}: {}", target(1));
+        assert!(target(2).starts_with("pipe:"), "pid {pid}: {}", target(2));
+        assert_ne!(target(1), target(2), "pid {pid}: one pipe each");
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
         assert_eq!(comm.trim(), "iii-shell-ready", "pid {pid}");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -119,6 +129,44 @@ async fn commands_run_in_a_waiting_process_and_in_their_own_session_and_cgroup()
     assert_eq!(lines[2], "1", "in a job cgroup: {out}");
     assert_eq!(lines[3], "/tmp");
     assert_eq!(lines[4], "in");
+}
+
+/// The hand-over carries only what the call adds: no descriptor, stdin alone, or cwd alone.
+#[tokio::test]
+async fn a_waiting_process_takes_calls_with_and_without_stdin_and_cwd() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let own_cwd = std::env::current_dir().unwrap();
+    let script = "echo $$; pwd; ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; cat; echo err >&2";
+    for (extra, cwd, input) in [
+        (json!({}), own_cwd.to_string_lossy().into_owned(), ""),
+        (
+            json!({"stdin": "given"}),
+            own_cwd.to_string_lossy().into_owned(),
+            "given",
+        ),
+        (json!({"cwd": "/tmp"}), "/tmp".to_string(), ""),
+    ] {
+        let waiting = two_waiting(&h).await;
+        let mut req = json!({"command": "sh", "args": ["-c", script]});
+        for (k, v) in extra.as_object().unwrap() {
+            req[k] = v.clone();
+        }
+        let r = h.ok("shell::exec", req.clone()).await;
+        assert_eq!(r["exit_code"], 0, "{req}: {r}");
+        assert_eq!(r["stderr"], "err\n", "{req}: {r}");
+        let out = r["stdout"].as_str().unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        let pid: i32 = lines[0].parse().unwrap();
+        assert!(
+            waiting.contains(&pid),
+            "{req}: ran as pid {pid}, not in a waiting process {waiting:?}"
+        );
+        assert_eq!(lines[1], cwd, "{req}: {out}");
+        // 0-2, and the descriptor ls reads /proc/self/fd through: nothing else leaked in.
+        assert_eq!(lines[2].trim(), "0 1 2 3", "{req}: {out}");
+        assert_eq!(lines.get(3).copied().unwrap_or(""), input, "{req}: {out}");
+    }
 }
 
 #[tokio::test]

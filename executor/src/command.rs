@@ -14,7 +14,7 @@ use crate::env_policy;
 use crate::error::ExecError;
 use crate::jail::{fstat, open_beneath};
 use crate::policy::Policy;
-use crate::spawn::{dev_null, pipe, set_nonblocking, SpawnPlan};
+use crate::spawn::{dev_null, pipe, set_nonblocking, ExecImage, SpawnPlan};
 use crate::tree::JobCgroup;
 
 /// Search path used when the command's environment has no PATH.
@@ -114,18 +114,16 @@ pub fn lookup(program: &str, path_var: Option<&str>) -> Result<String, std::io::
     }))
 }
 
-/// Builds the spawn plan: environment, program path, pipes, cgroup.
-pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
-    prepare_with(policy, spec, true)
+/// What both ways of starting a command need, checked and resolved: the program's path, the
+/// directory it starts in, and the stdin pipe when the call gave stdin.
+struct Staged {
+    program: String,
+    cwd: Option<OwnedFd>,
+    /// The child's end of the stdin pipe, and the parent's end with the bytes to write.
+    stdin: Option<(OwnedFd, (OwnedFd, Vec<u8>))>,
 }
 
-/// [`prepare`], taking a job cgroup only when `take_cgroup` (a pre-started command process
-/// brings its own).
-pub fn prepare_with(
-    policy: &Policy,
-    spec: &ExecSpec,
-    take_cgroup: bool,
-) -> Result<Prepared, ExecError> {
+fn stage(policy: &Policy, spec: &ExecSpec) -> Result<Staged, ExecError> {
     check(policy, spec)?;
     let cwd = resolve_cwd(policy, spec.cwd.as_deref())?;
     // The forwarded base environment is built once per policy; only overrides are per call.
@@ -138,19 +136,40 @@ pub fn prepare_with(
         .map(|(_, v)| v.as_str())
         .or_else(|| policy.base_env.get("PATH").map(String::as_str));
     let program = lookup(&spec.argv[0], path).map_err(|e| spawn_error(&spec.argv[0], &e))?;
-    let io = |e: std::io::Error| ExecError::Internal(format!("spawn setup: {e}"));
-    let (out_r, out_w) = pipe().map_err(io)?;
-    let (err_r, err_w) = pipe().map_err(io)?;
-    let (stdin_child, stdin) = match &spec.stdin {
+    let stdin = match &spec.stdin {
         Some(bytes) => {
-            let (r, w) = pipe().map_err(io)?;
+            let (r, w) = pipe().map_err(setup_error)?;
             // pipe() made the read end non-blocking; the child reads it, so make it blocking
             // again by swapping roles: the parent writes through a non-blocking write end.
-            let child_end = reopen_blocking(r).map_err(io)?;
-            set_nonblocking(&w).map_err(io)?;
-            (child_end, Some((w, bytes.clone())))
+            let child_end = reopen_blocking(r).map_err(setup_error)?;
+            set_nonblocking(&w).map_err(setup_error)?;
+            Some((child_end, (w, bytes.clone())))
         }
-        None => (dev_null().map_err(io)?, None),
+        None => None,
+    };
+    Ok(Staged {
+        program,
+        cwd,
+        stdin,
+    })
+}
+
+fn setup_error(e: std::io::Error) -> ExecError {
+    ExecError::Internal(format!("spawn setup: {e}"))
+}
+
+/// Builds the spawn plan: environment, program path, pipes, cgroup.
+pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
+    let Staged {
+        program,
+        cwd,
+        stdin,
+    } = stage(policy, spec)?;
+    let (out_r, out_w) = pipe().map_err(setup_error)?;
+    let (err_r, err_w) = pipe().map_err(setup_error)?;
+    let (stdin_child, stdin) = match stdin {
+        Some((child_end, parent)) => (child_end, Some(parent)),
+        None => (dev_null().map_err(setup_error)?, None),
     };
     let mut plan = SpawnPlan::with_env(
         &program,
@@ -161,20 +180,48 @@ pub fn prepare_with(
         out_w,
         err_w,
     )
-    .map_err(io)?;
+    .map_err(setup_error)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
-    let cgroup = if take_cgroup {
-        JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()))
-    } else {
-        None
-    };
+    let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
         stdout: out_r,
         stderr: err_r,
         stdin,
         cgroup,
+    })
+}
+
+/// A command checked and ready for a pre-started process, which already holds its output
+/// pipes, `/dev/null` as stdin, its cgroup and its confinement: only what differs per call.
+pub struct WarmPrepared {
+    pub image: ExecImage,
+    pub cwd: Option<OwnedFd>,
+    /// The child's end of the stdin pipe, when the call gave stdin.
+    pub stdin_child: Option<OwnedFd>,
+    /// The parent's end of the stdin pipe and the bytes to write.
+    pub stdin: Option<(OwnedFd, Vec<u8>)>,
+}
+
+/// [`prepare`] for a pre-started process: the same checks, no pipes and no cgroup.
+pub fn prepare_warm(policy: &Policy, spec: &ExecSpec) -> Result<WarmPrepared, ExecError> {
+    let Staged {
+        program,
+        cwd,
+        stdin,
+    } = stage(policy, spec)?;
+    let image = ExecImage::new(&program, &spec.argv, policy.base_envp.clone(), &spec.env)
+        .map_err(setup_error)?;
+    let (stdin_child, stdin) = match stdin {
+        Some((child_end, parent)) => (Some(child_end), Some(parent)),
+        None => (None, None),
+    };
+    Ok(WarmPrepared {
+        image,
+        cwd,
+        stdin_child,
+        stdin,
     })
 }
 

@@ -150,8 +150,7 @@ impl Jobs {
             )));
         }
         let prepared = command::prepare(&policy, &spec).map_err(plain_spawn_error)?;
-        let (running, out, err) =
-            start(prepared, &spec.argv[0], cap, None).map_err(plain_spawn_error)?;
+        let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
         let id = uuid::Uuid::new_v4().to_string();
         let stdout = Arc::new(Mutex::new(Capture::new(cap)));
         let stderr = Arc::new(Mutex::new(Capture::new(cap)));

@@ -93,13 +93,12 @@ impl Executor {
                 Ok(p) => p,
                 Err(e) => return (Err(e.to_wire()), None),
             };
-            let (result, tree) = run::run_then_release(p.clone(), spec, cancel).await;
-            // After the reply is on its way: the job's cgroup goes back to the pool, and the
-            // next command process is pre-started (not under a policy replaced meanwhile).
+            let (result, spent) = run::run_then_release(p.clone(), spec, cancel).await;
+            // After the reply is on its way: the command's descriptors are closed, its job's
+            // cgroup goes back to the pool, and the next command process is pre-started (not
+            // under a policy replaced meanwhile).
             let cont: Option<fs::Continuation> = Some(Box::pin(async move {
-                if let Some(t) = tree {
-                    running::release_later(t);
-                }
+                spent.release();
                 p.refill_warm();
             }));
             return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);

@@ -7,10 +7,11 @@ use iii_shell_protocol::exec::ExecResponse;
 use iii_shell_protocol::messages::ExecSpec;
 use tokio::sync::Notify;
 
+use crate::capture::Collector;
 use crate::command;
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::running::{release_later, start};
+use crate::running::{release_later, start, start_warm, Running};
 use crate::tree::JobTree;
 
 /// How long output is still collected after the tree was killed, for holders outside it.
@@ -32,41 +33,60 @@ pub async fn run(
     spec: ExecSpec,
     cancel: Arc<Notify>,
 ) -> Result<ExecResponse, ExecError> {
-    let (result, tree) = run_then_release(policy, spec, cancel).await;
-    if let Some(tree) = tree {
-        release_later(tree);
-    }
+    let (result, spent) = run_then_release(policy, spec, cancel).await;
+    spent.release();
     result
 }
 
-/// [`run`], leaving the release of the job's cgroup to the caller: the executor does it after
-/// the reply has been written, so the reply does not wait for it.
+/// What a finished command still holds: its descriptors (pipes, pidfd), the memory a
+/// pre-started process ran on, and its job's cgroup. [`Spent::release`] lets go of them; the
+/// executor calls it after the reply has been written, so the reply does not wait for the
+/// closes, the epoll removals and the cgroup's recycling.
+#[derive(Default)]
+pub struct Spent {
+    tree: Option<Arc<JobTree>>,
+    held: Option<Box<(Running, Collector, Collector)>>,
+}
+
+impl Spent {
+    pub fn release(self) {
+        drop(self.held);
+        if let Some(tree) = self.tree {
+            release_later(tree);
+        }
+    }
+}
+
+/// [`run`], leaving [`Spent::release`] to the caller.
 pub async fn run_then_release(
     policy: Arc<Policy>,
     spec: ExecSpec,
     cancel: Arc<Notify>,
-) -> (Result<ExecResponse, ExecError>, Option<Arc<JobTree>>) {
+) -> (Result<ExecResponse, ExecError>, Spent) {
     let mut allow_warm = true;
     loop {
         match run_inner(policy.clone(), &spec, cancel.clone(), allow_warm).await {
-            Ok(Attempt::Done(r, tree)) => return (r, tree),
+            Ok(Attempt::Done(r, spent)) => return (r, spent),
             Ok(Attempt::NeverStarted(tree)) => {
                 // Killed while it waited, before it took the command: nothing ran, so the
                 // command is started again, the ordinary way.
                 tracing::debug!("a pre-started process died before it took the command");
-                release_later(tree);
+                if let Some(tree) = tree {
+                    release_later(tree);
+                }
                 allow_warm = false;
             }
-            Err(e) => return (Err(e), None),
+            Err(e) => return (Err(e), Spent::default()),
         }
     }
 }
 
 /// One attempt at running the command.
 enum Attempt {
-    Done(Result<ExecResponse, ExecError>, Option<Arc<JobTree>>),
-    /// The pre-started process it was handed to died before taking it.
-    NeverStarted(Arc<JobTree>),
+    Done(Result<ExecResponse, ExecError>, Spent),
+    /// The pre-started process it was handed to died before taking it (its tree), or could
+    /// not be handed the command at all (None).
+    NeverStarted(Option<Arc<JobTree>>),
 }
 
 async fn run_inner(
@@ -83,24 +103,38 @@ async fn run_inner(
     } else {
         policy.take_warm()
     };
-    let prepared = match command::prepare_with(&policy, spec, warm.is_none()) {
-        Ok(p) => p,
-        Err(e) => {
-            if let Some(w) = warm {
-                policy.put_back_warm(w);
+    let started;
+    let (mut running, mut out, mut err) = match warm {
+        Some(w) => {
+            let prepared = match command::prepare_warm(&policy, spec) {
+                Ok(p) => p,
+                Err(e) => {
+                    policy.put_back_warm(w);
+                    return Err(e);
+                }
+            };
+            started = Instant::now();
+            match start_warm(w, prepared, cap) {
+                Some(r) => r?,
+                None => return Ok(Attempt::NeverStarted(None)),
             }
-            return Err(e);
+        }
+        None => {
+            let prepared = command::prepare(&policy, spec)?;
+            if timeout_ms == 0 {
+                if let Some(cg) = prepared.cgroup {
+                    let _ = cg.recycle();
+                }
+                return Ok(Attempt::Done(
+                    Ok(ExecResponse::timed_out_empty(0)),
+                    Spent::default(),
+                ));
+            }
+            started = Instant::now();
+            start(prepared, &spec.argv[0], cap)?
         }
     };
-    if timeout_ms == 0 {
-        if let Some(cg) = prepared.cgroup {
-            let _ = cg.recycle();
-        }
-        return Ok(Attempt::Done(Ok(ExecResponse::timed_out_empty(0)), None));
-    }
-    let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
-    let (mut running, mut out, mut err) = start(prepared, &spec.argv[0], cap, warm)?;
     let spawned = started.elapsed();
 
     let outcome = tokio::select! {
@@ -137,20 +171,24 @@ async fn run_inner(
         err.abandon();
     }
     if running.never_started && matches!(outcome, Outcome::Completed) {
-        return Ok(Attempt::NeverStarted(running.tree.clone()));
+        return Ok(Attempt::NeverStarted(Some(running.tree.clone())));
     }
-    let tree = Some(running.tree.clone());
-    if let Some(e) = running.exec_failure.take() {
+    let exec_failure = running.exec_failure.take();
+    let spent = |running: Running, out, err| Spent {
+        tree: Some(Arc::clone(&running.tree)),
+        held: Some(Box::new((running, out, err))),
+    };
+    if let Some(e) = exec_failure {
         // A pre-started process could not exec the command: the same error a spawn gives.
         return Ok(Attempt::Done(
             Err(command::spawn_error(&spec.argv[0], &e)),
-            tree,
+            spent(running, out, err),
         ));
     }
     if matches!(outcome, Outcome::Cancelled) {
         return Ok(Attempt::Done(
             Err(ExecError::Internal("call cancelled".into())),
-            tree,
+            spent(running, out, err),
         ));
     }
     let timed_out = matches!(outcome, Outcome::TimedOut);
@@ -167,5 +205,5 @@ async fn run_inner(
         stderr_truncated: err.capture.truncated,
         duration_ms: duration.as_millis() as u64,
     };
-    Ok(Attempt::Done(Ok(response), tree))
+    Ok(Attempt::Done(Ok(response), spent(running, out, err)))
 }

@@ -10,7 +10,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncWriteExt;
 
 use crate::capture::Collector;
-use crate::command::{spawn_error, Prepared};
+use crate::command::{spawn_error, Prepared, WarmPrepared};
 use crate::error::ExecError;
 use crate::spawn::{self, Child, ExitStatus};
 use crate::tree::{JobCgroup, JobTree, ROOTS};
@@ -31,44 +31,51 @@ pub struct Running {
     pub never_started: bool,
 }
 
-/// Starts a prepared command, in `warm` when given and able to take it. Returns the running
-/// root and its two output pipes.
+/// Hands a command to the pre-started process `warm`. `None` when it could not take it (the
+/// caller starts the command the ordinary way then; nothing has run).
+pub fn start_warm(
+    warm: Warm,
+    prepared: WarmPrepared,
+    cap: usize,
+) -> Option<Result<(Running, Collector, Collector), ExecError>> {
+    let WarmPrepared {
+        image,
+        cwd,
+        stdin_child,
+        stdin,
+    } = prepared;
+    let l = warm.launch(image, stdin_child, cwd)?;
+    tracing::trace!(pid = l.pid, "command handed to a pre-started process");
+    let child = Child {
+        pid: l.pid,
+        pidfd: l.pidfd,
+        cgroup_refused_clone3: false,
+    };
+    Some(supervise(
+        child,
+        l.cgroup,
+        Some(l.keep),
+        l.stdout,
+        l.stderr,
+        stdin,
+        cap,
+    ))
+}
+
+/// Starts a prepared command the ordinary way. Returns the running root and its two output
+/// pipes.
 pub fn start(
     prepared: Prepared,
     program: &str,
     cap: usize,
-    warm: Option<Warm>,
 ) -> Result<(Running, Collector, Collector), ExecError> {
     let Prepared {
-        mut plan,
+        plan,
         stdout,
         stderr,
         stdin,
-        mut cgroup,
+        cgroup,
     } = prepared;
-    if let Some(w) = warm {
-        match w.launch(plan) {
-            Ok(l) => {
-                tracing::trace!(pid = l.pid, "command handed to a pre-started process");
-                let child = Child {
-                    pid: l.pid,
-                    pidfd: l.pidfd,
-                    cgroup_refused_clone3: false,
-                };
-                return supervise(child, l.cgroup, Some(l.keep), stdout, stderr, stdin, cap);
-            }
-            Err(back) => {
-                let mut back = *back;
-                // Spawn the ordinary way, which needs a cgroup (prepare left it to the warm
-                // process).
-                if cgroup.is_none() {
-                    cgroup = JobCgroup::take();
-                }
-                back.cgroup = cgroup.as_ref().map(|cg| cg.target());
-                plan = back;
-            }
-        }
-    }
     let child = {
         // Hold the roots lock across the spawn so the orphan reaper never reaps a job root
         // before it is registered.

@@ -74,6 +74,18 @@ fn nul(s: &str) -> std::io::Result<CString> {
     CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// The program, argv and environment overrides as C strings.
+fn c_strings(
+    program: &str,
+    argv: &[String],
+    overrides: &[(String, String)],
+) -> std::io::Result<(CString, Vec<CString>, EnvBlock)> {
+    let program = nul(program)?;
+    let argv = argv.iter().map(|a| nul(a)).collect::<Result<Vec<_>, _>>()?;
+    let extra = EnvBlock::new(overrides.iter().cloned())?;
+    Ok((program, argv, extra))
+}
+
 impl SpawnPlan {
     pub fn new(
         program: &str,
@@ -97,9 +109,7 @@ impl SpawnPlan {
         stdout: OwnedFd,
         stderr: OwnedFd,
     ) -> std::io::Result<SpawnPlan> {
-        let program = nul(program)?;
-        let argv = argv.iter().map(|a| nul(a)).collect::<Result<Vec<_>, _>>()?;
-        let extra = EnvBlock::new(overrides.iter().cloned())?;
+        let (program, argv, extra) = c_strings(program, argv, overrides)?;
         Ok(SpawnPlan {
             program,
             argv,
@@ -114,32 +124,40 @@ impl SpawnPlan {
         })
     }
 
-    /// Pointers to every `KEY=value` of the environment, NULL-terminated: the base minus the
-    /// keys the overrides replace, then the overrides (the last of a repeated key wins, as
-    /// the broker's map did).
-    /// Pointers to every argument, NULL-terminated.
     fn argv_ptrs(&self) -> Vec<*const libc::c_char> {
-        let mut v: Vec<*const libc::c_char> = self.argv.iter().map(|a| a.as_ptr()).collect();
-        v.push(std::ptr::null());
-        v
+        argv_ptrs(&self.argv)
     }
 
     fn envp(&self) -> Vec<*const libc::c_char> {
-        let extra = &self.extra_env.entries;
-        let mut v = Vec::with_capacity(self.base_env.entries.len() + extra.len() + 1);
-        for (k, kv) in &self.base_env.entries {
-            if !extra.iter().any(|(ek, _)| ek == k) {
-                v.push(kv.as_ptr());
-            }
-        }
-        for (i, (k, kv)) in extra.iter().enumerate() {
-            if !extra[i + 1..].iter().any(|(ek, _)| ek == k) {
-                v.push(kv.as_ptr());
-            }
-        }
-        v.push(std::ptr::null());
-        v
+        envp(&self.base_env, &self.extra_env)
     }
+}
+
+/// Pointers to every argument, NULL-terminated.
+fn argv_ptrs(argv: &[CString]) -> Vec<*const libc::c_char> {
+    let mut v: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    v.push(std::ptr::null());
+    v
+}
+
+/// Pointers to every `KEY=value` of the environment, NULL-terminated: the base minus the
+/// keys the overrides replace, then the overrides (the last of a repeated key wins, as the
+/// broker's map did).
+fn envp(base: &EnvBlock, extra: &EnvBlock) -> Vec<*const libc::c_char> {
+    let extra = &extra.entries;
+    let mut v = Vec::with_capacity(base.entries.len() + extra.len() + 1);
+    for (k, kv) in &base.entries {
+        if !extra.iter().any(|(ek, _)| ek == k) {
+            v.push(kv.as_ptr());
+        }
+    }
+    for (i, (k, kv)) in extra.iter().enumerate() {
+        if !extra[i + 1..].iter().any(|(ek, _)| ek == k) {
+            v.push(kv.as_ptr());
+        }
+    }
+    v.push(std::ptr::null());
+    v
 }
 
 /// What `execve` needs, apart from the descriptors: the program, argv and environment as C
@@ -148,14 +166,38 @@ impl SpawnPlan {
 #[derive(Default)]
 pub struct ExecImage {
     program: CString,
+    // The strings the pointer arrays point into: only read through them.
+    #[allow(dead_code)]
     argv: Vec<CString>,
+    #[allow(dead_code)]
     base_env: std::sync::Arc<EnvBlock>,
+    #[allow(dead_code)]
     extra_env: EnvBlock,
     argv_ptrs: Vec<*const libc::c_char>,
     envp_ptrs: Vec<*const libc::c_char>,
 }
 
 impl ExecImage {
+    /// The image of `program` run as `argv`, with `base` plus `overrides` as environment.
+    pub fn new(
+        program: &str,
+        argv: &[String],
+        base: std::sync::Arc<EnvBlock>,
+        overrides: &[(String, String)],
+    ) -> std::io::Result<ExecImage> {
+        let (program, argv, extra_env) = c_strings(program, argv, overrides)?;
+        let argv_ptrs = argv_ptrs(&argv);
+        let envp_ptrs = envp(&base, &extra_env);
+        Ok(ExecImage {
+            program,
+            argv,
+            base_env: base,
+            extra_env,
+            argv_ptrs,
+            envp_ptrs,
+        })
+    }
+
     pub fn program_ptr(&self) -> *const libc::c_char {
         self.program.as_ptr()
     }
@@ -164,53 +206,6 @@ impl ExecImage {
     }
     pub fn envp_ptr(&self) -> *const *const libc::c_char {
         self.envp_ptrs.as_ptr()
-    }
-}
-
-/// A plan's descriptors for the child, in the order stdin, stdout, stderr, then the cwd when
-/// there is one.
-pub type ChildFds = Vec<OwnedFd>;
-
-impl SpawnPlan {
-    /// Splits the plan into what execve reads and the descriptors the child needs (the
-    /// cgroup and confinement are the caller's business then).
-    pub fn into_parts(self) -> (ExecImage, ChildFds) {
-        let envp_ptrs = self.envp();
-        let argv_ptrs = self.argv_ptrs();
-        let mut fds = vec![self.stdin, self.stdout, self.stderr];
-        fds.extend(self.cwd);
-        (
-            ExecImage {
-                program: self.program,
-                argv: self.argv,
-                base_env: self.base_env,
-                extra_env: self.extra_env,
-                argv_ptrs,
-                envp_ptrs,
-            },
-            fds,
-        )
-    }
-
-    /// Puts a plan back together from [`SpawnPlan::into_parts`] (without cgroup or
-    /// confinement; the caller sets them again).
-    pub fn from_parts(image: ExecImage, fds: ChildFds) -> SpawnPlan {
-        let mut fds = fds.into_iter();
-        let (Some(stdin), Some(stdout), Some(stderr)) = (fds.next(), fds.next(), fds.next()) else {
-            unreachable!("into_parts always yields the three stdio descriptors")
-        };
-        SpawnPlan {
-            program: image.program,
-            argv: image.argv,
-            base_env: image.base_env,
-            extra_env: image.extra_env,
-            stdin,
-            stdout,
-            stderr,
-            cwd: fds.next(),
-            cgroup: None,
-            confinement: ChildConfinement::default(),
-        }
     }
 }
 

@@ -5,20 +5,22 @@
 //! it: the clone into the job cgroup, resetting signal dispositions, `setsid`, rlimits,
 //! no_new_privs and above all `landlock_restrict_self`, which copies every rule of the
 //! policy's ruleset into a new domain (about 90 µs with the 248 rules of the unjailed
-//! default). A warm child does all of that *between* calls, under the current policy, and then
-//! blocks reading a socket. A call hands it the command's descriptors (stdin, stdout,
-//! stderr and the cwd, over `SCM_RIGHTS`) and the program, argv and environment (in memory
-//! it shares with the executor); it `dup3`s the descriptors, `fchdir`s, applies the rlimits
-//! (only now, so a low open-files limit cannot drop a descriptor in transit), drops signals
-//! that reached it while it waited, and execs.
+//! default). A warm child does all of that *between* calls, under the current policy, sets up
+//! its stdio (`/dev/null` and the command's two output pipes, whose read ends the executor
+//! keeps), and then blocks reading a socket. A call hands it the program, argv and
+//! environment (in memory it shares with the executor) with one byte on the socket, carrying
+//! over `SCM_RIGHTS` only what the call adds: its stdin pipe and its cwd, when it has them.
+//! The child `dup3`s the stdin, `fchdir`s, applies the rlimits (only now, so a low open-files
+//! limit cannot drop a descriptor in transit), drops signals that reached it while it waited,
+//! and execs.
 //!
 //! * The child is created with `clone3(CLONE_VM | CLONE_PIDFD | CLONE_INTO_CGROUP)` from the
 //!   executor's trampoline, **without** `CLONE_VFORK`: it runs alongside the executor in the
 //!   same memory until it execs. So it touches only what is reserved for it (its stack and
 //!   its [`Block`]) and makes raw system calls that never write `errno`, which belongs to the
 //!   executor's thread.
-//! * Right after its setup it closes every descriptor but its socket, so it holds nothing of
-//!   the executor's open (the broker connection, other commands' pipes).
+//! * Right after its setup it closes every descriptor but its stdio and its socket, so it
+//!   holds nothing of the executor's open (the broker connection, other commands' pipes).
 //! * It is tied to one policy: a policy change drops it (SIGKILL, reaped). If the executor
 //!   dies, the socket reaches EOF and the child exits.
 //! * An exec failure is written to the block before the child exits; the caller reads it
@@ -33,7 +35,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::confine::Rlimits;
-use crate::spawn::{ChildConfinement, ExecImage, KernelSigaction, SpawnPlan};
+use crate::spawn::{dev_null, pipe, ChildConfinement, ExecImage, KernelSigaction};
 use crate::tree::{JobCgroup, ROOTS};
 
 const SETUP: u32 = 0;
@@ -41,6 +43,11 @@ const READY: u32 = 1;
 const FAILED: u32 = 2;
 /// The child has received a command (set right after `recvmsg`).
 const TAKEN: u32 = 3;
+
+/// The hand-over carries the command's stdin (replacing `/dev/null`).
+const SENT_STDIN: u32 = 1;
+/// The hand-over carries the directory the command starts in.
+const SENT_CWD: u32 = 2;
 
 const STACK: usize = 64 * 1024;
 
@@ -68,8 +75,12 @@ struct Block {
     landlock_fd: RawFd,
     seccomp: libc::sock_fprog,
     has_seccomp: bool,
-    /// Set by the parent before it sends the descriptors: how many it sends.
-    nfds: AtomicUsize,
+    /// What becomes the child's stdin, stdout and stderr while it waits: `/dev/null` and the
+    /// write ends of its output pipes (the executor's copies, inherited at the clone).
+    stdio: [RawFd; 3],
+    /// Set by the parent before the hand-over: which descriptors come with it ([`SENT_STDIN`],
+    /// [`SENT_CWD`], in that order).
+    sent: AtomicU32,
     program: AtomicUsize,
     argv: AtomicUsize,
     envp: AtomicUsize,
@@ -85,6 +96,9 @@ pub struct Warm {
     cgroup: Option<JobCgroup>,
     /// Keeps the per-spawn seccomp program (pointed to by the block) alive.
     confinement: ChildConfinement,
+    /// The read ends of the child's stdout and stderr (non-blocking).
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
 }
 
 // SAFETY: the raw pointers inside `Block` point into memory this value owns (the seccomp
@@ -144,6 +158,9 @@ pub struct Launched {
     pub pidfd: OwnedFd,
     pub cgroup: Option<JobCgroup>,
     pub keep: Keep,
+    /// The read ends of the command's stdout and stderr (non-blocking).
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
 }
 
 /// What must outlive the child until it has exec'd: its block and stack, and the strings
@@ -213,7 +230,8 @@ impl Block {
                 filter: std::ptr::null_mut(),
             },
             has_seccomp: false,
-            nfds: AtomicUsize::new(0),
+            stdio: [-1; 3],
+            sent: AtomicU32::new(0),
             program: AtomicUsize::new(0),
             argv: AtomicUsize::new(0),
             envp: AtomicUsize::new(0),
@@ -229,6 +247,16 @@ impl Warm {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
         }
         let cgroup = JobCgroup::take().ok_or_else(|| std::io::Error::other("no job cgroup"))?;
+        // The output pipes and /dev/null, made now so that a call does not have to. The
+        // executor keeps descriptors 0-2 open, so none of these is below 3.
+        let stdio = (|| Ok::<_, std::io::Error>((pipe()?, pipe()?, dev_null()?)))();
+        let ((out_r, out_w), (err_r, err_w), null) = match stdio {
+            Ok(fds) => fds,
+            Err(e) => {
+                let _ = cgroup.recycle();
+                return Err(e);
+            }
+        };
         let mut fds = [0; 2];
         // SAFETY: socketpair fills `fds` with two new descriptors on success.
         if unsafe {
@@ -249,6 +277,7 @@ impl Warm {
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut block = Box::new(Block::empty());
         block.sock = theirs.as_raw_fd();
+        block.stdio = [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
         block.rlimits = confinement.rlimits;
         block.no_new_privs = confinement.no_new_privs;
         block.landlock_fd = confinement.landlock_fd.unwrap_or(-1);
@@ -296,7 +325,8 @@ impl Warm {
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
         }
-        drop(theirs);
+        // The child has its own copies now (it shares no descriptor table with us).
+        drop((theirs, null, out_w, err_w));
         let pid = match started {
             Ok(pid) => {
                 crate::clone3::note_success();
@@ -317,6 +347,8 @@ impl Warm {
             stack,
             cgroup: Some(cgroup),
             confinement: confinement.clone(),
+            stdout: Some(out_r),
+            stderr: Some(err_r),
         })
     }
 
@@ -386,13 +418,19 @@ impl Warm {
         }
     }
 
-    /// Hands `plan`'s command to the child. Gives the plan back when the child cannot take it
-    /// (not ready, gone, or the hand-over failed); the child is discarded then.
-    pub fn launch(mut self, plan: SpawnPlan) -> Result<Launched, Box<SpawnPlan>> {
+    /// Hands a command to the child: `image` to exec, the stdin to use instead of
+    /// `/dev/null` and the directory to start in, when given. `None` when the child cannot
+    /// take it (not ready, gone, or the hand-over failed); the child is discarded then, and
+    /// the caller starts the command the ordinary way.
+    pub fn launch(
+        mut self,
+        image: ExecImage,
+        stdin: Option<OwnedFd>,
+        cwd: Option<OwnedFd>,
+    ) -> Option<Launched> {
         if !self.wait_ready() {
-            return Err(Box::new(plan));
+            return None;
         }
-        let (image, fds) = plan.into_parts();
         self.block
             .program
             .store(image.program_ptr() as usize, Ordering::Release);
@@ -402,21 +440,29 @@ impl Warm {
         self.block
             .envp
             .store(image.envp_ptr() as usize, Ordering::Release);
-        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-        self.block.nfds.store(raw.len(), Ordering::Release);
+        let sent =
+            if stdin.is_some() { SENT_STDIN } else { 0 } | if cwd.is_some() { SENT_CWD } else { 0 };
+        self.block.sent.store(sent, Ordering::Release);
+        let raw: Vec<RawFd> = stdin
+            .iter()
+            .chain(cwd.iter())
+            .map(|f| f.as_raw_fd())
+            .collect();
         if let Err(e) = send_fds(&self.sock, &raw) {
             if e.raw_os_error() == Some(libc::EPIPE) {
                 tracing::debug!("a pre-started process had died; spawning the ordinary way");
             } else {
                 tracing::warn!(error = %e, "handing a command to a pre-started process failed");
             }
-            let mut plan = SpawnPlan::from_parts(image, fds);
-            plan.confinement = self.confinement.clone();
-            return Err(Box::new(plan));
+            return None;
         }
         // The child holds its own references now (in flight or installed).
-        drop(fds);
-        let pidfd = self.pidfd.take().expect("checked by ready()");
+        drop((stdin, cwd));
+        let (Some(pidfd), Some(stdout), Some(stderr)) =
+            (self.pidfd.take(), self.stdout.take(), self.stderr.take())
+        else {
+            unreachable!("a Warm holds its pidfd and pipes until it is launched")
+        };
         let keep = Keep {
             block: std::mem::replace(&mut self.block, Box::new(Block::empty())),
             stack: std::mem::take(&mut self.stack),
@@ -428,10 +474,12 @@ impl Warm {
             pidfd,
             cgroup: self.cgroup.take(),
             keep,
+            stdout,
+            stderr,
         };
         // Nothing left for Drop to discard.
         self.pid = -1;
-        Ok(launched)
+        Some(launched)
     }
 }
 
@@ -478,9 +526,9 @@ impl Drop for Warm {
     }
 }
 
-/// Sends one byte with `fds` attached.
+/// Sends one byte with `fds` attached (a plain byte when there are none).
 fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
-    const MAX: usize = 4;
+    const MAX: usize = 2;
     if fds.len() > MAX {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -499,20 +547,22 @@ fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut c_void;
-    msg.msg_controllen = space as _;
-    // SAFETY: the control buffer is large enough for one header and `fds` (checked above);
-    // CMSG_FIRSTHDR/CMSG_DATA return pointers inside it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr() as *const u8,
-            libc::CMSG_DATA(cmsg),
-            data_len as usize,
-        );
+    if !fds.is_empty() {
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer is large enough for one header and `fds` (checked
+        // above); CMSG_FIRSTHDR/CMSG_DATA return pointers inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr() as *const u8,
+                libc::CMSG_DATA(cmsg),
+                data_len as usize,
+            );
+        }
     }
     loop {
         // SAFETY: `msg` and everything it points to are valid for the call.
@@ -613,8 +663,15 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
                 return fail(rc);
             }
         }
-        // Keep nothing of the executor's open while waiting: only our socket (and stdio,
-        // replaced below).
+        // Our stdio: /dev/null and the output pipes. The sources are all above 2 (the
+        // executor keeps 0-2 open), so no dup3 overwrites one still to be copied.
+        for (target, &fd) in b.stdio.iter().enumerate() {
+            let rc = sys(libc::SYS_dup3, [fd as usize, target, 0, 0, 0, 0]);
+            if rc < 0 {
+                return fail(rc);
+            }
+        }
+        // Keep nothing else of the executor's open while waiting: only our socket.
         let sock = b.sock as usize;
         if sock > 3 {
             sys(libc::SYS_close_range, [3, sock - 1, 0, 0, 0, 0]);
@@ -660,47 +717,33 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
             break;
         }
         b.state.store(TAKEN, Ordering::Release);
+        let sent = b.sent.load(Ordering::Acquire);
+        let want = (sent & SENT_STDIN != 0) as usize + (sent & SENT_CWD != 0) as usize;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if msg.msg_flags & libc::MSG_CTRUNC != 0
-            || cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
+        let got = if cmsg.is_null() {
+            0
+        } else if (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            usize::MAX
+        } else {
+            ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4
+        };
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 || got != want {
             return fail(-(libc::EPROTO as isize));
         }
-        let n = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-        if !(3..=4).contains(&n) || n != b.nfds.load(Ordering::Acquire) {
-            return fail(-(libc::EPROTO as isize));
-        }
-        let data = libc::CMSG_DATA(cmsg) as *const i32;
-        for target in 0..3usize {
-            let fd = std::ptr::read_unaligned(data.add(target));
-            // Received descriptors take the lowest free numbers, and 0-2 are open, so `fd`
-            // is never `target`; were it, dup3 would refuse and the close-on-exec flag stay.
-            let rc = if fd as usize == target {
-                sys(
-                    libc::SYS_fcntl,
-                    [fd as usize, libc::F_SETFD as usize, 0, 0, 0, 0],
-                )
-            } else {
-                sys(libc::SYS_dup3, [fd as usize, target, 0, 0, 0, 0])
-            };
+        let mut next = 0;
+        if sent & SENT_STDIN != 0 {
+            let fd = std::ptr::read_unaligned((libc::CMSG_DATA(cmsg) as *const i32).add(next));
+            next += 1;
+            // Received descriptors take the lowest free number, and 0-2 are open, so `fd` is
+            // never 0 and dup3 replaces /dev/null (without close-on-exec).
+            let rc = sys(libc::SYS_dup3, [fd as usize, 0, 0, 0, 0, 0]);
             if rc < 0 {
                 return fail(rc);
             }
         }
-        if n == 4 {
-            let rc = sys(
-                libc::SYS_fchdir,
-                [
-                    std::ptr::read_unaligned(data.add(3)) as usize,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
-            );
+        if sent & SENT_CWD != 0 {
+            let fd = std::ptr::read_unaligned((libc::CMSG_DATA(cmsg) as *const i32).add(next));
+            let rc = sys(libc::SYS_fchdir, [fd as usize, 0, 0, 0, 0, 0]);
             if rc < 0 {
                 return fail(rc);
             }
