@@ -412,3 +412,55 @@ async fn a_command_handed_to_a_process_that_dies_before_taking_it_runs_anyway() 
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["stdout"], "ran\n", "{r}");
 }
+
+/// Descriptors the executor holds (its pipes to commands, pidfds, sockets to waiting
+/// processes, job cgroups).
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Every way a call can end lets go of what it held: the pipes a waiting process was made
+/// with, the stdin and cwd it was handed, pidfds, and what is released after the reply.
+#[tokio::test]
+async fn calls_of_every_kind_leave_the_executor_holding_no_more_descriptors() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    two_waiting(&h).await;
+    let settled = |h: &Harness| fds_of(h.executor_pid);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = settled(&h);
+    for _ in 0..5 {
+        h.ok("shell::exec", json!({"command": "true"})).await;
+        h.ok(
+            "shell::exec",
+            json!({"command": "cat", "stdin": "x", "cwd": "/tmp"}),
+        )
+        .await;
+        let r = h
+            .ok(
+                "shell::exec",
+                json!({"command": "sleep", "args": ["5"], "timeout_ms": 50}),
+            )
+            .await;
+        assert_eq!(r["timed_out"], true, "{r}");
+        let e = h
+            .err("shell::exec", json!({"command": "/nonexistent/program"}))
+            .await;
+        assert!(e.to_string().contains("No such file"), "{e}");
+        // A background child that keeps the output pipe open past the root's exit.
+        let r = h
+            .ok(
+                "shell::exec",
+                json!({"command": "sh", "args": ["-c", "sleep 0.2 & echo started"], "timeout_ms": 2000}),
+            )
+            .await;
+        assert_eq!(r["stdout"], "started\n", "{r}");
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || settled(&h) <= before).await,
+        "the executor held {before} descriptors before the calls and {} after",
+        settled(&h)
+    );
+}
