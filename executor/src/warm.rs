@@ -247,8 +247,7 @@ impl Warm {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
         }
         let cgroup = JobCgroup::take().ok_or_else(|| std::io::Error::other("no job cgroup"))?;
-        // The output pipes and /dev/null, made now so that a call does not have to. The
-        // executor keeps descriptors 0-2 open, so none of these is below 3.
+        // The output pipes and /dev/null, made now so that a call does not have to.
         let stdio = (|| Ok::<_, std::io::Error>((pipe()?, pipe()?, dev_null()?)))();
         let ((out_r, out_w), (err_r, err_w), null) = match stdio {
             Ok(fds) => fds,
@@ -257,6 +256,14 @@ impl Warm {
                 return Err(e);
             }
         };
+        // The child's dup3s onto 0-2 rely on no source being one of 0-2 (`prepare_process`
+        // keeps them open); where they are not, commands are spawned the ordinary way.
+        if [&out_w, &err_w, &null].iter().any(|fd| fd.as_raw_fd() <= 2) {
+            let _ = cgroup.recycle();
+            return Err(std::io::Error::other(
+                "descriptors 0-2 are not open in the executor",
+            ));
+        }
         let mut fds = [0; 2];
         // SAFETY: socketpair fills `fds` with two new descriptors on success.
         if unsafe {
@@ -663,8 +670,8 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
                 return fail(rc);
             }
         }
-        // Our stdio: /dev/null and the output pipes. The sources are all above 2 (the
-        // executor keeps 0-2 open), so no dup3 overwrites one still to be copied.
+        // Our stdio: /dev/null and the output pipes. The sources are all above 2 (checked
+        // in `Warm::start`), so no dup3 overwrites one still to be copied.
         for (target, &fd) in b.stdio.iter().enumerate() {
             let rc = sys(libc::SYS_dup3, [fd as usize, target, 0, 0, 0, 0]);
             if rc < 0 {
