@@ -115,14 +115,46 @@ fn supervise(
     cap: usize,
 ) -> Result<(Running, Collector, Collector), ExecError> {
     let Child { pid, pidfd, .. } = child;
-    let io = |e: std::io::Error| ExecError::Internal(format!("supervise: {e}"));
     let tree = Arc::new(JobTree::new(pid, cgroup));
+    // The command is already running. If it cannot be watched (epoll refusing a descriptor),
+    // it must not go on unwatched: its tree is killed and its root reaped before the error
+    // is returned.
+    let abandon = |pidfd: &OwnedFd, warm: Option<Keep>, e: std::io::Error| {
+        tracing::error!(pid, error = %e, "cannot watch a started command; killing it");
+        tree.kill();
+        let reaped = spawn::try_reap_blocking(pidfd).is_ok();
+        if let Ok(mut roots) = ROOTS.lock() {
+            roots.retain(|&p| p != pid);
+        }
+        if let (Some(mut keep), true) = (warm, reaped) {
+            // Reaped: the memory it ran on may be freed now.
+            let _ = keep.outcome();
+        }
+        if reaped {
+            tree.reaped.store(true, Ordering::SeqCst);
+        }
+        release_later(tree.clone());
+        ExecError::Internal(format!("supervise: {e}"))
+    };
+    let collectors =
+        Collector::new(stdout, cap).and_then(|out| Ok((out, Collector::new(stderr, cap)?)));
+    let (out, err) = match collectors {
+        Ok(c) => c,
+        Err(e) => return Err(abandon(&pidfd, warm, e)),
+    };
+    // SAFETY: an OwnedFd keeps its descriptor open and unchanged for as long as the AsyncFd
+    // owns it, which is what `register_with_interest` requires.
+    let pidfd =
+        match unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) } {
+            Ok(fd) => fd,
+            Err(e) => {
+                let (pidfd, e) = e.into_parts();
+                return Err(abandon(&pidfd, warm, e));
+            }
+        };
     let running = Running {
         pid,
-        // SAFETY: an OwnedFd keeps its descriptor open and unchanged for as long as the
-        // AsyncFd owns it, which is what `register_with_interest` requires.
-        pidfd: unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-            .map_err(|e| io(e.into()))?,
+        pidfd,
         tree: tree.clone(),
         status: None,
         warm,
@@ -140,8 +172,6 @@ fn supervise(
             Err(e) => tracing::warn!(error = %e, "stdin pipe"),
         }
     }
-    let out = Collector::new(stdout, cap).map_err(io)?;
-    let err = Collector::new(stderr, cap).map_err(io)?;
     Ok((running, out, err))
 }
 
@@ -244,4 +274,43 @@ pub fn release_later(tree: Arc<JobTree>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spawn::{dev_null, pipe, SpawnPlan};
+
+    /// A command that cannot be watched (here: epoll refuses a regular file as its stdout
+    /// pipe) is killed and reaped, not left running unwatched.
+    #[tokio::test]
+    async fn a_command_that_cannot_be_watched_is_killed_and_reaped() {
+        let (_out_r, out_w) = pipe().unwrap();
+        let plan = SpawnPlan::new(
+            "/bin/sleep",
+            &["sleep".to_string(), "30".to_string()],
+            Vec::<(String, String)>::new(),
+            dev_null().unwrap(),
+            out_w,
+            dev_null().unwrap(),
+        )
+        .unwrap();
+        let child = spawn::spawn(&plan).unwrap();
+        drop(plan);
+        let pid = child.pid;
+        let unwatchable: OwnedFd = std::fs::File::open("/proc/self/exe").unwrap().into();
+        let (err_r, err_w) = pipe().unwrap();
+        drop(err_w);
+        let r = supervise(child, None, None, unwatchable, err_r, None, 1024);
+        let Err(e) = r else {
+            panic!("a regular file cannot be watched with epoll")
+        };
+        assert!(e.to_string().contains("supervise"), "{e}");
+        // Killed and reaped: the pid is gone (not even a zombie).
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} is still there"
+        );
+        assert!(ROOTS.lock().unwrap().iter().all(|&p| p != pid));
+    }
 }
