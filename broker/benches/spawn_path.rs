@@ -181,8 +181,9 @@ async fn bench(iters: usize, warmup: usize) {
             (true, true) => "MET",
             (true, false) => "NOT MET",
         };
+        let steal = c.steal.map_or("n/a".to_string(), |p| format!("{p:.1}%"));
         println!(
-            "  {name:<12} p50 {:.1} vs {:.1} us -> {r50:.2}x ({verdict}); p99 {:.1} vs {:.1} us -> {:.2}x",
+            "  {name:<12} p50 {:.1} vs {:.1} us -> {r50:.2}x ({verdict}); p99 {:.1} vs {:.1} us -> {:.2}x; steal {steal}",
             c.iii.p50,
             c.raw.p50,
             c.iii.p99,
@@ -310,6 +311,8 @@ async fn call(services: &Arc<Services>, function: &str, payload: Value) -> Value
 struct Comparison {
     raw: Stats,
     iii: Stats,
+    /// The hypervisor's share of all CPU time while it was measured (see [`Steal`]).
+    steal: Option<f64>,
 }
 
 impl Comparison {
@@ -323,7 +326,48 @@ impl Comparison {
             self.iii.p50 / self.raw.p50,
             self.iii.p99 / self.raw.p99
         );
+        println!("  host: {}", fmt_steal(self.steal));
         println!();
+    }
+}
+
+/// How much CPU time the hypervisor took from this VM ("steal" in `/proc/stat`) since a
+/// snapshot, as a share of all CPU time: a busy host shows here, and it makes every
+/// cross-process wake-up dearer.
+#[derive(Clone, Copy)]
+struct Steal {
+    steal: u64,
+    total: u64,
+}
+
+impl Steal {
+    fn now() -> Option<Steal> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(Steal {
+            steal: *f.get(7)?,
+            total: f.iter().sum(),
+        })
+    }
+
+    /// Percent of all CPU time since `start` that was stolen.
+    fn since(start: Option<Steal>) -> Option<f64> {
+        let (a, b) = (start?, Steal::now()?);
+        let total = b.total.checked_sub(a.total).filter(|&t| t > 0)?;
+        Some(b.steal.saturating_sub(a.steal) as f64 * 100.0 / total as f64)
+    }
+}
+
+fn fmt_steal(steal: Option<f64>) -> String {
+    match steal {
+        Some(p) => format!("hypervisor steal {p:.1}% of CPU time during this measurement"),
+        None => "hypervisor steal n/a".into(),
     }
 }
 
@@ -340,6 +384,7 @@ async fn compare(
         iii_exec(services, payload).await;
     }
     let (mut r, mut i) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    let steal = Steal::now();
     for n in 0..iters {
         if n % 2 == 0 {
             r.push(raw.run());
@@ -352,6 +397,7 @@ async fn compare(
     Comparison {
         raw: Stats::of(r),
         iii: Stats::of(i),
+        steal: Steal::since(steal),
     }
 }
 
@@ -402,10 +448,15 @@ async fn prestart_comparison(
         &r,
         [("pre-start on (default)", "on", &on_s), ("pre-start off", "off", &off_s)],
         cpu.per_call(iters + warmup),
+        cpu.steal(),
     );
     drop(off);
     wait_or_kill(&mut child, Duration::from_secs(5));
-    Comparison { raw: r, iii: off_s }
+    Comparison {
+        raw: r,
+        iii: off_s,
+        steal: cpu.steal(),
+    }
 }
 
 /// This build's executor against one from another build (`BENCH_BASELINE_EXE`, an
@@ -435,6 +486,7 @@ async fn baseline_comparison(
             ("baseline", "baseline", &other),
         ],
         cpu.per_call(iters + warmup),
+        cpu.steal(),
     );
     drop(base);
     wait_or_kill(&mut child, Duration::from_secs(5));
@@ -447,6 +499,7 @@ fn print_rotation(
     raw: &Stats,
     executors: [(&str, &str, &Stats); 2],
     cpu: [Option<CpuPerCall>; 2],
+    steal: Option<f64>,
 ) {
     println!("{title}:");
     print_header();
@@ -474,6 +527,7 @@ fn print_rotation(
         "  CPU per call (executor's threads + its reaped children, incl. the command; the executor's context switches): {}",
         cpu.join(", ")
     );
+    println!("  host: {}", fmt_steal(steal));
     println!();
 }
 
@@ -483,6 +537,7 @@ fn print_rotation(
 struct CpuMeter {
     pids: [u32; 2],
     at_start: [Option<(u64, u64, u64)>; 2],
+    steal: Option<Steal>,
 }
 
 #[derive(Clone, Copy)]
@@ -497,7 +552,13 @@ impl CpuMeter {
         CpuMeter {
             pids,
             at_start: pids.map(cpu_of),
+            steal: Steal::now(),
         }
+    }
+
+    /// See [`Steal::since`].
+    fn steal(&self) -> Option<f64> {
+        Steal::since(self.steal)
     }
 
     fn per_call(&self, calls: usize) -> [Option<CpuPerCall>; 2] {
@@ -591,6 +652,7 @@ async fn compare_spaced(
     pause: Duration,
 ) -> Comparison {
     let (mut r, mut i) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    let steal = Steal::now();
     for n in 0..iters {
         for first_raw in [n % 2 == 0, n % 2 != 0] {
             tokio::time::sleep(pause).await;
@@ -604,6 +666,7 @@ async fn compare_spaced(
     Comparison {
         raw: Stats::of(r),
         iii: Stats::of(i),
+        steal: Steal::since(steal),
     }
 }
 
