@@ -15,7 +15,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
@@ -624,19 +623,11 @@ async fn start_executor_from(
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     let (child, stream) = spawn_executor_with(exe, &extra).expect("start the executor");
     let services = Services::new();
-    let rt = services.runtime.install(config.clone());
-    let client = ExecutorClient::connect(stream)
+    services.runtime.install(config.clone());
+    let pid = services
+        .attach_executor(stream)
         .await
-        .expect("executor handshake");
-    let pid = client.pid;
-    client
-        .call(Request::SetPolicy {
-            generation: rt.generation,
-            config_json: rt.config_json(),
-        })
-        .await
-        .expect("SetPolicy");
-    services.executor.set(client);
+        .expect("executor handshake and policy");
     (services, child, pid)
 }
 

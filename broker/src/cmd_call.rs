@@ -4,12 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use iii_shell_protocol::config::Config;
-use iii_shell_protocol::messages::Request;
 use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
 use crate::cli::CallArgs;
-use crate::executor_client::ExecutorClient;
 use crate::functions::{dispatch, CallMeta};
 use crate::services::Services;
 use crate::spawn_executor::spawn_executor;
@@ -53,7 +51,7 @@ async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireE
             .map_err(|e| WireError::new(Code::S210, format!("malformed payload: {e}")))?,
     };
     let services = Services::new();
-    let rt = services.runtime.install(config);
+    services.runtime.install(config);
     let internal = |e: String| WireError::new(Code::S216, e);
     let (_child, stream) = match &args.socket {
         Some(path) => (
@@ -68,16 +66,7 @@ async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireE
             (Some(child), stream)
         }
     };
-    let client = ExecutorClient::connect(stream)
-        .await
-        .map_err(|e| internal(e.to_string()))?;
-    client
-        .call(Request::SetPolicy {
-            generation: rt.generation,
-            config_json: rt.config_json(),
-        })
-        .await?;
-    services.executor.set(client);
+    services.attach_executor(stream).await?;
     let services: Arc<Services> = services;
     dispatch(&services, &args.function, payload, CallMeta::default()).await
 }

@@ -81,6 +81,28 @@ impl Services {
         *self.engine.write().unwrap_or_else(|p| p.into_inner()) = Some(link);
     }
 
+    /// Shakes hands with the executor on `stream`, gives it the configuration in force and
+    /// makes it the executor calls go to. Returns its pid. S216 when no configuration is
+    /// installed or the handshake fails; the executor's own error when it refuses the policy.
+    pub async fn attach_executor(&self, stream: tokio::net::UnixStream) -> Result<u32, WireError> {
+        let rt = self
+            .runtime
+            .get()
+            .ok_or_else(|| WireError::new(Code::S216, "no configuration installed"))?;
+        let client = ExecutorClient::connect(stream)
+            .await
+            .map_err(|e| WireError::new(Code::S216, e.to_string()))?;
+        client
+            .call(Request::SetPolicy {
+                generation: rt.generation,
+                config_json: rt.config_json(),
+            })
+            .await?;
+        let pid = client.pid;
+        self.executor.set(client);
+        Ok(pid)
+    }
+
     /// The engine link, or S216 when running without one (`iii-shell call`).
     pub fn engine(&self) -> Result<EngineLink, WireError> {
         self.engine

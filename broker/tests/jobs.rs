@@ -6,12 +6,10 @@ mod common;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::Config;
-use iii_shell_protocol::messages::Request;
 use serde_json::{json, Value};
 
 fn now_ms() -> u64 {
@@ -712,19 +710,13 @@ async fn jobs_do_not_inherit_the_broker_socket() {
 #[tokio::test]
 async fn broker_going_away_shuts_the_executor_down_and_kills_its_jobs() {
     let services = Services::new();
-    let rt = services.runtime.install(Config::builtin_default());
+    services.runtime.install(Config::builtin_default());
     let (mut child, stream) = spawn_executor_with(bin(), &[]).expect("spawn executor");
-    let client = ExecutorClient::connect(stream).await.expect("handshake");
-    let executor_pid = client.pid;
-    assert_eq!(executor_pid, child.id());
-    client
-        .call(Request::SetPolicy {
-            generation: rt.generation,
-            config_json: rt.config_json(),
-        })
+    let executor_pid = services
+        .attach_executor(stream)
         .await
-        .expect("policy accepted");
-    services.executor.set(client);
+        .expect("handshake and policy accepted");
+    assert_eq!(executor_pid, child.id());
 
     let (a, b) = (marker(), marker());
     let script = format!("setsid sleep {a} & sleep {b}");

@@ -5,12 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::Config;
-use iii_shell_protocol::messages::Request;
 use iii_shell_protocol::WireError;
 use serde_json::Value;
 
@@ -32,19 +30,13 @@ impl Harness {
     /// An executor started with `extra` arguments (`--no-prestart`, say).
     pub async fn with_args(config: Config, extra: &[&str]) -> Harness {
         let services = Services::new();
-        let rt = services.runtime.install(config);
+        services.runtime.install(config);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
-        let client = ExecutorClient::connect(stream).await.expect("handshake");
-        let executor_pid = client.pid;
-        client
-            .call(Request::SetPolicy {
-                generation: rt.generation,
-                config_json: rt.config_json(),
-            })
+        let executor_pid = services
+            .attach_executor(stream)
             .await
-            .expect("policy accepted");
-        services.executor.set(client);
+            .expect("handshake and policy accepted");
         Harness {
             services,
             child,
