@@ -378,14 +378,26 @@ async fn compare(
     iters: usize,
     warmup: usize,
 ) -> Comparison {
-    for _ in 0..warmup {
-        raw.run();
-        iii_exec(services, payload).await;
-    }
-    let (mut r, mut i) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    interleave(services, raw, payload, warmup).await;
     let steal = Steal::now();
-    for n in 0..iters {
-        if n % 2 == 0 {
+    let (r, i) = interleave(services, raw, payload, iters).await;
+    Comparison {
+        raw: Stats::of(r),
+        iii: Stats::of(i),
+        steal: Steal::since(steal),
+    }
+}
+
+/// `n` raw spawns and `n` calls, alternately, the order flipping every pair (ABBA…).
+async fn interleave(
+    services: &Arc<Services>,
+    raw: &RawSpawn,
+    payload: &Value,
+    n: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut r, mut i) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for k in 0..n {
+        if k % 2 == 0 {
             r.push(raw.run());
             i.push(iii_exec(services, payload).await);
         } else {
@@ -393,11 +405,43 @@ async fn compare(
             r.push(raw.run());
         }
     }
-    Comparison {
+    (r, i)
+}
+
+/// Two executors measured the way the goal rows are ([`compare`]: raw and iii interleaved),
+/// in alternating blocks of [`BLOCK`] pairs, each executor against the raw spawns of its own
+/// blocks. Only one executor is called at a time, so work one does after its reply (releasing
+/// descriptors, pre-starting the next process) overlaps a raw spawn, as it does in the goal
+/// rows, and never the other executor's call (as it can in [`rotate3`]).
+async fn blocks(
+    services: &Arc<Services>,
+    other: &Arc<Services>,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+    warmup: usize,
+) -> [Comparison; 2] {
+    const BLOCK: usize = 100;
+    interleave(services, raw, payload, warmup).await;
+    interleave(other, raw, payload, warmup).await;
+    let steal = Steal::now();
+    let mut samples: [(Vec<Duration>, Vec<Duration>); 2] = Default::default();
+    let mut done = 0;
+    while done < iters {
+        let n = BLOCK.min(iters - done);
+        for (which, s) in [services, other].into_iter().enumerate() {
+            let (r, i) = interleave(s, raw, payload, n).await;
+            samples[which].0.extend(r);
+            samples[which].1.extend(i);
+        }
+        done += n;
+    }
+    let steal = Steal::since(steal);
+    samples.map(|(r, i)| Comparison {
         raw: Stats::of(r),
         iii: Stats::of(i),
-        steal: Steal::since(steal),
-    }
+        steal,
+    })
 }
 
 /// Raw spawns, `services` and `other` taking turns (raw, first, second, then the order shifts
@@ -472,6 +516,54 @@ async fn baseline_comparison(
     warmup: usize,
 ) {
     let (base, mut child, base_pid) = start_executor_from(baseline, config, &[]).await;
+    let [this, other] = blocks(services, &base, raw, payload, iters, warmup).await;
+    println!(
+        "this build's executor against {} ({iters} pairs each, alternating blocks of raw/iii pairs, as in the goal rows):",
+        baseline.display()
+    );
+    print_header();
+    print_row("raw posix_spawn + waitpid (this build's blocks)", &this.raw);
+    print_row("iii-shell shell::exec, this build", &this.iii);
+    print_row("raw posix_spawn + waitpid (baseline's blocks)", &other.raw);
+    print_row("iii-shell shell::exec, baseline", &other.iii);
+    println!(
+        "  ratio iii/raw at p50: this build {:.2}x, baseline {:.2}x",
+        this.iii.p50 / this.raw.p50,
+        other.iii.p50 / other.raw.p50
+    );
+    println!("  host: {}", fmt_steal(this.steal));
+    println!();
+    // Spaced: every spawn and call after a pause, so nothing one executor does after its
+    // reply can overlap anything measured.
+    let spaced = (iters / 10).max(10);
+    let steal = Steal::now();
+    let (mut r, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..spaced {
+        for k in 0..3 {
+            tokio::time::sleep(SPACING).await;
+            match (n + k) % 3 {
+                0 => r.push(raw.run()),
+                1 => a.push(iii_exec(services, payload).await),
+                _ => b.push(iii_exec(&base, payload).await),
+            }
+        }
+    }
+    let (r, a, b) = (Stats::of(r), Stats::of(a), Stats::of(b));
+    println!(
+        "this build's executor against the baseline, spaced ({spaced} each, {} ms pause before every spawn and call):",
+        SPACING.as_millis()
+    );
+    print_header();
+    print_row("raw posix_spawn + waitpid", &r);
+    print_row("iii-shell shell::exec, this build", &a);
+    print_row("iii-shell shell::exec, baseline", &b);
+    println!(
+        "  ratio iii/raw at p50: this build {:.2}x, baseline {:.2}x",
+        a.p50 / r.p50,
+        b.p50 / r.p50
+    );
+    println!("  host: {}", fmt_steal(Steal::since(steal)));
+    println!();
     let cpu = CpuMeter::start([pid, base_pid]);
     let (r, this, other) = rotate3(services, &base, raw, payload, iters, warmup).await;
     print_rotation(
