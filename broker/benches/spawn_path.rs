@@ -182,7 +182,7 @@ async fn bench(iters: usize, warmup: usize) {
         };
         let steal = c.steal.map_or("n/a".to_string(), |p| format!("{p:.1}%"));
         println!(
-            "  {name:<12} p50 {:.1} vs {:.1} us -> {r50:.2}x ({verdict}); p99 {:.1} vs {:.1} us -> {:.2}x; steal {steal}",
+            "  {name:<12} p50 {:.1} vs {:.1} us -> {r50:.3}x ({verdict}); p99 {:.1} vs {:.1} us -> {:.2}x; steal {steal}",
             c.iii.p50,
             c.raw.p50,
             c.iii.p99,
