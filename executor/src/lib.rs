@@ -21,7 +21,6 @@ pub mod run;
 pub mod running;
 pub mod server;
 pub mod spawn;
-pub mod step_aside;
 pub mod tree;
 pub mod warm;
 
@@ -99,9 +98,6 @@ impl Executor {
             // cgroup goes back to the pool, and the next command process is pre-started (not
             // under a policy replaced meanwhile).
             let cont: Option<fs::Continuation> = Some(Box::pin(async move {
-                // The reply has woken the broker, perhaps onto this CPU: let it read the reply
-                // before this clean-up runs (see `step_aside`).
-                step_aside::step_aside();
                 spent.release();
                 p.refill_warm();
             }));

@@ -463,9 +463,6 @@ impl Warm {
             }
             return None;
         }
-        // The child may be queued behind us on this CPU: let it exec before we start watching
-        // it (see `step_aside`).
-        crate::step_aside::step_aside();
         // The child holds its own references now (in flight or installed).
         drop((stdin, cwd));
         let (Some(pidfd), Some(stdout), Some(stderr)) =
