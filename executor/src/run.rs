@@ -139,11 +139,11 @@ async fn run_inner(
 
     let outcome = tokio::select! {
         // Output first: the pipes reach EOF when the whole tree has closed them, which for
-        // almost every command is the moment the root exits; then the root is reaped, most
-        // often without another wake-up (see `reap_soon`).
+        // almost every command is the moment the root exits; then the root is reaped, at once
+        // if its exit is already reported, else on the pidfd's wake-up (see `reap_if_exited`).
         _ = async {
             tokio::join!(out.pump(), err.pump());
-            if !running.reap_soon() {
+            if !running.reap_if_exited() {
                 running.wait().await;
             }
         } => Outcome::Completed,

@@ -214,24 +214,26 @@ impl Running {
         st.0
     }
 
-    /// Called when both output pipes reached EOF: the root is usually exiting right now (the
-    /// kernel closes a process's files a few microseconds before it reports the exit). Tries
-    /// to reap it for up to [`EXIT_SPIN`], yielding the CPU in between, instead of going back
-    /// to epoll for one more wake-up (tens of microseconds on a small VM). True if reaped.
-    pub fn reap_soon(&mut self) -> bool {
+    /// Called when both output pipes reached EOF, which for almost every command is the root
+    /// exiting. The kernel closes a process's files before it reports the exit, so the exit
+    /// may or may not be reported yet: reaps the root if it is; false otherwise, and the
+    /// caller waits for the pidfd's wake-up.
+    ///
+    /// It deliberately does not spin until the exit is reported. A spin that yielded the CPU
+    /// between tries (the earlier design, up to 50 µs) cost on every kind of host: on a busy
+    /// one a yield puts the executor behind a CPU-bound process until the next tick (calls
+    /// 0.2 ms slower on average, 0.5 ms at p50, with a busy loop per vCPU), and on a quiet one
+    /// spaced calls were 50–70 µs slower at p50. See BENCHMARKS.md, sixth session.
+    pub fn reap_if_exited(&mut self) -> bool {
         if self.status.is_some() {
             return true;
         }
-        let start = std::time::Instant::now();
-        loop {
-            match spawn::try_reap(self.pidfd.get_ref()) {
-                Ok(Some(st)) => {
-                    self.finish(st, true);
-                    return true;
-                }
-                Ok(None) if start.elapsed() < EXIT_SPIN => std::thread::yield_now(),
-                _ => return false,
+        match spawn::try_reap(self.pidfd.get_ref()) {
+            Ok(Some(st)) => {
+                self.finish(st, true);
+                true
             }
+            _ => false,
         }
     }
 
@@ -257,9 +259,6 @@ impl Running {
         tokio::time::timeout(limit, self.wait()).await.ok()
     }
 }
-
-/// How long [`Running::reap_soon`] keeps trying.
-const EXIT_SPIN: Duration = Duration::from_micros(50);
 
 /// Removes the job's cgroup once its processes are gone, retrying in the background.
 pub fn release_later(tree: Arc<JobTree>) {
