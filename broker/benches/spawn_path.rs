@@ -445,14 +445,15 @@ async fn blocks(
 }
 
 /// Raw spawns, `services` and `other` taking turns (raw, first, second, then the order shifts
-/// by one), after a shared warm-up. Returns the three samples' statistics.
+/// by one), after a shared warm-up, with `pause` before every spawn and call when given.
+/// Returns the three samples' statistics.
 async fn rotate3(
     services: &Arc<Services>,
     other: &Arc<Services>,
     raw: &RawSpawn,
     payload: &Value,
-    iters: usize,
-    warmup: usize,
+    (iters, warmup): (usize, usize),
+    pause: Option<Duration>,
 ) -> (Stats, Stats, Stats) {
     for _ in 0..warmup {
         raw.run();
@@ -462,6 +463,9 @@ async fn rotate3(
     let (mut r, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
     for n in 0..iters {
         for k in 0..3 {
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
             match (n + k) % 3 {
                 0 => r.push(raw.run()),
                 1 => first.push(iii_exec(services, payload).await),
@@ -485,7 +489,7 @@ async fn prestart_comparison(
 ) -> Comparison {
     let (off, mut child, off_pid) = start_executor(config, &["--no-prestart"]).await;
     let cpu = CpuMeter::start([pid, off_pid]);
-    let (r, on_s, off_s) = rotate3(services, &off, raw, payload, iters, warmup).await;
+    let (r, on_s, off_s) = rotate3(services, &off, raw, payload, (iters, warmup), None).await;
     print_rotation(
         &format!("pre-started command processes on and off (a second executor with --no-prestart), {iters} iterations each, rotating"),
         &r,
@@ -536,36 +540,23 @@ async fn baseline_comparison(
     // Spaced: every spawn and call after a pause, so nothing one executor does after its
     // reply can overlap anything measured.
     let spaced = (iters / 10).max(10);
-    let steal = Steal::now();
-    let (mut r, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
-    for n in 0..spaced {
-        for k in 0..3 {
-            tokio::time::sleep(SPACING).await;
-            match (n + k) % 3 {
-                0 => r.push(raw.run()),
-                1 => a.push(iii_exec(services, payload).await),
-                _ => b.push(iii_exec(&base, payload).await),
-            }
-        }
-    }
-    let (r, a, b) = (Stats::of(r), Stats::of(a), Stats::of(b));
-    println!(
-        "this build's executor against the baseline, spaced ({spaced} each, {} ms pause before every spawn and call):",
-        SPACING.as_millis()
-    );
-    print_header();
-    print_row("raw posix_spawn + waitpid", &r);
-    print_row("iii-shell shell::exec, this build", &a);
-    print_row("iii-shell shell::exec, baseline", &b);
-    println!(
-        "  ratio iii/raw at p50: this build {:.2}x, baseline {:.2}x",
-        a.p50 / r.p50,
-        b.p50 / r.p50
-    );
-    println!("  host: {}", fmt_steal(Steal::since(steal)));
-    println!();
     let cpu = CpuMeter::start([pid, base_pid]);
-    let (r, this, other) = rotate3(services, &base, raw, payload, iters, warmup).await;
+    let (r, this, other) = rotate3(services, &base, raw, payload, (spaced, 0), Some(SPACING)).await;
+    print_rotation(
+        &format!(
+            "this build's executor against the baseline, spaced ({spaced} each, {} ms pause before every spawn and call)",
+            SPACING.as_millis()
+        ),
+        &r,
+        [
+            ("this build", "this build", &this),
+            ("baseline", "baseline", &other),
+        ],
+        cpu.per_call(spaced),
+        cpu.steal(),
+    );
+    let cpu = CpuMeter::start([pid, base_pid]);
+    let (r, this, other) = rotate3(services, &base, raw, payload, (iters, warmup), None).await;
     print_rotation(
         &format!(
             "this build's executor against {} ({iters} iterations each, rotating)",
