@@ -140,12 +140,10 @@ async fn run_inner(
     let outcome = tokio::select! {
         // Output first: the pipes reach EOF when the whole tree has closed them, which for
         // almost every command is the moment the root exits; then the root is reaped, at once
-        // if its exit is already reported, else on the pidfd's wake-up (see `reap_if_exited`).
+        // if its exit is already reported, else on the pidfd's wake-up (see `Running::wait`).
         _ = async {
             tokio::join!(out.pump(), err.pump());
-            if !running.reap_if_exited() {
-                running.wait().await;
-            }
+            running.wait().await;
         } => Outcome::Completed,
         _ = tokio::time::sleep_until(deadline) => Outcome::TimedOut,
         _ = cancel.notified() => Outcome::Cancelled,

@@ -182,10 +182,14 @@ impl Running {
 
     /// Waits for the root process to exit and reaps it. Cancel-safe.
     ///
-    /// Every poll tries to reap before it looks at the pidfd's readiness. A command's output
-    /// pipes reach EOF a few microseconds before its exit is reported (the kernel closes its
-    /// files first), so the wake-up for the EOFs usually finds the root already gone: one
-    /// wake-up per command instead of two.
+    /// Every poll tries to reap before it looks at the pidfd's readiness, so a call made after
+    /// the output pipes reached EOF reaps a root whose exit is already reported at once, with
+    /// no further wake-up. The kernel closes a process's files before it reports its exit, so
+    /// that is not always the case; then this blocks on the pidfd. It deliberately never
+    /// spins for the exit: a spin that yielded the CPU between tries (up to 50 µs) cost on
+    /// every kind of host. On a busy one a yield puts the executor behind a CPU-bound process
+    /// until the next tick (calls 0.5 ms slower at p50 with a busy loop per vCPU); on a quiet
+    /// one spaced calls were 50–70 µs slower at p50 (BENCHMARKS.md, sixth session).
     pub async fn wait(&mut self) -> ExitStatus {
         if let Some(st) = self.status {
             return st;
@@ -212,29 +216,6 @@ impl Running {
         .await;
         self.finish(st.0, st.1);
         st.0
-    }
-
-    /// Called when both output pipes reached EOF, which for almost every command is the root
-    /// exiting. The kernel closes a process's files before it reports the exit, so the exit
-    /// may or may not be reported yet: reaps the root if it is; false otherwise, and the
-    /// caller waits for the pidfd's wake-up.
-    ///
-    /// It deliberately does not spin until the exit is reported. A spin that yielded the CPU
-    /// between tries (the earlier design, up to 50 µs) cost on every kind of host: on a busy
-    /// one a yield puts the executor behind a CPU-bound process until the next tick (calls
-    /// 0.2 ms slower on average, 0.5 ms at p50, with a busy loop per vCPU), and on a quiet one
-    /// spaced calls were 50–70 µs slower at p50. See BENCHMARKS.md, sixth session.
-    pub fn reap_if_exited(&mut self) -> bool {
-        if self.status.is_some() {
-            return true;
-        }
-        match spawn::try_reap(self.pidfd.get_ref()) {
-            Ok(Some(st)) => {
-                self.finish(st, true);
-                true
-            }
-            _ => false,
-        }
     }
 
     /// Records the root's end. `reaped` is false when waiting failed instead: a pre-started
