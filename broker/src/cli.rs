@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// Seed configuration sent as `initial_value` on first registration only
     #[arg(long, global = true, default_value = "./config.yaml")]
     pub config: PathBuf,
+    /// Configuration id to read and register [default: `shell`, or `shell-<III_NAMESPACE>`
+    /// when a namespace is set]
+    #[arg(long, global = true, env = "III_SHELL_CONFIG_ID")]
+    pub config_id: Option<String>,
     /// `serve`: pin the executor to this root-owned envelope (the widest policy it accepts)
     #[arg(long = "pin-config", id = "serve_pin_config")]
     pub pin_config: Option<PathBuf>,

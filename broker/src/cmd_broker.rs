@@ -87,6 +87,17 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
         }
     );
     let url = resolve_url(args.url.as_deref());
+    let config_id = match crate::worker_identity::config_id(
+        args.config_id.as_deref(),
+        namespace().as_deref(),
+    ) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::error!("{e}");
+            return 1;
+        }
+    };
+    tracing::info!(config_id = %config_id, "this worker's configuration id is '{config_id}'");
     spawn_probe(&url);
 
     let services = Services::new();
@@ -132,7 +143,7 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
     }
     let link = EngineLink::start(opts, invoker);
     services.set_engine(link.clone());
-    let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed);
+    let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed, config_id);
     let _ = lifecycle_slot.set(lifecycle.clone());
 
     let booted = {

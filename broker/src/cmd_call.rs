@@ -44,7 +44,8 @@ pub async fn run(args: CallArgs, config_path: Option<&Path>) -> i32 {
 }
 
 async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireError> {
-    let config = load_config(config_path)?;
+    let config = crate::worker_identity::resolve(&load_config(config_path)?)
+        .map_err(|e| WireError::new(Code::S210, e))?;
     let payload: Value = match &args.json {
         None => Value::Object(Default::default()),
         Some(s) => serde_json::from_str(s)

@@ -13,11 +13,28 @@ use crate::executor_client::ExecutorClient;
 use crate::lifecycle::load_seed;
 use crate::spawn_executor::spawn_executor;
 
-pub async fn run(args: DoctorArgs, config_path: &Path) -> i32 {
-    let config = match load_seed(config_path) {
+pub async fn run(args: DoctorArgs, config_path: &Path, config_id_flag: Option<&str>) -> i32 {
+    let written = match load_seed(config_path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
+            return 1;
+        }
+    };
+    let config = match crate::worker_identity::resolve(&written) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("doctor: {e}");
+            return 1;
+        }
+    };
+    let config_id = match crate::worker_identity::config_id(
+        config_id_flag,
+        crate::engine::endpoint::namespace().as_deref(),
+    ) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("doctor: {e}");
             return 1;
         }
     };
@@ -36,6 +53,11 @@ pub async fn run(args: DoctorArgs, config_path: &Path) -> i32 {
     let warnings = warnings(&config, &broker, &executor, socket.as_ref());
     if args.json {
         let v = json!({
+            "configuration": {
+                "config_id": config_id,
+                "working_dir": config.working_dir,
+                "turns_data_dir": config.turns.data_dir,
+            },
             "broker": broker,
             "executor": executor.executor,
             "commands": executor.commands,
@@ -45,6 +67,14 @@ pub async fn run(args: DoctorArgs, config_path: &Path) -> i32 {
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
+        println!("iii-shell doctor {}\n", iii_shell_protocol::VERSION);
+        println!("configuration");
+        println!("  config id       {config_id}");
+        print!(
+            "{}",
+            crate::cmd_check_config::paths_report(&written, &config)
+        );
+        println!();
         print_human(&broker, &executor, socket.as_ref(), &warnings);
     }
     0
@@ -202,7 +232,6 @@ fn print_human(
     socket: Option<&serde_json::Value>,
     warnings: &[String],
 ) {
-    println!("iii-shell doctor {}\n", iii_shell_protocol::VERSION);
     print_process(broker);
     println!();
     print_process(&ex.executor);

@@ -117,6 +117,9 @@ fn spawn_broker(
     if let Some(url) = &args.url {
         cmd.arg("--url").arg(url);
     }
+    if let Some(id) = &args.config_id {
+        cmd.arg("--config-id").arg(id);
+    }
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", crate::logging::default_filter());
     }

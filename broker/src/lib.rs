@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cmd_broker;
 pub mod cmd_call;
+pub mod cmd_check_config;
 pub mod cmd_doctor;
 pub mod cmd_executor;
 pub mod cmd_probe;
@@ -23,3 +24,4 @@ pub mod schema;
 pub mod services;
 pub mod spawn_executor;
 pub mod validate;
+pub mod worker_identity;

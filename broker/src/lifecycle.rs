@@ -1,6 +1,7 @@
 //! The configuration lifecycle: boot (fail-closed) and hot reload.
 //!
-//! Boot: `configuration::get` the `shell` entry. Nothing stored → `configuration::register`
+//! Boot: `configuration::get` the worker's entry (`shell`, or its own id on a many-host
+//! engine; see [`crate::worker_identity`]). Nothing stored → `configuration::register`
 //! with the schema and the seed as `initial_value`, then read it back. Something stored →
 //! register the schema without `initial_value`, so the stored value wins. No `shell::*`
 //! function is registered until a valid configuration has been confirmed from the store and
@@ -27,7 +28,7 @@ use crate::functions::{catalogue, meta, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::Services;
 
-pub const CONFIG_ID: &str = "shell";
+pub use crate::worker_identity::DEFAULT_CONFIG_ID as CONFIG_ID;
 pub const ON_CHANGE_ID: &str = "shell::on-config-change";
 
 /// Event delivered to the internal `shell::on-config-change` handler. A struct (not `Value`) keeps the request schema concrete; the handler re-fetches the configuration id; unknown fields are ignored.
@@ -89,8 +90,22 @@ pub struct Lifecycle {
     pub link: EngineLink,
     pub services: Arc<Services>,
     pub seed: Config,
+    /// The configuration id this worker reads and registers.
+    config_id: String,
     reload_lock: tokio::sync::Mutex<()>,
     trigger_id: String,
+    /// `configuration:updated` events our own schema re-registration will fire: they deliver
+    /// the stored value again and are no new reload attempt.
+    own_echoes: std::sync::atomic::AtomicU32,
+}
+
+/// Why a reload is attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// A `configuration` event delivered to `shell::on-config-change`.
+    Event,
+    /// Our own re-fetch after a reconnect.
+    Resync,
 }
 
 /// What the store holds for `shell`.
@@ -102,14 +117,27 @@ enum Stored {
 }
 
 impl Lifecycle {
-    pub fn new(link: EngineLink, services: Arc<Services>, seed: Config) -> Arc<Lifecycle> {
+    pub fn new(
+        link: EngineLink,
+        services: Arc<Services>,
+        seed: Config,
+        config_id: String,
+    ) -> Arc<Lifecycle> {
+        services.runtime.set_config_id(&config_id);
         Arc::new(Lifecycle {
             link,
             services,
             seed,
+            config_id,
             reload_lock: tokio::sync::Mutex::new(()),
             trigger_id: uuid::Uuid::new_v4().to_string(),
+            own_echoes: std::sync::atomic::AtomicU32::new(0),
         })
+    }
+
+    /// The configuration id in use.
+    pub fn config_id(&self) -> &str {
+        &self.config_id
     }
 
     /// The JSON schema registered with the configuration worker.
@@ -119,7 +147,7 @@ impl Lifecycle {
 
     async fn register_schema(&self, initial_value: Option<&Config>) -> Result<(), ErrorBody> {
         let mut data = json!({
-            "id": CONFIG_ID,
+            "id": self.config_id,
             "name": "Shell",
             "description": "iii-shell: command, job and filesystem policy (jail roots, denylists, caps, timeouts).",
             "schema": Self::config_schema(),
@@ -134,20 +162,21 @@ impl Lifecycle {
     }
 
     async fn fetch(&self) -> Stored {
-        match self.link.call("configuration::get", json!({"id": CONFIG_ID})).await {
+        let id = &self.config_id;
+        match self.link.call("configuration::get", json!({"id": id})).await {
             Ok(v) => match v.get("value") {
-                None | Some(Value::Null) => Stored::Invalid(
-                    "the stored configuration 'shell' is null: refusing to fall back to a default; write a value with configuration::set".into(),
-                ),
+                None | Some(Value::Null) => Stored::Invalid(format!(
+                    "the stored configuration '{id}' is null: refusing to fall back to a default; write a value with configuration::set"
+                )),
                 Some(value) => match Config::from_value(value) {
                     Ok(c) => Stored::Valid(Box::new(c)),
-                    Err(e) => Stored::Invalid(format!("the stored configuration 'shell' is invalid: {e}")),
+                    Err(e) => Stored::Invalid(format!("the stored configuration '{id}' is invalid: {e}")),
                 },
             },
             Err(e) if e.code == "NOT_FOUND" => Stored::Missing,
             Err(e) if e.code == "SCHEMA_INVALID" || e.code == "EXPAND_FAILED" => {
                 // Our own parser gives the migration hint the schema check cannot.
-                let raw = self.link.call("configuration::get", json!({"id": CONFIG_ID, "raw": true})).await;
+                let raw = self.link.call("configuration::get", json!({"id": id, "raw": true})).await;
                 let detail = match raw.ok().and_then(|v| v.get("value").cloned()) {
                     Some(value) => match Config::from_value(&value) {
                         Err(hint) => hint.0,
@@ -155,7 +184,7 @@ impl Lifecycle {
                     },
                     None => e.message.clone(),
                 };
-                Stored::Invalid(format!("the stored configuration 'shell' is invalid ({}): {detail}", e.code))
+                Stored::Invalid(format!("the stored configuration '{id}' is invalid ({}): {detail}", e.code))
             }
             Err(e) => Stored::Unavailable(format!("configuration::get failed ({}): {}", e.code, e.message)),
         }
@@ -169,7 +198,7 @@ impl Lifecycle {
         loop {
             let problem = match self.fetch().await {
                 Stored::Missing => {
-                    tracing::info!("no stored configuration 'shell': registering the seed as its initial value");
+                    tracing::info!(config_id = %self.config_id, "no stored configuration '{}': registering the seed as its initial value", self.config_id);
                     match self.register_schema(Some(&self.seed)).await {
                         Ok(()) => {
                             schema_registered = true;
@@ -231,7 +260,7 @@ impl Lifecycle {
             &self.trigger_id,
             "configuration",
             ON_CHANGE_ID,
-            json!({"configuration_id": CONFIG_ID}),
+            json!({"configuration_id": self.config_id}),
         );
         // `namespace` names where the target function lives (absent = `default`): without it a
         // namespaced worker's change events would be routed to `default` and never reach us.
@@ -241,8 +270,10 @@ impl Lifecycle {
         self.link.register_trigger(&self.trigger_id, trigger);
     }
 
-    /// Has the executor accept `config`, then swaps it in.
+    /// Resolves `config`'s relative paths, has the executor accept it, then swaps it in.
     async fn apply(&self, config: Config) -> Result<(), WireError> {
+        let config = crate::worker_identity::resolve(&config)
+            .map_err(|e| WireError::new(iii_shell_protocol::Code::S210, e))?;
         let generation = self.services.runtime.next_generation();
         let previous = self.services.runtime.get();
         let config_json = serde_json::to_string(&config).unwrap_or_default();
@@ -268,15 +299,24 @@ impl Lifecycle {
 
     /// The handler of `shell::on-config-change`: re-fetch, rebuild, swap, or keep last-good.
     pub async fn on_change(&self) -> Value {
+        self.reload(Cause::Event).await
+    }
+
+    async fn reload(&self, cause: Cause) -> Value {
         let _guard = self.reload_lock.lock().await;
+        let ours = match cause {
+            Cause::Resync => true,
+            Cause::Event => self.take_own_echo(),
+        };
         let outcome = match self.fetch().await {
             Stored::Valid(config) => self
                 .apply(*config)
                 .await
                 .map_err(|e| format!("the executor refused it: {}", e.message)),
-            Stored::Missing => {
-                Err("the configuration 'shell' was deleted from the store".to_string())
-            }
+            Stored::Missing => Err(format!(
+                "the configuration '{}' was deleted from the store",
+                self.config_id
+            )),
             Stored::Invalid(why) | Stored::Unavailable(why) => Err(why),
         };
         match outcome {
@@ -288,13 +328,15 @@ impl Lifecycle {
                 json!({"ok": true})
             }
             Err(why) => {
-                // The same stored value delivered again (the `configuration:updated` our own
-                // re-register fires after a reconnect, the resync re-fetch) was already
-                // rejected and reported: no second ERROR, no second count.
+                // The same stored value delivered again by our own doing (the
+                // `configuration:updated` our re-register fires after a reconnect, the resync
+                // re-fetch) was already rejected and reported: no second ERROR, no second
+                // count. Anything else is a new attempt and counts, even the same bad value
+                // sent twice.
                 let status = self.services.runtime.status();
-                if status.last_outcome == crate::runtime::ReloadOutcome::Rejected
-                    && status.last_error.as_deref() == Some(why.as_str())
-                {
+                let unchanged = status.last_outcome == crate::runtime::ReloadOutcome::Rejected
+                    && status.last_error.as_deref() == Some(why.as_str());
+                if unchanged && ours {
                     tracing::debug!("the stored configuration is unchanged since it was rejected; the last-good configuration stays in force");
                     return json!({"ok": false});
                 }
@@ -308,25 +350,37 @@ impl Lifecycle {
     /// After a reconnect: re-register the schema (the engine may have forgotten it) and pick
     /// up changes made while we were away.
     pub async fn resync(&self) {
-        match self.fetch().await {
-            Stored::Missing => {
-                let _ = self.register_schema(Some(&self.seed)).await;
-            }
-            _ => {
-                let _ = self.register_schema(None).await;
-            }
+        let stored = self.fetch().await;
+        // The registration fires one `configuration` event at our own binding, which may
+        // arrive before the registration's own result: expect it first.
+        self.own_echoes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let registered = match stored {
+            Stored::Missing => self.register_schema(Some(&self.seed)).await,
+            _ => self.register_schema(None).await,
+        };
+        if registered.is_err() {
+            self.take_own_echo();
         }
         let _ = self.on_change_if_differs().await;
+    }
+
+    /// Consumes one expected echo of our own re-registration, if any is pending.
+    fn take_own_echo(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.own_echoes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     async fn on_change_if_differs(&self) -> Option<()> {
         let current = self.services.runtime.get()?;
         if let Stored::Valid(c) = self.fetch().await {
-            if *c == current.config {
+            if crate::worker_identity::resolve(&c).ok().as_ref() == Some(&current.config) {
                 return Some(());
             }
         }
-        self.on_change().await;
+        self.reload(Cause::Resync).await;
         Some(())
     }
 }

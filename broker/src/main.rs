@@ -1,15 +1,20 @@
 use clap::Parser;
 use iii_shell_broker::cli::{Cli, Command};
 use iii_shell_broker::{cmd_broker, cmd_call, cmd_executor, cmd_serve, logging};
-use iii_shell_protocol::config::Config;
 
 fn main() {
+    // Before anything can change it: relative configuration paths resolve against it.
+    iii_shell_broker::worker_identity::capture_start_dir();
     let cli = Cli::parse();
     let code = match cli.command {
-        Some(Command::CheckConfig { file }) => check_config(&file),
+        Some(Command::CheckConfig { file }) => iii_shell_broker::cmd_check_config::run(&file),
         Some(Command::Doctor(args)) => {
             logging::init("warn");
-            runtime(2).block_on(iii_shell_broker::cmd_doctor::run(args, &cli.serve.config))
+            runtime(2).block_on(iii_shell_broker::cmd_doctor::run(
+                args,
+                &cli.serve.config,
+                cli.serve.config_id.as_deref(),
+            ))
         }
         Some(Command::Probe { args }) => iii_shell_broker::cmd_probe::run(&args),
         Some(Command::Executor(args)) => {
@@ -58,35 +63,6 @@ fn built(rt: std::io::Result<tokio::runtime::Runtime>) -> tokio::runtime::Runtim
         Err(e) => {
             eprintln!("iii-shell: cannot start the async runtime: {e}");
             std::process::exit(2);
-        }
-    }
-}
-
-fn check_config(file: &std::path::Path) -> i32 {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("{}: {e}", file.display());
-            return 1;
-        }
-    };
-    match Config::from_yaml(&text) {
-        Ok(c) => {
-            let mode = if c.fs.host_roots.is_empty() {
-                "unjailed".to_string()
-            } else {
-                format!("jailed to {}", c.fs.host_roots.join(", "))
-            };
-            println!(
-                "{}: ok ({mode}, {} denylist patterns)",
-                file.display(),
-                c.denylist_patterns.len()
-            );
-            0
-        }
-        Err(e) => {
-            eprintln!("{}: {e}", file.display());
-            1
         }
     }
 }

@@ -43,6 +43,9 @@ pub struct ReloadStatus {
     pub last_error: Option<String>,
     /// Cumulative count of rejected reloads since boot (never reset).
     pub rejected_reloads: u64,
+    /// The configuration id this worker reads: `shell` alone, `shell-<namespace>` with `III_NAMESPACE`, or the `--config-id` given.
+    #[serde(default)]
+    pub config_id: String,
 }
 
 #[derive(Debug)]
@@ -59,6 +62,7 @@ impl Default for RuntimeCell {
                 last_outcome: ReloadOutcome::Applied,
                 last_error: None,
                 rejected_reloads: 0,
+                config_id: crate::worker_identity::DEFAULT_CONFIG_ID.to_string(),
             }),
         }
     }
@@ -87,9 +91,17 @@ impl RuntimeCell {
         *g = Some(rt.clone());
         drop(g);
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        // `last_error` keeps describing the most recent *rejected* reload, as published.
+        // A later reload that applies clears the error: `last_error` describes the last
+        // outcome, so it must not keep reporting a divergence that has ended.
         s.last_outcome = ReloadOutcome::Applied;
+        s.last_error = None;
         rt
+    }
+
+    /// Records the configuration id reported by `shell::config-status`.
+    pub fn set_config_id(&self, id: &str) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.config_id = id.to_string();
     }
 
     /// Records a rejected reload; the current runtime stays.

@@ -109,6 +109,9 @@ impl Policy {
         let value: serde_json::Value =
             serde_json::from_str(config_json).map_err(|e| format!("policy is not JSON: {e}"))?;
         let config = Config::from_value(&value).map_err(|e| e.0)?;
+        // Relative paths are resolved by the broker, which knows the worker's start-up
+        // directory; the executor does not guess one.
+        config.require_resolved().map_err(|e| e.0)?;
         let denylist = Denylist::compile(&config.denylist_patterns)?;
         let jail = Jail::new(
             &config.fs.host_roots,

@@ -415,15 +415,48 @@ impl Config {
                 )));
             }
         }
-        if let Some(wd) = &self.working_dir {
-            if !wd.starts_with('/') {
-                return Err(ConfigError(format!(
-                    "working_dir {wd:?} must be an absolute path"
-                )));
-            }
+        if self.working_dir.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError(
+                "working_dir is empty: set a directory, or null for the worker's own".into(),
+            ));
+        }
+        if self.turns.data_dir.is_empty() {
+            return Err(ConfigError("turns.data_dir is empty".into()));
         }
         if self.max_timeout_ms == 0 {
             return Err(ConfigError("max_timeout_ms must be greater than 0".into()));
+        }
+        Ok(())
+    }
+
+    /// `self` with a relative `working_dir` and `turns.data_dir` resolved against `base`
+    /// (the worker's working directory at start-up). Lexical: `.` components are dropped,
+    /// `..` is kept for the kernel to resolve. Absolute paths are unchanged.
+    pub fn resolved_against(&self, base: &std::path::Path) -> Config {
+        let mut c = self.clone();
+        if let Some(wd) = &c.working_dir {
+            c.working_dir = Some(resolve_path(base, wd));
+        }
+        c.turns.data_dir = resolve_path(base, &c.turns.data_dir);
+        c
+    }
+
+    /// Refuses a relative `working_dir` or `turns.data_dir`: the executor only takes a
+    /// configuration the broker has already resolved ([`Config::resolved_against`]).
+    pub fn require_resolved(&self) -> Result<(), ConfigError> {
+        let relative = |key: &str, p: &str| {
+            ConfigError(format!(
+                "{key} {p:?} is relative: the broker resolves it against the worker's \
+                 start-up directory before the executor sees it"
+            ))
+        };
+        if let Some(wd) = &self.working_dir {
+            if !wd.starts_with('/') {
+                return Err(relative("working_dir", wd));
+            }
+        }
+        if !self.turns.data_dir.starts_with('/') {
+            return Err(relative("turns.data_dir", &self.turns.data_dir));
         }
         Ok(())
     }
@@ -638,6 +671,19 @@ impl Config {
     }
 }
 
+/// `p` joined to `base` when relative, without `.` components.
+fn resolve_path(base: &std::path::Path, p: &str) -> String {
+    use std::path::{Component, PathBuf};
+    let joined = base.join(p);
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        if c != Component::CurDir {
+            out.push(c);
+        }
+    }
+    out.to_string_lossy().into_owned()
+}
+
 /// Refuses keys removed in 0.7.0 and 0.8.0 with the seeds' migration hints.
 fn reject_removed_keys(v: &Value) -> Result<(), ConfigError> {
     let obj = match v.as_object() {
@@ -777,6 +823,34 @@ mod tests {
             &json!({"fs": {"allow_unjailed": true}, "denylist_patterns": ["("]})
         )
         .is_err());
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_start_up_directory() {
+        let c = Config::from_yaml(
+            "fs: {allow_unjailed: true}\nworking_dir: ./data\nturns: {data_dir: data/shell/turns}\n",
+        )
+        .expect("a relative working_dir is accepted as written");
+        assert_eq!(c.working_dir.as_deref(), Some("./data"));
+        let err = c.require_resolved().unwrap_err();
+        assert!(err.0.starts_with("working_dir \"./data\" is relative"), "{err}");
+        let r = c.resolved_against(std::path::Path::new("/srv/w"));
+        assert_eq!(r.working_dir.as_deref(), Some("/srv/w/data"));
+        assert_eq!(r.turns.data_dir, "/srv/w/data/shell/turns");
+        assert_eq!(r.require_resolved(), Ok(()));
+        // Absolute paths and `..` are left to the kernel; null stays null.
+        let mut abs = c.clone();
+        abs.working_dir = Some("/x/./y".into());
+        abs.turns.data_dir = "../t".into();
+        let r = abs.resolved_against(std::path::Path::new("/srv/w"));
+        assert_eq!(r.working_dir.as_deref(), Some("/x/y"));
+        assert_eq!(r.turns.data_dir, "/srv/w/../t");
+        let mut none = c;
+        none.working_dir = None;
+        assert_eq!(none.resolved_against(std::path::Path::new("/b")).working_dir, None);
+        // Only relative paths change: resolving twice is resolving once.
+        assert_eq!(r.resolved_against(std::path::Path::new("/other")), r);
+        assert!(Config::from_yaml("fs: {allow_unjailed: true}\nworking_dir: ''\n").is_err());
     }
 
     #[test]
