@@ -19,7 +19,8 @@ pub fn check(file: &Path) -> Result<String, String> {
     let written = Config::from_yaml(&text).map_err(|e| e.0)?;
     let config = crate::worker_identity::resolve(&written)?;
     let json = serde_json::to_string(&config).map_err(|e| e.to_string())?;
-    let policy = Policy::build(0, &json).map_err(|e| format!("the executor would refuse it: {e}"))?;
+    let policy =
+        Policy::build(0, &json).map_err(|e| format!("the executor would refuse it: {e}"))?;
     let mode = if config.fs.host_roots.is_empty() {
         "unjailed".to_string()
     } else {
@@ -45,7 +46,9 @@ pub fn paths_report(written: &Config, resolved: &Config) -> String {
         if was == now {
             format!("  {key:<15} {now}\n")
         } else {
-            format!("  {key:<15} {now} (written {was:?}, resolved against the start-up directory)\n")
+            format!(
+                "  {key:<15} {now} (written {was:?}, resolved against the start-up directory)\n"
+            )
         }
     };
     match (&written.working_dir, &resolved.working_dir) {

@@ -285,11 +285,17 @@ fn check_config() {
         );
     }
 
-    let jailed = write_config(dir.path(), "jailed.yaml", "fs:\n  host_roots: [/srv]\n");
+    // The root must exist: check-config opens it as the executor does.
+    let root = dir.path().canonicalize().unwrap().display().to_string();
+    let jailed = write_config(
+        dir.path(),
+        "jailed.yaml",
+        &format!("fs:\n  host_roots: [{root}]\n"),
+    );
     let o = run(&["check-config", jailed.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
-        text(&o.stdout).contains("jailed to /srv"),
+        text(&o.stdout).contains(&format!("jailed to {root}")),
         "{}",
         text(&o.stdout)
     );
@@ -428,4 +434,69 @@ async fn call_through_a_running_executor_keeps_jobs_between_calls() {
     let (code, message) = call_error(&o);
     assert_eq!(code, "S216");
     assert!(message.contains("/nonexistent/iii.sock"), "{message}");
+}
+
+/// `check-config` resolves relative paths as the worker does and runs every check the
+/// executor runs on a policy: a root that is missing or not a directory is refused here,
+/// not discovered when the worker fails closed.
+#[test]
+fn check_config_resolves_relative_paths_and_runs_the_executors_checks() {
+    let dir = tempdir();
+    let cwd = dir.path().canonicalize().unwrap();
+    let rel = write_config(
+        &cwd,
+        "rel.yaml",
+        "fs:\n  allow_unjailed: true\nworking_dir: ./data\n",
+    );
+    std::fs::create_dir(cwd.join("data")).unwrap();
+    let o = run_in(&cwd, &["check-config", "rel.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "stderr:\n{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let want = format!("working_dir     {}/data (written \"./data\"", cwd.display());
+    assert!(out.contains(&want), "{out}");
+    let want = format!("turns.data_dir  {}/data/shell/turns", cwd.display());
+    assert!(out.contains(&want), "{out}");
+    drop(rel);
+
+    let file = cwd.join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    for (root, want) in [
+        (
+            cwd.join("missing").display().to_string(),
+            "No such file or directory",
+        ),
+        (file.display().to_string(), "Not a directory"),
+    ] {
+        let p = write_config(
+            &cwd,
+            "roots.yaml",
+            &format!("fs:\n  host_roots: [{root}]\n"),
+        );
+        let o = run_in(&cwd, &["check-config", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{root}: {}", text(&o.stdout));
+        let err = text(&o.stderr);
+        assert!(err.contains("the executor would refuse it"), "{err}");
+        assert!(
+            err.contains(&format!("fs.host_roots entry {root}")),
+            "{err}"
+        );
+        assert!(err.contains(want), "{err}");
+    }
+
+    // Strict mode with a layer switched off is refused here as the executor refuses it.
+    let p = write_config(
+        &cwd,
+        "strict.yaml",
+        &format!(
+            "fs:\n  host_roots: [{}]\nconfinement:\n  mode: strict\n  seccomp: false\n",
+            cwd.display()
+        ),
+    );
+    let o = run_in(&cwd, &["check-config", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("seccomp is disabled"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -112,7 +112,7 @@ async fn boot_without_stored_value_or_seed_registers_the_builtin_default() {
     let caller = engine.client().await;
     assert_eq!(
         status(&caller).await,
-        json!({"last_outcome": "applied", "last_error": null, "rejected_reloads": 0})
+        json!({"last_outcome": "applied", "last_error": null, "rejected_reloads": 0, "config_id": "shell"})
     );
 }
 
@@ -343,7 +343,7 @@ async fn a_narrowing_reload_is_applied() {
     assert_code(&caller.call("shell::exec", pwd_in("/")).await, "S215");
     assert_eq!(
         status(&caller).await,
-        json!({"last_outcome": "applied", "last_error": null, "rejected_reloads": 0})
+        json!({"last_outcome": "applied", "last_error": null, "rejected_reloads": 0, "config_id": "shell"})
     );
     assert!(
         w.stderr().contains("configuration reloaded"),
@@ -563,7 +563,14 @@ async fn config_status_and_on_config_change_follow_the_seed_schemas() {
     let keys: Vec<&String> = s.as_object().unwrap().keys().collect();
     assert_eq!(
         keys,
-        vec!["last_error", "last_outcome", "rejected_reloads"],
+        // The seed's three fields, plus the configuration id in use (the seed's schema
+        // allows additional properties).
+        vec![
+            "config_id",
+            "last_error",
+            "last_outcome",
+            "rejected_reloads"
+        ],
         "{s}"
     );
     iii_test_engine::schema_check::validate(&resp, &s).expect("status fits its schema");
@@ -664,4 +671,117 @@ async fn a_rejected_value_is_not_counted_again_on_every_reconnect() {
         w.stderr()
     );
     assert_code(&caller.call("shell::exec", pwd_in("..")).await, "S215");
+}
+
+/// The original worker's own end-to-end configuration sets `working_dir: ./data`: it starts,
+/// and commands without a `cwd` run in `data` under the worker's start-up directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_working_dir_resolves_against_the_start_up_directory() {
+    let engine = TestEngine::start().await;
+    let w = Worker::builder()
+        .engine(&engine)
+        .seed_yaml("fs:\n  allow_unjailed: true\nworking_dir: ./data\n")
+        .start();
+    wait_ready(&engine, &w).await;
+    // The store holds what the operator wrote; the worker resolves it for itself.
+    assert_eq!(
+        engine.config_get("shell").unwrap()["working_dir"],
+        "./data",
+        "stored value"
+    );
+    let data = w.dir().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let caller = engine.client().await;
+    let r = caller
+        .call("shell::exec", json!({"command": "pwd"}))
+        .await
+        .unwrap();
+    let want = format!("{}\n", data.canonicalize().unwrap().display());
+    assert_eq!(r["stdout"], want, "stderr:\n{}", w.stderr());
+
+    // A reload to another relative directory resolves against the same start-up directory.
+    std::fs::create_dir(w.dir().join("other")).unwrap();
+    let mut v = unjailed_value();
+    v["working_dir"] = json!("other");
+    let fanout = engine.config_set("shell", v).await;
+    assert_eq!(
+        fanout[0].outcome,
+        Some(Ok(json!({"ok": true}))),
+        "{fanout:?}"
+    );
+    let r = caller
+        .call("shell::exec", json!({"command": "pwd"}))
+        .await
+        .unwrap();
+    let want = format!(
+        "{}\n",
+        w.dir().join("other").canonicalize().unwrap().display()
+    );
+    assert_eq!(r["stdout"], want);
+}
+
+/// `last_error` describes the last outcome: a reload that applies after a rejected one
+/// clears it, while `rejected_reloads` keeps counting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_reload_clears_the_last_error() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let mut bad = unjailed_value();
+    bad["max_timeout_ms"] = json!(0);
+    let fanout = engine.config_set("shell", bad).await;
+    assert_eq!(
+        fanout[0].outcome,
+        Some(Ok(json!({"ok": false}))),
+        "{fanout:?}"
+    );
+    let s = status(&caller).await;
+    assert_eq!(s["last_outcome"], "rejected", "{s}");
+    assert!(
+        s["last_error"].as_str().unwrap().contains("max_timeout_ms"),
+        "{s}"
+    );
+
+    let fanout = engine.config_set("shell", unjailed_value()).await;
+    assert_eq!(
+        fanout[0].outcome,
+        Some(Ok(json!({"ok": true}))),
+        "{fanout:?}"
+    );
+    let s = status(&caller).await;
+    assert_eq!(s["last_outcome"], "applied", "{s}");
+    assert_eq!(s["last_error"], Value::Null, "{s}; stderr:\n{}", w.stderr());
+    assert_eq!(s["rejected_reloads"], 1, "{s}");
+}
+
+/// An operator who sends the same bad value twice made two rejected reloads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_bad_value_sent_twice_counts_twice() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let mut bad = unjailed_value();
+    bad["denylist_patterns"] = json!(["("]);
+    for n in 1..=2 {
+        let fanout = engine.config_set("shell", bad.clone()).await;
+        assert_eq!(
+            fanout[0].outcome,
+            Some(Ok(json!({"ok": false}))),
+            "{fanout:?}"
+        );
+        let s = status(&caller).await;
+        assert_eq!(s["last_outcome"], "rejected", "{s}");
+        assert_eq!(
+            s["rejected_reloads"],
+            n,
+            "send {n}: {s}; stderr:\n{}",
+            w.stderr()
+        );
+    }
+    assert_eq!(
+        w.log_lines("configuration reload rejected").len(),
+        2,
+        "{}",
+        w.stderr()
+    );
 }

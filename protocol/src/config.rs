@@ -833,7 +833,10 @@ mod tests {
         .expect("a relative working_dir is accepted as written");
         assert_eq!(c.working_dir.as_deref(), Some("./data"));
         let err = c.require_resolved().unwrap_err();
-        assert!(err.0.starts_with("working_dir \"./data\" is relative"), "{err}");
+        assert!(
+            err.0.starts_with("working_dir \"./data\" is relative"),
+            "{err}"
+        );
         let r = c.resolved_against(std::path::Path::new("/srv/w"));
         assert_eq!(r.working_dir.as_deref(), Some("/srv/w/data"));
         assert_eq!(r.turns.data_dir, "/srv/w/data/shell/turns");
@@ -847,7 +850,11 @@ mod tests {
         assert_eq!(r.turns.data_dir, "/srv/w/../t");
         let mut none = c;
         none.working_dir = None;
-        assert_eq!(none.resolved_against(std::path::Path::new("/b")).working_dir, None);
+        assert_eq!(
+            none.resolved_against(std::path::Path::new("/b"))
+                .working_dir,
+            None
+        );
         // Only relative paths change: resolving twice is resolving once.
         assert_eq!(r.resolved_against(std::path::Path::new("/other")), r);
         assert!(Config::from_yaml("fs: {allow_unjailed: true}\nworking_dir: ''\n").is_err());
