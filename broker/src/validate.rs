@@ -218,12 +218,13 @@ mod tests {
         .unwrap();
         assert_eq!(ok.argv, ["ls", "-l", "x y"]);
 
-        let e = err(json!({"command": ""}));
-        assert_eq!(
-            (e.code.as_str(), e.message.as_str()),
-            ("invocation_failed", "command is empty")
-        );
-        assert!(err(json!({"command": "   "})).message.contains("empty"));
+        for blank in ["", "   ", "\t\n"] {
+            let e = err(json!({"command": blank}));
+            assert_eq!(e.code, "S210", "{blank:?}: {e:?}");
+            assert!(e.message.contains("empty command"), "{blank:?}: {e:?}");
+            let e = err(json!({"command": blank, "args": ["x"]}));
+            assert_eq!(e.code, "S210", "{blank:?} with args: {e:?}");
+        }
         let e = err(json!({"command": ["ls"]}));
         assert!(
             e.message.contains("'command'") && e.message.contains("must be a string"),

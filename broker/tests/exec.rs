@@ -77,7 +77,6 @@ async fn echo_args_tokenizing_and_exit_codes() {
 async fn argv_errors_are_plain_messages() {
     let h = Harness::default().await;
     let cases = [
-        (json!({"command": ""}), "command is empty"),
         (json!({"command": 42}), "'command' must be a string"),
         (
             json!({"command": "ls", "args": "-l"}),
@@ -100,6 +99,27 @@ async fn argv_errors_are_plain_messages() {
         .err("shell::exec", json!({"command": "ls", "stdin": 5}))
         .await;
     assert_eq!(e.code, "S210");
+}
+
+/// The seed's Errors table: an empty command is S210, and says so.
+#[tokio::test]
+async fn an_empty_command_is_s210() {
+    let h = Harness::default().await;
+    for function in ["shell::exec", "shell::exec_bg"] {
+        for payload in [
+            json!({"command": ""}),
+            json!({"command": "  \t"}),
+            json!({"command": "", "args": ["-l"]}),
+            json!({"command": " ", "args": []}),
+        ] {
+            let e = h.err(function, payload.clone()).await;
+            assert_eq!(e.code, "S210", "{function} {payload}: {e:?}");
+            assert!(
+                e.message.contains("empty command"),
+                "{function} {payload}: {e:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

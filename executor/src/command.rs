@@ -47,11 +47,14 @@ pub fn check(policy: &Policy, spec: &ExecSpec) -> Result<(), ExecError> {
     Ok(())
 }
 
+/// What an empty or blank `command` is told.
+pub const EMPTY_COMMAND: &str =
+    "empty command: 'command' must name the program to run (its arguments go in 'args')";
+
 pub fn check_argv(argv: &[String]) -> Result<(), ExecError> {
-    match argv.first() {
-        None => return Err(ExecError::Plain("command is empty".into())),
-        Some(a) if a.trim().is_empty() => return Err(ExecError::Plain("command is empty".into())),
-        _ => {}
+    // The seed's Errors table: an empty command is an invalid request (S210).
+    if argv.first().is_none_or(|a| a.trim().is_empty()) {
+        return Err(ExecError::Invalid(EMPTY_COMMAND.into()));
     }
     for (i, a) in argv.iter().enumerate() {
         if a.contains('\0') {

@@ -109,9 +109,17 @@ impl Policy {
         let value: serde_json::Value =
             serde_json::from_str(config_json).map_err(|e| format!("policy is not JSON: {e}"))?;
         let config = Config::from_value(&value).map_err(|e| e.0)?;
-        // Relative paths are resolved by the broker, which knows the worker's start-up
-        // directory; the executor does not guess one.
-        config.require_resolved().map_err(|e| e.0)?;
+        // A relative working_dir is resolved by the broker, which knows the worker's start-up
+        // directory; the executor does not guess one. (`turns.data_dir` is resolved there
+        // too; the executor does not use it.)
+        if let Some(wd) = config.working_dir.as_deref() {
+            if !wd.starts_with('/') {
+                return Err(format!(
+                    "working_dir {wd:?} is relative: the broker resolves it against the worker's \
+                     start-up directory before the executor sees it"
+                ));
+            }
+        }
         let denylist = Denylist::compile(&config.denylist_patterns)?;
         let jail = Jail::new(
             &config.fs.host_roots,
@@ -249,5 +257,24 @@ impl PolicyStore {
         if let Some(old) = old {
             old.retire();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The executor never resolves a relative working_dir itself: the broker does.
+    #[test]
+    fn a_relative_working_dir_is_refused() {
+        let mut c = Config::builtin_default();
+        c.working_dir = Some("./data".into());
+        let err = Policy::build(1, &serde_json::to_string(&c).unwrap()).unwrap_err();
+        assert!(
+            err.starts_with("working_dir \"./data\" is relative: the broker resolves it"),
+            "{err}"
+        );
+        c.working_dir = Some("/tmp".into());
+        assert!(Policy::build(1, &serde_json::to_string(&c).unwrap()).is_ok());
     }
 }
