@@ -18,7 +18,7 @@ pub const KILL_REASON: &str = "sandbox jobs cannot be hard-killed: the in-VM pro
 
 /// The spawn-time refusal when the job cap is reached (host wording).
 pub fn cap_reached(limit: usize) -> String {
-    format!("max concurrent jobs reached ({limit} running): wait for one to finish or stop one with shell::kill")
+    iii_shell_protocol::config::job_cap_reached(limit)
 }
 
 fn now_ms() -> u64 {

@@ -145,9 +145,9 @@ impl Jobs {
             .filter(|j| lock(&j.state).status == JobStatus::Running)
             .count();
         if running_now >= limit {
-            return Err(ExecError::Plain(format!(
-                "max concurrent jobs reached ({limit} running): wait for one to finish or stop one with shell::kill"
-            )));
+            return Err(ExecError::Plain(
+                iii_shell_protocol::config::job_cap_reached(limit),
+            ));
         }
         let prepared = command::prepare(&policy, &spec).map_err(plain_spawn_error)?;
         let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;

@@ -230,6 +230,18 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+/// The spawn-time refusal of `shell::exec_bg` when `limit` jobs are running (host and
+/// sandbox wording alike). A limit of 0 means background jobs are switched off.
+pub fn job_cap_reached(limit: usize) -> String {
+    if limit == 0 {
+        "background jobs are disabled (max_concurrent_jobs: 0): raise max_concurrent_jobs to \
+         allow shell::exec_bg, or run the command in the foreground with shell::exec"
+            .to_string()
+    } else {
+        format!("max concurrent jobs reached ({limit} running): wait for one to finish or stop one with shell::kill")
+    }
+}
+
 /// Prefix shared by the command-shaped denylist patterns: tolerates `env [K=V]…`, `sudo`,
 /// `doas`, `nohup` and `timeout [duration]` wrappers, each optionally path-qualified.
 pub const WRAPPER_PREFIX: &str = r"(?i)^(?:(?:\S*/)?env(?:\s+\S+=\S*)*\s+|(?:\S*/)?(?:sudo|doas|nohup)\s+|(?:\S*/)?timeout(?:\s+\S+)?\s+)*(\S*/)?";
@@ -858,6 +870,19 @@ mod tests {
         // Only relative paths change: resolving twice is resolving once.
         assert_eq!(r.resolved_against(std::path::Path::new("/other")), r);
         assert!(Config::from_yaml("fs: {allow_unjailed: true}\nworking_dir: ''\n").is_err());
+    }
+
+    #[test]
+    fn job_cap_messages() {
+        assert_eq!(
+            job_cap_reached(0),
+            "background jobs are disabled (max_concurrent_jobs: 0): raise max_concurrent_jobs \
+             to allow shell::exec_bg, or run the command in the foreground with shell::exec"
+        );
+        assert_eq!(
+            job_cap_reached(2),
+            "max concurrent jobs reached (2 running): wait for one to finish or stop one with shell::kill"
+        );
     }
 
     #[test]

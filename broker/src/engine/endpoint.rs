@@ -38,6 +38,15 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
     }
 }
 
+/// `host:port` as written in a URL or a socket address: an IPv6 host in brackets.
+pub fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// The base URL channels are opened under (`ws://host:port`).
 pub fn base_url(url: &str) -> String {
     match url.split_once("://") {
@@ -75,7 +84,7 @@ pub fn spawn_probe(url: &str) {
         return;
     };
     tokio::spawn(async move {
-        let addr = format!("{host}:{port}");
+        let addr = authority(&host, port);
         let ok = matches!(
             tokio::time::timeout(
                 Duration::from_secs(3),
@@ -86,7 +95,7 @@ pub fn spawn_probe(url: &str) {
         );
         if !ok {
             tracing::error!(
-                "engine unreachable at {host}:{port} — is the iii engine running? Start it, or set --url or the III_URL env var to where it listens. Retrying every 2s."
+                "engine unreachable at {addr} — is the iii engine running? Start it, or set --url or the III_URL env var to where it listens. Retrying every 2s."
             );
         }
     });
@@ -109,5 +118,8 @@ mod tests {
         );
         assert_eq!(host_port("ws://[::1]:7"), Some(("::1".into(), 7)));
         assert_eq!(base_url("ws://h:1/some/path?q"), "ws://h:1");
+        assert_eq!(authority("::1", 7), "[::1]:7");
+        assert_eq!(authority("127.0.0.1", 7), "127.0.0.1:7");
+        assert_eq!(authority("engine", 80), "engine:80");
     }
 }

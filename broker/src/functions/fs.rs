@@ -490,8 +490,9 @@ async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireErr
         return sandbox::fs(services, "read", &id, forward_body(&payload)).await;
     }
     need_path(&r.path, "path")?;
-    let engine = services.engine()?;
-    // Open the file first: a failed read (missing, denied, too large) creates no channel.
+    // Open the file first: a failed read (missing, denied, too large) creates no channel,
+    // and its error comes before "this needs an engine" (`iii-shell call`). Without an
+    // engine the opened stream is dropped, which cancels it in the executor.
     let (reply, mut stream) = services
         .executor
         .call_with_output(Request::Fs(FsOp::Read { path: r.path }))
@@ -500,6 +501,7 @@ async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireErr
         Reply::Fs(FsReply::ReadStart(s)) => s,
         _ => return Err(unexpected_reply()),
     };
+    let engine = services.engine()?;
     let (writer, reader) = channel::create(&engine).await.map_err(|e| {
         WireError::new(
             Code::S216,

@@ -173,7 +173,10 @@ pub async fn exec_bg(
     let id = sandbox_id(&c)?.to_string();
     let timeout_ms = resolve_timeout(c.request.timeout_ms, &rt.config);
     let payload = exec_payload(&id, &c.argv, timeout_ms)?;
-    start_job(services, rt, c, payload, timeout_ms)
+    // Not a spawn-time failure: without an engine (`iii-shell call`) no sandbox call can
+    // work, and that is S216 as for every other sandbox target.
+    let engine = services.engine()?;
+    start_job(services, rt, c, engine, payload, timeout_ms)
         .await
         .map_err(plain_spawn_failure)
 }
@@ -182,10 +185,10 @@ async fn start_job(
     services: &Arc<Services>,
     rt: &Runtime,
     c: CheckedExec,
+    engine: EngineLink,
     payload: Value,
     timeout_ms: u64,
 ) -> Result<ExecBgResponse, WireError> {
-    let engine = services.engine()?;
     let limit = rt.config.max_concurrent_jobs as usize;
     let host_running = running_host_jobs(services).await;
     let job = services
