@@ -283,3 +283,53 @@ async fn serve_with_a_pinned_envelope_rejects_a_widening_reload() {
     let _ = worker.kill();
     let _ = worker.wait();
 }
+
+/// `doctor` says which configuration id the worker would use and where relative paths
+/// resolve.
+#[test]
+fn doctor_shows_the_config_id_and_the_resolved_paths() {
+    let dir = tempdir();
+    let cwd = dir.path().canonicalize().unwrap();
+    std::fs::write(
+        cwd.join("rel.yaml"),
+        "fs:\n  allow_unjailed: true\nworking_dir: ./data\n",
+    )
+    .unwrap();
+    std::fs::create_dir(cwd.join("data")).unwrap();
+    let out = Command::new(bin())
+        .args(["doctor", "--json", "--config", "rel.yaml"])
+        .current_dir(&cwd)
+        .env("III_NAMESPACE", "host-b")
+        .output()
+        .expect("run doctor");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
+    let c = &v["configuration"];
+    assert_eq!(c["config_id"], "shell-host-b", "{v}");
+    assert_eq!(
+        c["working_dir"],
+        cwd.join("data").display().to_string(),
+        "{v}"
+    );
+    assert_eq!(
+        c["turns_data_dir"],
+        cwd.join("data/shell/turns").display().to_string(),
+        "{v}"
+    );
+
+    let out = Command::new(bin())
+        .args(["doctor", "--config-id", "edge-1", "--config", "rel.yaml"])
+        .current_dir(&cwd)
+        .env_remove("III_NAMESPACE")
+        .output()
+        .expect("run doctor");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("config id       edge-1"), "{text}");
+    let want = format!("working_dir     {}/data (written \"./data\"", cwd.display());
+    assert!(text.contains(&want), "{text}");
+}

@@ -3,8 +3,9 @@
 //! Opt-in: set `III_ENGINE_BIN` to an `iii` engine binary. The test starts it on a free
 //! loopback port with a minimal configuration in a temporary directory (its working directory,
 //! so everything the engine persists stays there), starts `iii-shell serve` against it, then
-//! calls `shell::exec` from a second, raw WebSocket client. Without the variable the test
-//! prints a skip message and passes.
+//! calls `shell::exec` from a second, raw WebSocket client. A second test starts three
+//! namespaced workers (one jail each) and checks that every call reaches the host its
+//! namespace names. Without the variable each test prints a skip message and passes.
 //!
 //! The engine configuration used (engine `config.yaml` format, a `workers:` list):
 //! `iii-worker-manager` listens on `127.0.0.1:<port>`; the `configuration` worker's `fs`
@@ -269,5 +270,159 @@ async fn shell_exec_through_a_real_engine() {
 
     let _ = ws.close(None).await;
     drop(worker);
+    drop(engine);
+}
+
+/// `invoke` with an explicit target namespace (strict routing: absent means `default`).
+async fn invoke_in(
+    ws: &mut Ws,
+    namespace: &str,
+    function_id: &str,
+    data: Value,
+    timeout: Duration,
+) -> Result<Value, Value> {
+    let id = uuid::Uuid::new_v4().to_string();
+    send(ws, json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data, "namespace": namespace})).await;
+    let wait = async {
+        while let Some(msg) = ws.next().await {
+            let text = match msg.expect("read frame") {
+                Message::Text(t) => t.to_string(),
+                Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                Message::Close(c) => panic!("the engine closed the client socket: {c:?}"),
+                _ => continue,
+            };
+            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            if frame["type"] == "invocationresult" && frame["invocation_id"] == id.as_str() {
+                return match frame.get("error") {
+                    Some(e) if !e.is_null() => Err(e.clone()),
+                    _ => Ok(frame.get("result").cloned().unwrap_or(Value::Null)),
+                };
+            }
+        }
+        panic!("the engine closed the client socket");
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .unwrap_or_else(|_| panic!("no invocationresult for {function_id} within {timeout:?}"))
+}
+
+/// Three workers, one per host, each with its own `III_WORKER_NAME`, `III_NAMESPACE` and
+/// jail, against one real engine: every call reaches the host its namespace names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_namespaced_workers_through_a_real_engine() {
+    let Some(engine_bin) = std::env::var_os("III_ENGINE_BIN").filter(|v| !v.is_empty()) else {
+        eprintln!("{SKIP}");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, engine_config(port, dir.path())).unwrap();
+    let mut engine_cmd = Command::new(PathBuf::from(engine_bin));
+    engine_cmd
+        .arg("--no-update-check")
+        .arg("--config")
+        .arg(&config_path)
+        .current_dir(dir.path())
+        .env("III_TELEMETRY_ENABLED", "false")
+        .env("IIIWORKER_DISABLE_BUILTIN_DAEMONS", "1");
+    let mut engine = spawn_logged("engine", engine_cmd, &dir.path().join("engine.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_for_port(port, &mut engine, deadline).await;
+    let url = format!("ws://127.0.0.1:{port}");
+
+    let namespaces = ["host-a", "host-b", "host-c"];
+    let mut roots = Vec::new();
+    let mut workers = Vec::new();
+    for ns in namespaces {
+        let root = dir.path().join(ns);
+        std::fs::create_dir(&root).unwrap();
+        let root = root.canonicalize().unwrap();
+        std::fs::write(root.join("whoami.txt"), ns).unwrap();
+        let mut seed = iii_shell_protocol::config::Config::builtin_default();
+        seed.fs.host_roots = vec![root.display().to_string()];
+        seed.fs.allow_unjailed = false;
+        let seed_path = dir.path().join(format!("{ns}.yaml"));
+        std::fs::write(&seed_path, serde_norway::to_string(&seed).unwrap()).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_iii-shell"));
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(&seed_path)
+            .current_dir(dir.path())
+            .env("III_URL", &url)
+            .env_remove("III_ENGINE_URL")
+            .env("III_WORKER_NAME", format!("shell-{ns}"))
+            .env("III_NAMESPACE", ns);
+        let log = dir.path().join(format!("iii-shell-{ns}.log"));
+        workers.push(spawn_logged("iii-shell", cmd, &log));
+        roots.push(root);
+    }
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .expect("client connects to the engine");
+    send(
+        &mut ws,
+        json!({
+            "type": "invokefunction",
+            "invocation_id": null,
+            "function_id": "engine::workers::register",
+            "action": {"type": "void"},
+            "data": {"runtime": "rust", "name": format!("interop-hosts-{}", std::process::id()), "pid": std::process::id()}
+        }),
+    )
+    .await;
+
+    for i in 0..30 {
+        let k = i % 3;
+        let (ns, root) = (namespaces[k], &roots[k]);
+        let payload = json!({"command": "cat", "args": ["whoami.txt"], "cwd": "."});
+        let r = loop {
+            match invoke_in(
+                &mut ws,
+                ns,
+                "shell::exec",
+                payload.clone(),
+                Duration::from_secs(30),
+            )
+            .await
+            {
+                Ok(v) => break v,
+                Err(e) if e["code"] == "function_not_found" && Instant::now() < deadline => {
+                    if let Err(msg) = workers[k].ensure_running() {
+                        panic!("{msg}\n{}", engine.log_tail());
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!(
+                    "call {i} to {ns} failed: {e}\n{}\n{}",
+                    workers[k].log_tail(),
+                    engine.log_tail()
+                ),
+            }
+        };
+        assert_eq!(
+            r["stdout"],
+            ns,
+            "call {i} landed on the wrong host ({})",
+            root.display()
+        );
+    }
+    for ns in namespaces {
+        let s = invoke_in(
+            &mut ws,
+            ns,
+            "shell::config-status",
+            json!({}),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("shell::config-status");
+        assert_eq!(s["config_id"], format!("shell-{ns}"), "{s}");
+    }
+    let _ = ws.close(None).await;
+    drop(workers);
     drop(engine);
 }
