@@ -252,7 +252,11 @@ async fn worker_name_and_namespace_come_from_the_environment() {
             .await
     );
     let root = tempfile::tempdir().unwrap();
-    let fanout = engine.config_set("shell", jailed_value(root.path())).await;
+    // A namespaced worker keeps its own entry, `shell-<namespace>`.
+    assert!(engine.config_get("shell").is_none());
+    let fanout = engine
+        .config_set("shell-tenant-a", jailed_value(root.path()))
+        .await;
     let ours: Vec<_> = fanout
         .iter()
         .filter(|r| r.function_id == "shell::on-config-change")

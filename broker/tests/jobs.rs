@@ -629,8 +629,10 @@ async fn spawn_time_failures() {
         .await;
     assert_eq!(e.code, "S210", "{e:?}");
     assert!(e.message.contains("LD_PRELOAD"), "{e:?}");
+    // An empty command is an invalid request (the seed's Errors table).
     let e = h.err("shell::exec_bg", json!({"command": ""})).await;
-    assert_eq!(e.code, "invocation_failed", "{e:?}");
+    assert_eq!(e.code, "S210", "{e:?}");
+    assert!(e.message.contains("empty command"), "{e:?}");
     let e = h
         .err(
             "shell::exec_bg",

@@ -106,7 +106,10 @@ fn sandbox_id(c: &CheckedExec) -> Result<&str, WireError> {
 /// `{sandbox_id, cmd: argv[0], args: argv[1..], timeout_ms}`; never env/workdir/stdin/argv.
 fn exec_payload(sandbox_id: &str, argv: &[String], timeout_ms: u64) -> Result<Value, WireError> {
     let Some((cmd, args)) = argv.split_first() else {
-        return Err(WireError::plain("command is empty"));
+        return Err(WireError::new(
+            Code::S210,
+            iii_shell_executor::command::EMPTY_COMMAND,
+        ));
     };
     Ok(json!({"sandbox_id": sandbox_id, "cmd": cmd, "args": args, "timeout_ms": timeout_ms}))
 }
