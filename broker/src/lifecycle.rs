@@ -96,8 +96,13 @@ pub struct Lifecycle {
     trigger_id: String,
     /// `configuration:updated` events our own schema re-registration will fire: they deliver
     /// the stored value again and are no new reload attempt.
-    own_echoes: std::sync::atomic::AtomicU32,
+    /// Each is expected until its deadline, so one that never arrives (no binding yet) does
+    /// not swallow a later operator's event.
+    own_echoes: std::sync::Mutex<Vec<std::time::Instant>>,
 }
+
+/// How long an echo of our own re-registration is expected.
+const ECHO_WINDOW: Duration = Duration::from_secs(10);
 
 /// Why a reload is attempted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +136,7 @@ impl Lifecycle {
             config_id,
             reload_lock: tokio::sync::Mutex::new(()),
             trigger_id: uuid::Uuid::new_v4().to_string(),
-            own_echoes: std::sync::atomic::AtomicU32::new(0),
+            own_echoes: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -353,8 +358,7 @@ impl Lifecycle {
         let stored = self.fetch().await;
         // The registration fires one `configuration` event at our own binding, which may
         // arrive before the registration's own result: expect it first.
-        self.own_echoes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.expect_own_echo();
         let registered = match stored {
             Stored::Missing => self.register_schema(Some(&self.seed)).await,
             _ => self.register_schema(None).await,
@@ -365,12 +369,21 @@ impl Lifecycle {
         let _ = self.on_change_if_differs().await;
     }
 
-    /// Consumes one expected echo of our own re-registration, if any is pending.
+    fn expect_own_echo(&self) {
+        let mut e = self.own_echoes.lock().unwrap_or_else(|p| p.into_inner());
+        e.push(std::time::Instant::now() + ECHO_WINDOW);
+    }
+
+    /// Consumes one expected echo of our own re-registration, if one is pending.
     fn take_own_echo(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        self.own_echoes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
+        let mut e = self.own_echoes.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        e.retain(|deadline| *deadline > now);
+        if e.is_empty() {
+            return false;
+        }
+        e.remove(0);
+        true
     }
 
     async fn on_change_if_differs(&self) -> Option<()> {
