@@ -120,9 +120,19 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     Err(_) => break,
                 },
             };
-            if let Err(e) = send_queued(&writer_half, &frame).await {
-                tracing::warn!(error = %e, "write to broker failed");
-                break;
+            match send_queued(&writer_half, &frame).await {
+                Ok(()) => {}
+                // Nothing was written: drop that frame, keep the connection.
+                Err(FrameError::TooLarge(n)) => {
+                    tracing::warn!(
+                        bytes = n,
+                        "a frame to the broker exceeded the frame limit; dropped it"
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "write to broker failed");
+                    break;
+                }
             }
         }
     });
@@ -247,16 +257,33 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
 /// Sends a reply: written directly when the socket is free (no hop through the writer task),
 /// queued for the writer task otherwise.
 async fn reply(wr: &SharedWriter, tx: &mpsc::Sender<ServerFrame>, frame: ServerFrame) {
-    if let Ok(bytes) = encode(&frame) {
-        match send_now(wr, bytes) {
+    let frame = match encode(&frame) {
+        Ok(bytes) => match send_now(wr, bytes) {
             Ok(Sent::Done) => return,
-            Ok(Sent::Busy) => {}
+            Ok(Sent::Busy) => frame,
             Err(e) => {
                 tracing::warn!(error = %e, "write to broker failed");
                 return;
             }
-        }
-    }
-    // Busy, or too large to encode (the writer task logs that and closes the connection).
+        },
+        Err(e) => oversized_reply(frame, &e),
+    };
     let _ = tx.send(frame).await;
+}
+
+/// The last line of defence behind the reply budgets: a reply that cannot be encoded (over
+/// the frame limit) is answered with an S218 error for the same id, so the call returns
+/// instead of waiting forever.
+fn oversized_reply(frame: ServerFrame, e: &FrameError) -> ServerFrame {
+    let ServerFrame::Reply { id, .. } = frame else {
+        return frame;
+    };
+    tracing::warn!(id, error = %e, "reply too large for a frame; answering S218 instead");
+    ServerFrame::Reply {
+        id,
+        result: Err(iii_shell_protocol::WireError::new(
+            iii_shell_protocol::Code::S218,
+            format!("the reply is too large to send ({e}); narrow the request (a smaller max_matches, a narrower path or glob)"),
+        )),
+    }
 }

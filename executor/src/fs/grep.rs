@@ -43,6 +43,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{WalkBuilder, WalkState};
+use iii_shell_protocol::frame::REPLY_BUDGET_BYTES;
 use iii_shell_protocol::fs::{FsMatch, GrepResponse, GrepSpec};
 
 use crate::error::ExecError;
@@ -143,6 +144,7 @@ fn search_one(
         return;
     }
     let matches = std::mem::take(&mut sink.matches);
+    sink.bytes = 0;
     lock(collector).add(sink.path, matches, sink.more, sink.cut);
 }
 
@@ -151,7 +153,16 @@ struct Collector {
     limit: usize,
     files: BTreeMap<Vec<u8>, Vec<FsMatch>>,
     count: usize,
+    /// Estimated encoded size of what is kept, against `budget`.
+    bytes: usize,
+    budget: usize,
     truncated: bool,
+}
+
+/// The encoded size of one match, near enough to budget a reply (postcard: the strings and
+/// a few bytes of lengths and the line number).
+fn match_bytes(m: &FsMatch) -> usize {
+    m.path.len() + m.content.len() + 16
 }
 
 /// A sort key that orders paths like `Path`'s component-wise order, but compares with one
@@ -167,18 +178,28 @@ fn sort_key(path: &Path) -> Vec<u8> {
 
 impl Collector {
     fn new(limit: usize) -> Collector {
+        Collector::with_budget(limit, REPLY_BUDGET_BYTES)
+    }
+
+    fn with_budget(limit: usize, budget: usize) -> Collector {
         Collector {
             limit,
             files: BTreeMap::new(),
             count: 0,
+            bytes: 0,
+            budget,
             truncated: false,
         }
+    }
+
+    fn full(&self) -> bool {
+        self.count >= self.limit || self.bytes >= self.budget
     }
 
     /// True when the set is full and `path` sorts after every file in it, so none of its
     /// matches could be kept.
     fn beyond(&self, path: &Path) -> bool {
-        self.count >= self.limit
+        self.full()
             && self
                 .files
                 .last_key_value()
@@ -192,21 +213,24 @@ impl Collector {
         }
         self.truncated |= cut;
         self.count += matches.len();
+        self.bytes += matches.iter().map(match_bytes).sum::<usize>();
         self.files.insert(sort_key(path), matches);
-        // Drop matches from the end (largest path, last lines) until the set fits.
-        while self.count > self.limit {
+        // Drop matches from the end (largest path, last lines) until the set fits both the
+        // count and the reply budget.
+        while self.count > self.limit || self.bytes > self.budget {
             let Some(mut last) = self.files.last_entry() else {
                 break;
             };
-            let excess = self.count - self.limit;
             self.truncated = true;
-            if last.get().len() <= excess {
-                self.count -= last.get().len();
+            let v = last.get_mut();
+            let Some(m) = v.pop() else {
                 last.remove();
-            } else {
-                let v = last.get_mut();
-                v.truncate(v.len() - excess);
-                self.count -= excess;
+                continue;
+            };
+            self.count -= 1;
+            self.bytes -= match_bytes(&m);
+            if v.is_empty() {
+                last.remove();
             }
         }
     }
@@ -220,6 +244,8 @@ struct FileSink<'p> {
     /// `path` as the wire string, made on the first match.
     shown: Option<String>,
     matches: Vec<FsMatch>,
+    /// Estimated encoded size of `matches`: a file stops adding at the reply budget.
+    bytes: usize,
     more: bool,
     cut: bool,
     binary: bool,
@@ -233,6 +259,7 @@ impl<'p> FileSink<'p> {
             path,
             shown: None,
             matches: Vec::new(),
+            bytes: 0,
             more: false,
             cut: false,
             binary: false,
@@ -250,7 +277,7 @@ impl Sink for FileSink<'_> {
     ) -> Result<bool, std::io::Error> {
         let first = mat.line_number().unwrap_or(0);
         for (i, line) in mat.lines().enumerate() {
-            if self.matches.len() >= self.cap {
+            if self.matches.len() >= self.cap || self.bytes >= REPLY_BUDGET_BYTES {
                 self.more = true;
                 return Ok(false);
             }
@@ -260,11 +287,13 @@ impl Sink for FileSink<'_> {
             let shown = self
                 .shown
                 .get_or_insert_with(|| path.to_string_lossy().into_owned());
-            self.matches.push(FsMatch {
+            let m = FsMatch {
                 path: shown.clone(),
                 line: first + i as u64,
                 content,
-            });
+            };
+            self.bytes += match_bytes(&m);
+            self.matches.push(m);
         }
         Ok(true)
     }
