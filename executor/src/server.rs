@@ -287,3 +287,43 @@ fn oversized_reply(frame: ServerFrame, e: &FrameError) -> ServerFrame {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iii_shell_protocol::fs::{FsReply, LsResponse};
+    use iii_shell_protocol::messages::Reply;
+
+    #[test]
+    fn an_oversized_reply_becomes_an_s218_error_for_the_same_id() {
+        let big = LsResponse {
+            entries: (0..200_000)
+                .map(|i| iii_shell_protocol::fs::FsEntry {
+                    name: format!("{i:0>250}"),
+                    is_dir: false,
+                    is_symlink: false,
+                    mode: "0644".into(),
+                    size: 0,
+                    mtime: 0,
+                })
+                .collect(),
+        };
+        let frame = ServerFrame::Reply {
+            id: 7,
+            result: Ok(Reply::Fs(FsReply::Ls(big))),
+        };
+        let e = encode(&frame).unwrap_err();
+        let small = oversized_reply(frame, &e);
+        match &small {
+            ServerFrame::Reply {
+                id: 7,
+                result: Err(w),
+            } => {
+                assert_eq!(w.code, "S218");
+                assert!(w.message.contains("too large"), "{w:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(encode(&small).is_ok());
+    }
+}

@@ -94,7 +94,14 @@ fn not_dir_or_missing(policy: &Policy, input: &str) -> Option<ExecError> {
 pub fn stat(policy: &Policy, input: &str) -> Result<FsEntry, ExecError> {
     // A trailing slash asks for a directory (following a final symlink, as POSIX does).
     if input.len() > 1 && input.ends_with('/') {
-        let r = policy.jail.resolve(input)?;
+        // The kernel says ENOTDIR for `file/`, which would read as missing: resolve the path
+        // without the slash and judge the type here.
+        let bare = input.trim_end_matches('/');
+        let bare = if bare.is_empty() { "/" } else { bare };
+        let r = policy
+            .jail
+            .resolve(bare)
+            .map_err(|e| echo_input(e, input))?;
         let st = fstat(&r.fd).map_err(|e| map_errno(input, e))?;
         if !is_dir(&st) {
             return Err(ExecError::WrongType(format!("not a directory: {input}")));
@@ -387,7 +394,20 @@ pub fn chmod(
         )
         .map_err(|e| map_errno(input, e))
     };
-    // Scan first, so a tree past the depth bound is refused before anything changes.
+    // A mode that keeps the owner's read and search bits is applied to a directory before
+    // its children (so a tree that was closed can be opened again); one that removes them
+    // after its children (so they can still be reached when it is applied).
+    let pre_order = mode & 0o500 == 0o500;
+    let mut changed = 0u64;
+    let mut root_done = false;
+    if pre_order && dir().is_err() {
+        // A closed root can only be walked once it is open again.
+        change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
+        changed += 1;
+        root_done = true;
+    }
+    // Scan first, so a tree past the depth bound is refused before anything changes (what a
+    // closed directory holds is only seen once the change below has opened it).
     walk(
         dir()?,
         &path,
@@ -395,12 +415,7 @@ pub fn chmod(
         MAX_TREE_DEPTH,
         &mut ChmodTree::scan(policy),
     )?;
-    // A mode that keeps the owner's read and search bits is applied to a directory before
-    // its children (so a tree that was closed can be opened again); one that removes them
-    // after its children (so they can still be reached when it is applied).
-    let pre_order = mode & 0o500 == 0o500;
-    let mut changed = 0u64;
-    if pre_order {
+    if pre_order && !root_done {
         change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
         changed += 1;
     }
@@ -491,6 +506,22 @@ impl<'a> ChmodTree<'a> {
 }
 
 impl Visitor for ChmodTree<'_> {
+    /// A directory that cannot be entered is changed itself (in `leave`) and not walked, as
+    /// before; the scan cannot see into it.
+    fn unreadable(&mut self, n: &Node<'_>, _e: ExecError) -> Result<(), ExecError> {
+        if !matches!(self.change, Some((.., true))) {
+            if let Ok(fd) = open_beneath(
+                Some(n.dir),
+                Path::new(std::ffi::OsStr::from_bytes(n.name.as_bytes())),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+            ) {
+                self.apply(&fd);
+            }
+        }
+        Ok(())
+    }
+
     fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
         if self.policy.jail.is_denied(n.path) {
             return Ok(false);
@@ -763,4 +794,32 @@ pub fn open_for_read(
     }
     let path = fd_path(&r.fd).unwrap_or(r.path);
     Ok((std::fs::File::from(r.fd), st, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_changes_without_cap_chown() {
+        let r = OwnerRights {
+            euid: 1000,
+            egid: 100,
+            groups: vec![100, 27],
+            cap_chown: false,
+        };
+        assert!(check_owner(None, None, &r).is_ok());
+        assert!(check_owner(Some(1000), Some(100), &r).is_ok());
+        assert!(check_owner(None, Some(27), &r).is_ok());
+        for (u, g) in [(Some(0), None), (Some(1001), Some(100)), (None, Some(0))] {
+            let e = check_owner(u, g, &r).unwrap_err();
+            assert!(matches!(e, ExecError::Invalid(_)), "{u:?} {g:?}");
+            assert!(e.to_string().contains("CAP_CHOWN"), "{e}");
+        }
+        let with_cap = OwnerRights {
+            cap_chown: true,
+            ..r
+        };
+        assert!(check_owner(Some(0), Some(0), &with_cap).is_ok());
+    }
 }

@@ -458,3 +458,65 @@ fn tree_parent(
         path,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn re(p: &str) -> Regex {
+        RegexBuilder::new(p).multi_line(true).build().unwrap()
+    }
+
+    #[test]
+    fn substitute_matches_replacen() {
+        let r = re("(a)(?P<n>b)?");
+        for (data, rep, expand, limit) in [
+            (&b"abxaab"[..], &b"<$1|${n}|$$>"[..], true, 0),
+            (b"abxaab", b"<$1>", false, 0),
+            (b"abxaab", b"$2$2", true, 1),
+            (b"nothing", b"x", true, 0),
+            (b"", b"x", true, 0),
+        ] {
+            let want = if expand {
+                r.replacen(data, limit, rep)
+            } else {
+                r.replacen(data, limit, regex::bytes::NoExpand(rep))
+            };
+            let (got, n) = substitute(&r, data, limit, rep, expand, usize::MAX).unwrap();
+            if n > 0 {
+                assert_eq!(got, want.as_ref(), "{data:?} {rep:?}");
+            } else {
+                assert_eq!(want.as_ref(), data);
+            }
+        }
+        // Empty matches, as replacen does them.
+        let e = re("x*");
+        assert_eq!(
+            substitute(&e, b"ab", 0, b"-", false, usize::MAX).unwrap(),
+            (b"-a-b-".to_vec(), 3)
+        );
+    }
+
+    #[test]
+    fn substitute_stops_at_the_budget() {
+        let r = re("a");
+        let data = vec![b'a'; 1000];
+        assert_eq!(
+            substitute(&r, &data, 0, &[b'R'; 100], false, 10_000),
+            Err(Overflow::Budget)
+        );
+        assert_eq!(
+            substitute(&re("a+"), &data, 0, b"$0$0$0", true, 2999),
+            Err(Overflow::Budget)
+        );
+        assert_eq!(
+            substitute(&re("a+"), &data, 0, b"$0$0$0", true, 3000).map(|(v, n)| (v.len(), n)),
+            Ok((3000, 1))
+        );
+        // Exactly at the budget is fine.
+        assert_eq!(
+            substitute(&r, &data, 0, b"bb", false, 2000).map(|(v, n)| (v.len(), n)),
+            Ok((2000, 1000))
+        );
+    }
+}

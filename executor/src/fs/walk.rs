@@ -45,6 +45,11 @@ pub trait Visitor {
     fn enter(&mut self, node: &Node<'_>) -> Result<bool, ExecError>;
     /// Every entry: a directory after its children, anything else once.
     fn leave(&mut self, node: &Node<'_>) -> Result<(), ExecError>;
+    /// A directory that could not be opened or listed (no permission, say). By default the
+    /// walk fails with the wording of a missing path; `Ok(())` skips the directory.
+    fn unreadable(&mut self, _node: &Node<'_>, e: ExecError) -> Result<(), ExecError> {
+        Err(e)
+    }
 }
 
 struct Frame {
@@ -120,13 +125,22 @@ pub fn walk(
                 Ok(fd) => fd,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => continue, // now a link
-                Err(e) => return Err(map_errno(display, e)),
+                Err(e) => {
+                    v.unreadable(&node, map_errno(display, e))?;
+                    continue;
+                }
             };
             match fstat(&fd) {
                 Ok(now) if now.st_dev == st.st_dev && now.st_ino == st.st_ino => {}
                 _ => continue, // swapped since the lstat
             }
-            let names = list(&fd, display)?;
+            let names = match list(&fd, display) {
+                Ok(n) => n,
+                Err(e) => {
+                    v.unreadable(&node, e)?;
+                    continue;
+                }
+            };
             stack.push(Frame {
                 fd,
                 path,
