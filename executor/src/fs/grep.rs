@@ -21,8 +21,11 @@
 //!   (non-UTF-8 bytes read as U+FFFD). A line longer than `max_line_bytes` is cut to at most
 //!   that many bytes on a UTF-8 character boundary (and still returned: the seed's schema text
 //!   says such lines are "skipped", the issue asks for the cut; see `line_content`).
-//! * `truncated` is true when a match was dropped by `max_matches` or a line was cut by
-//!   `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
+//! * The reply is budgeted while it is built: matches past `REPLY_BUDGET_BYTES` (32 MiB,
+//!   estimated as their paths and contents) are dropped like those past `max_matches`, so a
+//!   reply always fits a frame.
+//! * `truncated` is true when a match was dropped by `max_matches` or the reply budget, or a
+//!   line was cut by `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
 //!   `truncated: true` when anything matched).
 //!
 //! Security: the root is resolved through the jail. Every file is then opened relative to the

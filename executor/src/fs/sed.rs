@@ -25,7 +25,9 @@
 //!   whose rewrite failed is listed with `success: false`. A root that is missing, denied or
 //!   outside the jail fails the whole call (S211 / S215).
 //! * `fs.max_write_bytes` (0 = unlimited): a file whose result would exceed it fails with an
-//!   S218-style message and is left untouched.
+//!   S218-style message and is left untouched. The result is built against the cap (see
+//!   `substitute`), so it is never allocated past it; with no cap, a refused allocation fails
+//!   the file the same way instead of aborting the executor.
 
 use std::ffi::OsString;
 use std::io::Read;
