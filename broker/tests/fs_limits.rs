@@ -398,3 +398,143 @@ async fn a_grep_reply_over_the_frame_limit_is_truncated_not_lost() {
     assert_eq!(r["matches"][n - 1]["line"], n as u64);
     executor_alive(&h, &root).await;
 }
+
+/// A small deterministic PRNG (xorshift64*), so a failing seed can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Every path below `dir` (links not followed), with its kind, sorted: a tree's fingerprint.
+fn fingerprint(dir: &Path) -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir {
+                todo.push(e.path());
+            }
+            out.push((e.path(), is_dir));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A random tree below `base/name`: a chain of `depth` directories, with files, hidden
+/// entries, and symlinks (loops, links to the root, to `/`) scattered along it and beside it.
+/// Returns (depth, holds a hidden entry).
+fn random_tree(rng: &mut Rng, base: &Path, name: &str, max_depth: u64) -> (usize, bool) {
+    let top = base.join(name);
+    std::fs::create_dir(&top).unwrap();
+    let depth = rng.below(max_depth) as usize;
+    let mut hidden = false;
+    let mut cur = top.clone();
+    for level in 0..=depth {
+        for w in 0..rng.below(4) {
+            let side = cur.join(format!("w{w}"));
+            std::fs::create_dir(&side).unwrap();
+            std::fs::write(side.join("f"), "needle\n").unwrap();
+        }
+        match rng.below(8) {
+            0 => std::os::unix::fs::symlink("..", cur.join("up")).unwrap(),
+            1 => std::os::unix::fs::symlink("loop", cur.join("loop")).unwrap(),
+            2 => std::os::unix::fs::symlink(&top, cur.join("top")).unwrap(),
+            3 => std::os::unix::fs::symlink("/", cur.join("slash")).unwrap(),
+            4 if rng.below(6) == 0 => {
+                std::fs::write(cur.join(".env"), "SECRET").unwrap();
+                hidden = true;
+            }
+            5 if rng.below(6) == 0 => {
+                std::fs::write(cur.join("k.pem"), "SECRET").unwrap();
+                hidden = true;
+            }
+            _ => std::fs::write(cur.join("f"), "needle\n").unwrap(),
+        }
+        if level < depth {
+            cur = cur.join("d");
+            std::fs::create_dir(&cur).unwrap();
+        }
+    }
+    (depth, hidden)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_hostile_trees_for_every_recursive_operation() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let h = Harness::new(config(&root)).await;
+    let seed0 = 0x9e37_79b9_7f4a_7c15u64;
+    for case in 0..16u64 {
+        let seed = seed0 ^ (case + 1).wrapping_mul(0x1000_0000_01b3);
+        let mut rng = Rng(seed);
+        let name = format!("t{case}");
+        // Every fourth case may pass the walk bound.
+        let max = if case % 4 == 3 { 400 } else { 60 };
+        let (depth, hidden) = random_tree(&mut rng, &root, &name, max);
+        let what = format!("case {case} (seed {seed:#x}, depth {depth}, hidden {hidden})");
+        let too_deep = depth > MAX_TREE_DEPTH;
+
+        for (f, p) in [
+            (
+                "shell::fs::grep",
+                json!({"path": name, "pattern": "needle"}),
+            ),
+            (
+                "shell::fs::sed",
+                json!({"path": name, "pattern": "needle", "replacement": "needle"}),
+            ),
+        ] {
+            let r = call_within(&h, f, p).await;
+            assert!(r.is_ok(), "{what}: {f}: {r:?}");
+        }
+        let r = call_within(
+            &h,
+            "shell::fs::chmod",
+            json!({"path": name, "mode": "0750", "recursive": true}),
+        )
+        .await;
+        match r {
+            Ok(_) => assert!(!too_deep, "{what}: chmod walked past the bound"),
+            Err(e) => assert!(too_deep && e.code == "S218", "{what}: chmod: {e:?}"),
+        }
+        let before = fingerprint(&root.join(&name));
+        let r = call_within(
+            &h,
+            "shell::fs::rm",
+            json!({"path": name, "recursive": true}),
+        )
+        .await;
+        match r {
+            Ok(_) => {
+                assert!(!hidden && !too_deep, "{what}: rm removed it");
+                assert!(!root.join(&name).exists(), "{what}: still there");
+            }
+            Err(e) => {
+                // Whichever the scan meets first: a hidden entry or the bound.
+                let ok = (hidden && e.code == "S211") || (too_deep && e.code == "S218");
+                assert!(ok, "{what}: rm: {e:?}");
+                assert_eq!(
+                    fingerprint(&root.join(&name)),
+                    before,
+                    "{what}: rm deleted part"
+                );
+            }
+        }
+        executor_alive(&h, &root).await;
+    }
+}
