@@ -2990,3 +2990,36 @@ async fn workspace_list_page_size_zero_and_relative_read_bytes_unjailed() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chmod_chowns_when_the_pinned_envelope_keeps_cap_chown() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test needs root (CAP_CHOWN to keep); run it as root");
+    }
+    let j = Jailed::new();
+    let mut c = j.config();
+    c.confinement.capabilities = vec!["CAP_CHOWN".into()];
+    let pin_dir = tempdir();
+    let pin = pin_dir.path().join("envelope.yaml");
+    std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let pin = s(&pin);
+    let h = Harness::with_args(c, &["--pin-config", &pin]).await;
+    std::fs::create_dir_all(j.root.join("d/e")).unwrap();
+    std::fs::write(j.root.join("d/e/f"), "x").unwrap();
+    let r = h
+        .ok(
+            "shell::fs::chmod",
+            json!({"path": "d", "mode": "0750", "uid": 4321, "gid": 8765, "recursive": true}),
+        )
+        .await;
+    assert_eq!(r["entries_changed"], 3, "{r}");
+    for p in ["d", "d/e", "d/e/f"] {
+        let md = std::fs::symlink_metadata(j.root.join(p)).unwrap();
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777),
+            (4321, 8765, 0o750),
+            "{p}"
+        );
+    }
+}

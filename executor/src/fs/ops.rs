@@ -394,10 +394,13 @@ pub fn chmod(
         )
         .map_err(|e| map_errno(input, e))
     };
-    // A mode that keeps the owner's read and search bits is applied to a directory before
-    // its children (so a tree that was closed can be opened again); one that removes them
-    // after its children (so they can still be reached when it is applied).
-    let pre_order = mode & 0o500 == 0o500;
+    // A change after which the executor can still read and search a directory is applied
+    // to it before its children (so a tree that was closed can be opened again); one that
+    // takes that away (mode 0000, or a chown to another owner) after its children, so they
+    // can still be reached when it is applied. Decided per directory (`keeps_access`).
+    let rights = OwnerRights::current();
+    let root_st = fstat(&fd).map_err(|e| map_errno(input, e))?;
+    let pre_order = keeps_access(&root_st, mode, uid, gid, &rights);
     let mut changed = 0u64;
     let mut root_done = false;
     if pre_order && dir().is_err() {
@@ -413,18 +416,22 @@ pub fn chmod(
         &path,
         input,
         MAX_TREE_DEPTH,
-        &mut ChmodTree::scan(policy),
+        &mut ChmodTree::scan(policy, &rights),
     )?;
+    // Walk before changing the root when the change closes it to us; the walk's own fd
+    // is opened now, while the root is still open.
+    let tree_fd = dir()?;
     if pre_order && !root_done {
         change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
         changed += 1;
     }
     let mut tree = ChmodTree {
         policy,
-        change: Some((mode, uid, gid, pre_order)),
+        rights: &rights,
+        change: Some((mode, uid, gid)),
         changed: 0,
     };
-    walk(dir()?, &path, input, MAX_TREE_DEPTH, &mut tree)?;
+    walk(tree_fd, &path, input, MAX_TREE_DEPTH, &mut tree)?;
     changed += tree.changed;
     if !pre_order {
         change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
@@ -479,43 +486,78 @@ pub fn check_owner(uid: Option<u32>, gid: Option<u32>, r: &OwnerRights) -> Resul
     Ok(())
 }
 
+/// Whether the executor can still list and search a directory (`st`) once `mode`, `uid`
+/// and `gid` are applied to it: by the owner bits when it will own it, else by the group
+/// bits when the group is one of its own, else by the other bits.
+pub fn keeps_access(
+    st: &libc::stat,
+    mode: u32,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    r: &OwnerRights,
+) -> bool {
+    let owner = uid.unwrap_or(st.st_uid);
+    let group = gid.unwrap_or(st.st_gid);
+    let need = if owner == r.euid {
+        0o500
+    } else if group == r.egid || r.groups.contains(&group) {
+        0o050
+    } else {
+        0o005
+    };
+    mode & need == need
+}
+
 /// The recursive part of `chmod`: a scan (`change: None`) or the change itself. Symlinks and
 /// hidden entries are skipped, never followed; hidden directories are not entered.
 struct ChmodTree<'a> {
     policy: &'a Policy,
-    change: Option<(u32, Option<u32>, Option<u32>, bool)>,
+    rights: &'a OwnerRights,
+    change: Option<(u32, Option<u32>, Option<u32>)>,
     changed: u64,
 }
 
 impl<'a> ChmodTree<'a> {
-    fn scan(policy: &'a Policy) -> ChmodTree<'a> {
+    fn scan(policy: &'a Policy, rights: &'a OwnerRights) -> ChmodTree<'a> {
         ChmodTree {
             policy,
+            rights,
             change: None,
             changed: 0,
         }
     }
 
     fn apply(&mut self, fd: &OwnedFd) {
-        if let Some((mode, uid, gid, _)) = self.change {
+        if let Some((mode, uid, gid)) = self.change {
             if change(fd, mode, uid, gid).is_ok() {
                 self.changed += 1;
             }
         }
     }
+
+    /// Whether this directory is changed before its children.
+    fn first(&self, st: &libc::stat) -> bool {
+        self.change
+            .is_some_and(|(mode, uid, gid)| keeps_access(st, mode, uid, gid, self.rights))
+    }
+
+    fn open_dir_path(n: &Node<'_>) -> Option<OwnedFd> {
+        open_beneath(
+            Some(n.dir),
+            Path::new(std::ffi::OsStr::from_bytes(n.name.as_bytes())),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+        )
+        .ok()
+    }
 }
 
 impl Visitor for ChmodTree<'_> {
-    /// A directory that cannot be entered is changed itself (in `leave`) and not walked, as
-    /// before; the scan cannot see into it.
+    /// A directory that cannot be entered is changed itself and not walked, as before; the
+    /// scan cannot see into it.
     fn unreadable(&mut self, n: &Node<'_>, _e: ExecError) -> Result<(), ExecError> {
-        if !matches!(self.change, Some((.., true))) {
-            if let Ok(fd) = open_beneath(
-                Some(n.dir),
-                Path::new(std::ffi::OsStr::from_bytes(n.name.as_bytes())),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
-                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-            ) {
+        if self.change.is_some() && !self.first(n.st) {
+            if let Some(fd) = Self::open_dir_path(n) {
                 self.apply(&fd);
             }
         }
@@ -526,13 +568,8 @@ impl Visitor for ChmodTree<'_> {
         if self.policy.jail.is_denied(n.path) {
             return Ok(false);
         }
-        if matches!(self.change, Some((.., true))) {
-            if let Ok(fd) = open_beneath(
-                Some(n.dir),
-                Path::new(std::ffi::OsStr::from_bytes(n.name.as_bytes())),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
-                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-            ) {
+        if self.first(n.st) {
+            if let Some(fd) = Self::open_dir_path(n) {
                 self.apply(&fd);
             }
         }
@@ -544,7 +581,7 @@ impl Visitor for ChmodTree<'_> {
             return Ok(());
         }
         if let Some(own) = n.own {
-            if !matches!(self.change, Some((.., true))) {
+            if !self.first(n.st) {
                 self.apply(own);
             }
             return Ok(());
@@ -821,5 +858,30 @@ mod tests {
             ..r
         };
         assert!(check_owner(Some(0), Some(0), &with_cap).is_ok());
+    }
+
+    #[test]
+    fn access_after_a_change() {
+        let r = OwnerRights {
+            euid: 0,
+            egid: 0,
+            groups: vec![],
+            cap_chown: true,
+        };
+        // SAFETY: all-zero is a valid stat (plain integers).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        st.st_uid = 0;
+        st.st_gid = 0;
+        assert!(keeps_access(&st, 0o700, None, None, &r));
+        assert!(keeps_access(&st, 0o500, None, None, &r));
+        assert!(!keeps_access(&st, 0o300, None, None, &r));
+        assert!(!keeps_access(&st, 0o000, None, None, &r));
+        // Given away: only the group or other bits count then.
+        assert!(!keeps_access(&st, 0o750, Some(4321), Some(8765), &r));
+        assert!(keeps_access(&st, 0o750, Some(4321), None, &r));
+        assert!(keeps_access(&st, 0o705, Some(4321), Some(8765), &r));
+        st.st_uid = 4321;
+        assert!(keeps_access(&st, 0o700, Some(0), None, &r));
+        assert!(!keeps_access(&st, 0o700, None, Some(1), &r));
     }
 }
