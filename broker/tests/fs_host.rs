@@ -706,8 +706,10 @@ async fn chmod_changes_modes_owners_and_never_follows_links() {
             assert_ne!(md.uid(), 4321, "a link inside the walk was chowned");
         }
         Err(e) => {
-            assert_eq!(e.code, "S211", "{e:?}");
-            assert_eq!(e.message, "path not found or not accessible: d");
+            // Refused before anything changed: the mode is still 0750 from above... and the
+            // executor says why.
+            assert_eq!(e.code, "S210", "{e:?}");
+            assert!(e.message.contains("CAP_CHOWN"), "{e:?}");
             assert_eq!(std::fs::metadata(root.join("d")).unwrap().uid(), uid);
         }
     }
@@ -2194,10 +2196,10 @@ async fn workspace_roots_list_validate_and_read_bytes() {
     assert_eq!(names, ["a", "b", "c", "link-a", "secrets", "src"], "{r}");
     for e in r["entries"].as_array().unwrap() {
         assert_eq!(e["kind"], "dir");
-        assert_eq!(
-            e["path"],
-            s(&root.join("proj").join(e["name"].as_str().unwrap()))
-        );
+        // Canonical: the symlinked child is listed at the directory it resolves to.
+        let name = e["name"].as_str().unwrap();
+        let want = if name == "link-a" { "a" } else { name };
+        assert_eq!(e["path"], s(&root.join("proj").join(want)));
     }
     let r = h
         .ok(
@@ -2691,4 +2693,333 @@ async fn large_inline_writes_are_streamed_whole() {
         names(&j.root)
     );
     j.outside_untouched();
+}
+
+// ---------------------------------------------------------------- issue 12: fs calls
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_without_owner_read_reports_created() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    for m in ["0000", "0100", "0200", "0300"] {
+        let name = format!("m{m}");
+        let r = h
+            .ok("shell::fs::mkdir", json!({"path": name, "mode": m}))
+            .await;
+        assert_eq!(
+            r,
+            json!({"created": true, "path": s(&j.root.join(&name)), "already_existed": false}),
+            "{m}"
+        );
+        assert_eq!(format!("{:04o}", mode_of(&j.root.join(&name))), m);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chmod_refuses_a_chown_it_cannot_do_before_changing_anything() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    std::fs::create_dir_all(j.root.join("d/e")).unwrap();
+    std::fs::write(j.root.join("d/e/f"), "x").unwrap();
+    for p in ["d", "d/e", "d/e/f"] {
+        std::fs::set_permissions(j.root.join(p), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The test executor holds no capabilities (confinement.capabilities is empty).
+    for (who, payload) in [
+        (
+            "uid",
+            json!({"path": "d", "mode": "0700", "uid": 4321, "recursive": true}),
+        ),
+        ("gid", json!({"path": "d/e/f", "mode": "0700", "gid": 8765})),
+    ] {
+        let e = expect_code(&h, "shell::fs::chmod", payload, "S210").await;
+        assert!(
+            e.message.contains("CAP_CHOWN") && e.message.contains("nothing was changed"),
+            "{who}: {e:?}"
+        );
+        for p in ["d", "d/e", "d/e/f"] {
+            assert_eq!(mode_of(&j.root.join(p)), 0o755, "{who}: {p} changed");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recursive_chmod_to_0000_and_back_changes_the_whole_tree() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    std::fs::create_dir_all(j.root.join("d/e/g")).unwrap();
+    std::fs::write(j.root.join("d/e/f"), "x").unwrap();
+    std::fs::write(j.root.join("d/top"), "x").unwrap();
+    let all = ["d", "d/e", "d/e/g", "d/e/f", "d/top"];
+    let r = h
+        .ok(
+            "shell::fs::chmod",
+            json!({"path": "d", "mode": "0000", "recursive": true}),
+        )
+        .await;
+    assert_eq!(r["entries_changed"], 5, "{r}");
+    for p in all {
+        assert_eq!(mode_of(&j.root.join(p)), 0, "{p}");
+    }
+    // Opening it up again works too: a directory is changed before its children then.
+    let r = h
+        .ok(
+            "shell::fs::chmod",
+            json!({"path": "d", "mode": "0750", "recursive": true}),
+        )
+        .await;
+    assert_eq!(r["entries_changed"], 5, "{r}");
+    for p in all {
+        assert_eq!(mode_of(&j.root.join(p)), 0o750, "{p}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rm_of_a_tree_holding_hidden_entries_deletes_nothing() {
+    let j = Jailed::new();
+    let mut c = j.config();
+    c.fs.denylist_paths.push(s(&j.root.join("d3/deny")));
+    let h = Harness::new(c).await;
+    let root = &j.root;
+    // One tree per kind of hidden entry: a glob on the name, one on the path, a denylist entry.
+    for (d, hidden) in [("d1", "sub/.env"), ("d2", "sub/key.pem"), ("d3", "deny")] {
+        std::fs::create_dir_all(root.join(d).join("sub/deeper")).unwrap();
+        std::fs::write(root.join(d).join("a.txt"), "a").unwrap();
+        std::fs::write(root.join(d).join("sub/deeper/b.txt"), "b").unwrap();
+        std::fs::write(root.join(d).join(hidden), "SECRET").unwrap();
+        let before = walk(&root.join(d));
+        let e = expect_code(
+            &h,
+            "shell::fs::rm",
+            json!({"path": d, "recursive": true}),
+            "S211",
+        )
+        .await;
+        assert_eq!(e.message, format!("path not found or not accessible: {d}"));
+        assert_eq!(walk(&root.join(d)), before, "{d}: something was deleted");
+    }
+    // Non-recursive: a directory whose only entries are hidden answers the same way; one with
+    // a visible entry too is "not empty".
+    std::fs::create_dir(root.join("only")).unwrap();
+    std::fs::write(root.join("only/.env"), "SECRET").unwrap();
+    let e = expect_code(&h, "shell::fs::rm", json!({"path": "only"}), "S211").await;
+    assert_eq!(e.message, "path not found or not accessible: only");
+    assert!(root.join("only/.env").exists());
+    std::fs::write(root.join("only/visible"), "v").unwrap();
+    expect_code(&h, "shell::fs::rm", json!({"path": "only"}), "S214").await;
+    // Without hidden entries the tree goes.
+    std::fs::create_dir_all(root.join("plain/x/y")).unwrap();
+    std::fs::write(root.join("plain/x/y/z"), "z").unwrap();
+    h.ok("shell::fs::rm", json!({"path": "plain", "recursive": true}))
+        .await;
+    assert!(!root.join("plain").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_write_with_a_failing_entry_changes_no_target() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    let root = &j.root;
+    std::fs::write(root.join("old.txt"), "OLD").unwrap();
+    std::fs::create_dir(root.join("adir")).unwrap();
+    let before = names(root);
+    for (bad, code, needle) in [
+        (
+            json!({"path": "adir", "content": "x"}),
+            "S212",
+            "files[2] (adir)",
+        ),
+        (
+            json!({"path": "missing/f", "content": "x"}),
+            "S211",
+            "not accessible: missing/f",
+        ),
+        (
+            json!({"path": "../escape", "content": "x"}),
+            "S215",
+            "../escape",
+        ),
+    ] {
+        let e = expect_code(
+            &h,
+            "shell::fs::write",
+            json!({"files": [
+                {"path": "new.txt", "content": "NEW"},
+                {"path": "old.txt", "content": "REPLACED"},
+                bad,
+            ]}),
+            code,
+        )
+        .await;
+        assert!(e.message.contains(needle), "{e:?}");
+        assert_eq!(names(root), before, "a target or a temp file was left");
+        assert_eq!(std::fs::read(root.join("old.txt")).unwrap(), b"OLD");
+    }
+    j.outside_untouched();
+    // All valid: every entry lands.
+    let r = h
+        .ok(
+            "shell::fs::write",
+            json!({"files": [
+                {"path": "new.txt", "content": "NEW"},
+                {"path": "old.txt", "content": "REPLACED"},
+            ]}),
+        )
+        .await;
+    assert_eq!(r["bytes_written"], 11);
+    assert_eq!(std::fs::read(root.join("old.txt")).unwrap(), b"REPLACED");
+    assert_eq!(std::fs::read(root.join("new.txt")).unwrap(), b"NEW");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stat_with_a_trailing_slash_and_symlink_entries() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    let root = &j.root;
+    std::fs::write(root.join("file"), "12345").unwrap();
+    std::fs::set_permissions(root.join("file"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(root.join("dir")).unwrap();
+    std::os::unix::fs::symlink("file", root.join("link")).unwrap();
+    std::os::unix::fs::symlink("dir", root.join("dlink")).unwrap();
+    for p in ["file/", "link/"] {
+        let e = expect_code(&h, "shell::fs::stat", json!({"path": p}), "S212").await;
+        assert_eq!(e.message, format!("not a directory: {p}"));
+    }
+    let st = h.ok("shell::fs::stat", json!({"path": "dir/"})).await;
+    assert_eq!(st["is_dir"], true);
+    let st = h.ok("shell::fs::stat", json!({"path": "dlink/"})).await;
+    assert_eq!(st["is_dir"], true);
+    // A link's entry describes its target, all of it; only is_symlink describes the link.
+    let md = std::fs::metadata(root.join("file")).unwrap();
+    let st = h.ok("shell::fs::stat", json!({"path": "link"})).await;
+    assert_eq!(
+        st,
+        json!({"name": "link", "is_dir": false, "is_symlink": true, "mode": "0600", "size": 5, "mtime": md.mtime()})
+    );
+    let ls = h.ok("shell::fs::ls", json!({"path": "."})).await;
+    let link = ls["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "link")
+        .unwrap()
+        .clone();
+    assert_eq!(link, st);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_jail_root_says_roots_cannot_be_moved() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    std::fs::create_dir(j.root.join("sub")).unwrap();
+    for (src, dst) in [
+        (s(&j.root), "sub/moved".to_string()),
+        (".".to_string(), "sub/moved".to_string()),
+        ("sub".to_string(), s(&j.root)),
+    ] {
+        let e = expect_code(
+            &h,
+            "shell::fs::mv",
+            json!({"src": src, "dst": dst, "overwrite": true}),
+            "S210",
+        )
+        .await;
+        assert!(e.message.contains("jail roots cannot be moved"), "{e:?}");
+    }
+    assert!(j.root.join("sub").is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_list_page_size_zero_and_relative_read_bytes_unjailed() {
+    let j = Jailed::new();
+    let h = Harness::new(j.config()).await;
+    std::fs::create_dir_all(j.root.join("p/a")).unwrap();
+    let e = expect_code(
+        &h,
+        "shell::workspace::list",
+        json!({"path": "p", "page_size": 0}),
+        "S210",
+    )
+    .await;
+    assert!(e.message.contains("page_size"), "{e:?}");
+    drop(h);
+
+    // Unjailed, a relative path anchors like coder::* anchors it: the working directory,
+    // then /tmp.
+    let mut c = Config::builtin_default();
+    c.fs.host_roots.clear();
+    c.fs.allow_unjailed = true;
+    let h = Harness::new(c).await;
+    let dir = tempfile::Builder::new()
+        .prefix("iii-rb-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::write(dir.path().join("f.txt"), "anchored").unwrap();
+    let name = dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let rel = format!("{name}/f.txt");
+    let r = h
+        .ok("shell::workspace::read-bytes", json!({"path": rel}))
+        .await;
+    assert_eq!(b64(&r), b"anchored");
+    assert_eq!(r["path"], s(&canon(&dir.path().join("f.txt"))));
+    let e = expect_code(
+        &h,
+        "shell::workspace::read-bytes",
+        json!({"path": "no-such-dir-iii/f"}),
+        "S211",
+    )
+    .await;
+    assert_eq!(
+        e.message,
+        "path not found or not accessible: no-such-dir-iii/f"
+    );
+    expect_code(
+        &h,
+        "shell::workspace::read-bytes",
+        json!({"path": "../etc/hostname"}),
+        "S215",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chmod_chowns_when_the_pinned_envelope_keeps_cap_chown() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test needs root (CAP_CHOWN to keep); run it as root");
+    }
+    let j = Jailed::new();
+    let mut c = j.config();
+    c.confinement.capabilities = vec!["CAP_CHOWN".into()];
+    let pin_dir = tempdir();
+    let pin = pin_dir.path().join("envelope.yaml");
+    std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let pin = s(&pin);
+    let h = Harness::with_args(c, &["--pin-config", &pin]).await;
+    std::fs::create_dir_all(j.root.join("d/e")).unwrap();
+    std::fs::write(j.root.join("d/e/f"), "x").unwrap();
+    let r = h
+        .ok(
+            "shell::fs::chmod",
+            json!({"path": "d", "mode": "0750", "uid": 4321, "gid": 8765, "recursive": true}),
+        )
+        .await;
+    assert_eq!(r["entries_changed"], 3, "{r}");
+    for p in ["d", "d/e", "d/e/f"] {
+        let md = std::fs::symlink_metadata(j.root.join(p)).unwrap();
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777),
+            (4321, 8765, 0o750),
+            "{p}"
+        );
+    }
 }

@@ -120,9 +120,19 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     Err(_) => break,
                 },
             };
-            if let Err(e) = send_queued(&writer_half, &frame).await {
-                tracing::warn!(error = %e, "write to broker failed");
-                break;
+            match send_queued(&writer_half, &frame).await {
+                Ok(()) => {}
+                // Nothing was written: drop that frame, keep the connection.
+                Err(FrameError::TooLarge(n)) => {
+                    tracing::warn!(
+                        bytes = n,
+                        "a frame to the broker exceeded the frame limit; dropped it"
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "write to broker failed");
+                    break;
+                }
             }
         }
     });
@@ -247,16 +257,73 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
 /// Sends a reply: written directly when the socket is free (no hop through the writer task),
 /// queued for the writer task otherwise.
 async fn reply(wr: &SharedWriter, tx: &mpsc::Sender<ServerFrame>, frame: ServerFrame) {
-    if let Ok(bytes) = encode(&frame) {
-        match send_now(wr, bytes) {
+    let frame = match encode(&frame) {
+        Ok(bytes) => match send_now(wr, bytes) {
             Ok(Sent::Done) => return,
-            Ok(Sent::Busy) => {}
+            Ok(Sent::Busy) => frame,
             Err(e) => {
                 tracing::warn!(error = %e, "write to broker failed");
                 return;
             }
-        }
-    }
-    // Busy, or too large to encode (the writer task logs that and closes the connection).
+        },
+        Err(e) => oversized_reply(frame, &e),
+    };
     let _ = tx.send(frame).await;
+}
+
+/// The last line of defence behind the reply budgets: a reply that cannot be encoded (over
+/// the frame limit) is answered with an S218 error for the same id, so the call returns
+/// instead of waiting forever.
+fn oversized_reply(frame: ServerFrame, e: &FrameError) -> ServerFrame {
+    let ServerFrame::Reply { id, .. } = frame else {
+        return frame;
+    };
+    tracing::warn!(id, error = %e, "reply too large for a frame; answering S218 instead");
+    ServerFrame::Reply {
+        id,
+        result: Err(iii_shell_protocol::WireError::new(
+            iii_shell_protocol::Code::S218,
+            format!("the reply is too large to send ({e}); narrow the request (a smaller max_matches, a narrower path or glob)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iii_shell_protocol::fs::{FsReply, LsResponse};
+    use iii_shell_protocol::messages::Reply;
+
+    #[test]
+    fn an_oversized_reply_becomes_an_s218_error_for_the_same_id() {
+        let big = LsResponse {
+            entries: (0..200_000)
+                .map(|i| iii_shell_protocol::fs::FsEntry {
+                    name: format!("{i:0>250}"),
+                    is_dir: false,
+                    is_symlink: false,
+                    mode: "0644".into(),
+                    size: 0,
+                    mtime: 0,
+                })
+                .collect(),
+        };
+        let frame = ServerFrame::Reply {
+            id: 7,
+            result: Ok(Reply::Fs(FsReply::Ls(big))),
+        };
+        let e = encode(&frame).unwrap_err();
+        let small = oversized_reply(frame, &e);
+        match &small {
+            ServerFrame::Reply {
+                id: 7,
+                result: Err(w),
+            } => {
+                assert_eq!(w.code, "S218");
+                assert!(w.message.contains("too large"), "{w:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(encode(&small).is_ok());
+    }
 }

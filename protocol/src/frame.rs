@@ -10,6 +10,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Largest frame either side accepts: two full 16 MiB output buffers plus headroom.
 pub const MAX_FRAME_BYTES: usize = 40 << 20;
 
+/// What a reply that grows with its input (`fs::grep` matches, say) may occupy while it is
+/// built: below [`MAX_FRAME_BYTES`], so such a reply is cut (`truncated: true`, or S218 where
+/// the schema has no flag) long before the frame limit would refuse it.
+pub const REPLY_BUDGET_BYTES: usize = 32 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("connection closed")]

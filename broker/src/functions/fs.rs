@@ -369,8 +369,43 @@ async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result
             }
         }
     }
-    // Each file is its own request; large inline content is streamed to the executor so no
-    // single socket frame has to carry it.
+    // A batch of inline entries that fits one frame goes to the executor as one request,
+    // which stages every entry as a fsynced temp file before renaming any: all or nothing.
+    let inline_total = planned.iter().try_fold(0usize, |n, p| match &p.content {
+        WriteContentWire::Inline(text) => Some(n + text.len()),
+        WriteContentWire::Stream(_) => None,
+    });
+    if batch && inline_total.is_some_and(|n| n <= INLINE_FRAME_MAX) {
+        let files = planned
+            .into_iter()
+            .map(|p| WriteFile {
+                data: match p.content {
+                    WriteContentWire::Inline(text) => text.into_bytes(),
+                    WriteContentWire::Stream(_) => Vec::new(), // excluded above
+                },
+                path: p.path,
+                mode: p.mode,
+                parents: p.parents,
+            })
+            .collect::<Vec<_>>();
+        let n = files.len();
+        return match host(services, FsOp::Write { files }).await? {
+            FsReply::Write(w) if n == 1 => to_value(&WriteResponse {
+                bytes_written: w.bytes_written,
+                path: String::new(),
+                files: vec![WriteFileResult {
+                    path: w.path,
+                    bytes_written: w.bytes_written,
+                }],
+            }),
+            FsReply::Write(w) => to_value(&w),
+            _ => Err(unexpected_reply()),
+        };
+    }
+    // Otherwise (streamed or large entries) each file is its own request, and large inline
+    // content is streamed to the executor so no single socket frame has to carry it. Such a
+    // batch is validated up front (above) but not staged across requests: an entry that
+    // fails at the executor leaves the entries before it written.
     let mut results = Vec::new();
     for p in planned {
         let w = match p.content {

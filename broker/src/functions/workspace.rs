@@ -65,6 +65,12 @@ pub async fn dispatch(
         "shell::workspace::list" => {
             let r: WorkspaceListRequest = parse(&payload)?;
             path_ok(&r.path)?;
+            if r.page_size == Some(0) {
+                return Err(WireError::new(
+                    Code::S210,
+                    "page_size must be at least 1 (omit it for the default)",
+                ));
+            }
             FsOp::WorkspaceList {
                 path: r.path,
                 page_size: r.page_size,

@@ -95,10 +95,15 @@ impl TempFile {
 
     /// fsync, rename over the target, fsync the directory.
     pub fn commit(mut self) -> Result<u64, ExecError> {
-        let file = self
-            .file
-            .take()
-            .ok_or_else(|| ExecError::Internal("temp file already closed".into()))?;
+        self.stage()?;
+        self.install()
+    }
+
+    /// Completes the temp file: its final mode, fsynced and closed; the target is untouched.
+    pub fn stage(&mut self) -> Result<(), ExecError> {
+        let Some(file) = self.file.take() else {
+            return Ok(()); // already staged
+        };
         // Without CAP_FSETID every write() clears setuid/setgid: apply the mode once more now
         // that the content is complete.
         if self.mode & 0o6000 != 0 {
@@ -108,7 +113,14 @@ impl TempFile {
             }
         }
         file.sync_all().map_err(io("fsync"))?;
-        drop(file);
+        Ok(())
+    }
+
+    /// Renames the staged temp file over the target and fsyncs the directory.
+    pub fn install(mut self) -> Result<u64, ExecError> {
+        if self.file.is_some() {
+            self.stage()?;
+        }
         // SAFETY: renameat within one directory fd we own, with NUL-terminated names. The
         // target is replaced atomically; a symlink at the target is replaced, not followed.
         let rc = unsafe {

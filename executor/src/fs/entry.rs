@@ -35,17 +35,21 @@ pub fn is_file(st: &libc::stat) -> bool {
 }
 
 /// An entry from the path's own stat (`lst`) and, for a symlink, its target's stat (`target`,
-/// None when the link is broken or leads outside the jail).
+/// None when the link is broken or leads outside the jail). `is_symlink` describes the path
+/// itself; everything else (`is_dir`, `size`, `mode`, `mtime`) describes one inode
+/// consistently: the target when the link resolves inside the jail, else the link itself.
 pub fn entry(name: String, lst: &libc::stat, target: Option<&libc::stat>) -> FsEntry {
-    let followed = if is_symlink(lst) { target } else { Some(lst) };
+    let shown = if is_symlink(lst) {
+        target.unwrap_or(lst)
+    } else {
+        lst
+    };
     FsEntry {
         name,
-        is_dir: followed.is_some_and(is_dir),
+        is_dir: is_dir(shown),
         is_symlink: is_symlink(lst),
-        mode: mode_string(lst.st_mode),
-        size: followed
-            .map(|s| s.st_size as u64)
-            .unwrap_or(lst.st_size as u64),
-        mtime: lst.st_mtime,
+        mode: mode_string(shown.st_mode),
+        size: shown.st_size as u64,
+        mtime: shown.st_mtime,
     }
 }

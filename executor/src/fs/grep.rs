@@ -21,8 +21,11 @@
 //!   (non-UTF-8 bytes read as U+FFFD). A line longer than `max_line_bytes` is cut to at most
 //!   that many bytes on a UTF-8 character boundary (and still returned: the seed's schema text
 //!   says such lines are "skipped", the issue asks for the cut; see `line_content`).
-//! * `truncated` is true when a match was dropped by `max_matches` or a line was cut by
-//!   `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
+//! * The reply is budgeted while it is built: matches past `REPLY_BUDGET_BYTES` (32 MiB,
+//!   estimated as their paths and contents) are dropped like those past `max_matches`, so a
+//!   reply always fits a frame.
+//! * `truncated` is true when a match was dropped by `max_matches` or the reply budget, or a
+//!   line was cut by `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
 //!   `truncated: true` when anything matched).
 //!
 //! Security: the root is resolved through the jail. Every file is then opened relative to the
@@ -43,6 +46,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{WalkBuilder, WalkState};
+use iii_shell_protocol::frame::REPLY_BUDGET_BYTES;
 use iii_shell_protocol::fs::{FsMatch, GrepResponse, GrepSpec};
 
 use crate::error::ExecError;
@@ -143,6 +147,7 @@ fn search_one(
         return;
     }
     let matches = std::mem::take(&mut sink.matches);
+    sink.bytes = 0;
     lock(collector).add(sink.path, matches, sink.more, sink.cut);
 }
 
@@ -151,7 +156,16 @@ struct Collector {
     limit: usize,
     files: BTreeMap<Vec<u8>, Vec<FsMatch>>,
     count: usize,
+    /// Estimated encoded size of what is kept, against `budget`.
+    bytes: usize,
+    budget: usize,
     truncated: bool,
+}
+
+/// The encoded size of one match, near enough to budget a reply (postcard: the strings and
+/// a few bytes of lengths and the line number).
+fn match_bytes(m: &FsMatch) -> usize {
+    m.path.len() + m.content.len() + 16
 }
 
 /// A sort key that orders paths like `Path`'s component-wise order, but compares with one
@@ -167,18 +181,28 @@ fn sort_key(path: &Path) -> Vec<u8> {
 
 impl Collector {
     fn new(limit: usize) -> Collector {
+        Collector::with_budget(limit, REPLY_BUDGET_BYTES)
+    }
+
+    fn with_budget(limit: usize, budget: usize) -> Collector {
         Collector {
             limit,
             files: BTreeMap::new(),
             count: 0,
+            bytes: 0,
+            budget,
             truncated: false,
         }
+    }
+
+    fn full(&self) -> bool {
+        self.count >= self.limit || self.bytes >= self.budget
     }
 
     /// True when the set is full and `path` sorts after every file in it, so none of its
     /// matches could be kept.
     fn beyond(&self, path: &Path) -> bool {
-        self.count >= self.limit
+        self.full()
             && self
                 .files
                 .last_key_value()
@@ -192,21 +216,24 @@ impl Collector {
         }
         self.truncated |= cut;
         self.count += matches.len();
+        self.bytes += matches.iter().map(match_bytes).sum::<usize>();
         self.files.insert(sort_key(path), matches);
-        // Drop matches from the end (largest path, last lines) until the set fits.
-        while self.count > self.limit {
+        // Drop matches from the end (largest path, last lines) until the set fits both the
+        // count and the reply budget.
+        while self.count > self.limit || self.bytes > self.budget {
             let Some(mut last) = self.files.last_entry() else {
                 break;
             };
-            let excess = self.count - self.limit;
             self.truncated = true;
-            if last.get().len() <= excess {
-                self.count -= last.get().len();
+            let v = last.get_mut();
+            let Some(m) = v.pop() else {
                 last.remove();
-            } else {
-                let v = last.get_mut();
-                v.truncate(v.len() - excess);
-                self.count -= excess;
+                continue;
+            };
+            self.count -= 1;
+            self.bytes -= match_bytes(&m);
+            if v.is_empty() {
+                last.remove();
             }
         }
     }
@@ -220,6 +247,8 @@ struct FileSink<'p> {
     /// `path` as the wire string, made on the first match.
     shown: Option<String>,
     matches: Vec<FsMatch>,
+    /// Estimated encoded size of `matches`: a file stops adding at the reply budget.
+    bytes: usize,
     more: bool,
     cut: bool,
     binary: bool,
@@ -233,6 +262,7 @@ impl<'p> FileSink<'p> {
             path,
             shown: None,
             matches: Vec::new(),
+            bytes: 0,
             more: false,
             cut: false,
             binary: false,
@@ -250,7 +280,7 @@ impl Sink for FileSink<'_> {
     ) -> Result<bool, std::io::Error> {
         let first = mat.line_number().unwrap_or(0);
         for (i, line) in mat.lines().enumerate() {
-            if self.matches.len() >= self.cap {
+            if self.matches.len() >= self.cap || self.bytes >= REPLY_BUDGET_BYTES {
                 self.more = true;
                 return Ok(false);
             }
@@ -260,11 +290,13 @@ impl Sink for FileSink<'_> {
             let shown = self
                 .shown
                 .get_or_insert_with(|| path.to_string_lossy().into_owned());
-            self.matches.push(FsMatch {
+            let m = FsMatch {
                 path: shown.clone(),
                 line: first + i as u64,
                 content,
-            });
+            };
+            self.bytes += match_bytes(&m);
+            self.matches.push(m);
         }
         Ok(true)
     }

@@ -6,6 +6,7 @@ pub mod grep;
 pub mod ops;
 pub mod sed;
 pub mod stream;
+pub mod walk;
 pub mod workspace;
 
 use std::future::Future;

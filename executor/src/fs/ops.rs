@@ -11,8 +11,11 @@ use iii_shell_protocol::fs::{
     WriteFileResult, WriteResponse,
 };
 
-use super::atomic::write_atomic;
+use std::os::unix::ffi::OsStrExt;
+
+use super::atomic::TempFile;
 use super::entry::{entry, is_dir, is_file, is_symlink, statat};
+use super::walk::{walk, Node, Visitor, MAX_TREE_DEPTH};
 use crate::error::ExecError;
 use crate::jail::{fd_path, fstat, map_errno, open_beneath, Parent};
 use crate::policy::Policy;
@@ -89,6 +92,21 @@ fn not_dir_or_missing(policy: &Policy, input: &str) -> Option<ExecError> {
 }
 
 pub fn stat(policy: &Policy, input: &str) -> Result<FsEntry, ExecError> {
+    // A trailing slash asks for a directory (following a final symlink, as POSIX does).
+    if input.len() > 1 && input.ends_with('/') {
+        // The kernel says ENOTDIR for `file/`, which would read as missing: resolve the path
+        // without the slash and judge the type here.
+        let bare = input.trim_end_matches('/');
+        let bare = if bare.is_empty() { "/" } else { bare };
+        let r = policy
+            .jail
+            .resolve(bare)
+            .map_err(|e| echo_input(e, input))?;
+        let st = fstat(&r.fd).map_err(|e| map_errno(input, e))?;
+        if !is_dir(&st) {
+            return Err(ExecError::WrongType(format!("not a directory: {input}")));
+        }
+    }
     match policy.jail.parent(input, false) {
         Ok(parent) => {
             let lst =
@@ -147,16 +165,17 @@ pub fn mkdir(
         return Err(map_errno(input, e));
     }
     // The umask may have narrowed the mode: set it exactly, on the directory we just made.
+    // O_PATH needs no permission on the directory itself, so a mode without owner read
+    // (0000, 0300, ...) still gets here; the directory exists now, so this is `created`.
     let fd = open_beneath(
         Some(&parent.dir),
         Path::new(&parent.name),
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
     )
     .map_err(|e| map_errno(input, e))?;
-    // SAFETY: fchmod on a descriptor we own.
-    unsafe {
-        libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t);
+    if let Err(e) = change(&fd, mode, None, None) {
+        tracing::warn!(path = %path, error = %e, "mkdir: could not set the exact mode; the umask's mode stays");
     }
     Ok(MkdirResponse {
         created: true,
@@ -189,18 +208,43 @@ pub fn rm(policy: &Policy, input: &str, recursive: bool) -> Result<RmResponse, E
     let name = parent.c_name();
     let st = statat(&parent.dir, &name, true).map_err(|e| map_errno(input, e))?;
     if is_dir(&st) {
-        if recursive {
-            let dir = open_beneath(
+        let dir = || {
+            open_beneath(
                 Some(&parent.dir),
                 Path::new(&parent.name),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
             )
-            .map_err(|e| map_errno(input, e))?;
-            empty_dir(policy, &dir, &parent.path, input)?;
+            .map_err(|e| map_errno(input, e))
+        };
+        if recursive {
+            // Scan first: a tree holding an entry the caller may not see is refused whole,
+            // with the wording of a missing path, before anything is deleted (deleting the
+            // rest and then failing would both lose data and reveal the hidden entry).
+            walk(
+                dir()?,
+                &parent.path,
+                input,
+                MAX_TREE_DEPTH,
+                &mut RmScan { policy, input },
+            )?;
+            walk(
+                dir()?,
+                &parent.path,
+                input,
+                MAX_TREE_DEPTH,
+                &mut RmDelete { policy, input },
+            )?;
         }
         unlinkat(&parent.dir, &name, libc::AT_REMOVEDIR).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => ExecError::NotEmpty(input.to_string()),
+            Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
+                // Only hidden entries left (non-recursive): say no more than "not accessible".
+                if only_hidden(policy, dir, &parent.path) {
+                    ExecError::NotFound(input.to_string())
+                } else {
+                    ExecError::NotEmpty(input.to_string())
+                }
+            }
             _ => map_errno(input, e),
         })?;
     } else {
@@ -221,45 +265,74 @@ fn unlinkat(dir: &OwnedFd, name: &CStr, flags: i32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Removes everything inside `dir` (never following symlinks), skipping denied entries.
-fn empty_dir(
+/// True when the directory still holds entries and every one of them is hidden.
+fn only_hidden(
     policy: &Policy,
-    dir: &OwnedFd,
+    dir: impl Fn() -> Result<OwnedFd, ExecError>,
     dir_path: &Path,
-    input: &str,
-) -> Result<(), ExecError> {
-    let listing = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-        .map_err(|e| map_errno(input, e))?;
+) -> bool {
+    let Ok(fd) = dir() else { return false };
+    let Ok(listing) = std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+        return false;
+    };
+    let mut any = false;
     for item in listing.flatten() {
-        let name = item.file_name();
-        let full = dir_path.join(&name);
-        if policy.jail.is_denied(&full) {
-            continue;
+        if !policy.jail.is_denied(&dir_path.join(item.file_name())) {
+            return false;
         }
-        let c = cstr(&name)?;
-        let Ok(st) = statat(dir, &c, true) else {
-            continue;
-        };
-        if is_dir(&st) {
-            let sub = open_beneath(
-                Some(dir),
-                Path::new(&name),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-            )
-            .map_err(|e| map_errno(input, e))?;
-            empty_dir(policy, &sub, &full, input)?;
-            unlinkat(dir, &c, libc::AT_REMOVEDIR).map_err(|e| match e.raw_os_error() {
+        any = true;
+    }
+    any
+}
+
+/// The first pass of `rm -r`: refuses the whole tree when it holds a hidden entry.
+struct RmScan<'a> {
+    policy: &'a Policy,
+    input: &'a str,
+}
+
+impl Visitor for RmScan<'_> {
+    fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
+        self.leave(n).map(|()| true)
+    }
+    fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
+        if self.policy.jail.is_denied(n.path) {
+            return Err(ExecError::NotFound(self.input.to_string()));
+        }
+        Ok(())
+    }
+}
+
+/// The second pass of `rm -r`: deletes children before their directory. An entry that became
+/// hidden since the scan (a command raced it in) is kept, and the call fails like the scan.
+struct RmDelete<'a> {
+    policy: &'a Policy,
+    input: &'a str,
+}
+
+impl Visitor for RmDelete<'_> {
+    fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
+        if self.policy.jail.is_denied(n.path) {
+            return Err(ExecError::NotFound(self.input.to_string()));
+        }
+        Ok(true)
+    }
+    fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
+        if self.policy.jail.is_denied(n.path) {
+            return Err(ExecError::NotFound(self.input.to_string()));
+        }
+        let flags = if is_dir(n.st) { libc::AT_REMOVEDIR } else { 0 };
+        match unlinkat(n.dir, n.name, flags) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(match e.raw_os_error() {
                 Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
-                    ExecError::NotEmpty(input.to_string())
+                    ExecError::NotEmpty(self.input.to_string())
                 }
-                _ => map_errno(input, e),
-            })?;
-        } else {
-            unlinkat(dir, &c, 0).map_err(|e| map_errno(input, e))?;
+                _ => map_errno(self.input, e),
+            }),
         }
     }
-    Ok(())
 }
 
 pub fn chmod(
@@ -302,24 +375,231 @@ pub fn chmod(
         }
         Err(e) => return Err(e),
     };
-    let mut changed = 0u64;
-    change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
-    changed += 1;
-    if recursive && fstat(&fd).is_ok_and(|st| is_dir(&st)) {
-        let dir = open_beneath(
+    check_owner(uid, gid, &OwnerRights::current())?;
+    let is_directory = fstat(&fd).is_ok_and(|st| is_dir(&st));
+    if !(recursive && is_directory) {
+        change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
+        return Ok(ChmodResponse {
+            entries_changed: 1,
+            path: display(&path),
+            recursive,
+        });
+    }
+    let dir = || {
+        open_beneath(
             Some(&fd),
             Path::new("."),
             libc::O_RDONLY | libc::O_DIRECTORY,
             libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
         )
-        .map_err(|e| map_errno(input, e))?;
-        changed += chmod_tree(policy, &dir, &path, mode, uid, gid);
+        .map_err(|e| map_errno(input, e))
+    };
+    // A change after which the executor can still read and search a directory is applied
+    // to it before its children (so a tree that was closed can be opened again); one that
+    // takes that away (mode 0000, or a chown to another owner) after its children, so they
+    // can still be reached when it is applied. Decided per directory (`keeps_access`).
+    let rights = OwnerRights::current();
+    let root_st = fstat(&fd).map_err(|e| map_errno(input, e))?;
+    let pre_order = keeps_access(&root_st, mode, uid, gid, &rights);
+    let mut changed = 0u64;
+    let mut root_done = false;
+    if pre_order && dir().is_err() {
+        // A closed root can only be walked once it is open again.
+        change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
+        changed += 1;
+        root_done = true;
+    }
+    // Scan first, so a tree past the depth bound is refused before anything changes (what a
+    // closed directory holds is only seen once the change below has opened it).
+    walk(
+        dir()?,
+        &path,
+        input,
+        MAX_TREE_DEPTH,
+        &mut ChmodTree::scan(policy, &rights),
+    )?;
+    // Walk before changing the root when the change closes it to us; the walk's own fd
+    // is opened now, while the root is still open.
+    let tree_fd = dir()?;
+    if pre_order && !root_done {
+        change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
+        changed += 1;
+    }
+    let mut tree = ChmodTree {
+        policy,
+        rights: &rights,
+        change: Some((mode, uid, gid)),
+        changed: 0,
+    };
+    walk(tree_fd, &path, input, MAX_TREE_DEPTH, &mut tree)?;
+    changed += tree.changed;
+    if !pre_order {
+        change(&fd, mode, uid, gid).map_err(|e| map_errno(input, e))?;
+        changed += 1;
     }
     Ok(ChmodResponse {
         entries_changed: changed,
         path: display(&path),
         recursive,
     })
+}
+
+/// What the executor itself may do about ownership: its ids, its groups and `CAP_CHOWN`.
+pub struct OwnerRights {
+    pub euid: u32,
+    pub egid: u32,
+    pub groups: Vec<u32>,
+    pub cap_chown: bool,
+}
+
+impl OwnerRights {
+    pub fn current() -> OwnerRights {
+        OwnerRights {
+            euid: nix::unistd::geteuid().as_raw(),
+            egid: nix::unistd::getegid().as_raw(),
+            groups: nix::unistd::getgroups()
+                .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default(),
+            cap_chown: caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_CHOWN)
+                .unwrap_or(false),
+        }
+    }
+}
+
+/// Whether a chown to `uid`/`gid` can succeed, decided before anything is changed: without
+/// `CAP_CHOWN` (the executor holds it only when `confinement.capabilities` names it) the
+/// owner can only stay the executor's own user and the group become one of its groups.
+pub fn check_owner(uid: Option<u32>, gid: Option<u32>, r: &OwnerRights) -> Result<(), ExecError> {
+    if r.cap_chown {
+        return Ok(());
+    }
+    if let Some(u) = uid.filter(|&u| u != r.euid) {
+        return Err(ExecError::Invalid(format!(
+            "cannot give files to uid {u}: the executor does not hold CAP_CHOWN (add it to confinement.capabilities to allow chown); nothing was changed"
+        )));
+    }
+    if let Some(g) = gid.filter(|&g| g != r.egid && !r.groups.contains(&g)) {
+        return Err(ExecError::Invalid(format!(
+            "cannot give files to gid {g}: it is not one of the executor's groups and the executor does not hold CAP_CHOWN (add it to confinement.capabilities to allow chown); nothing was changed"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the executor can still list and search a directory (`st`) once `mode`, `uid`
+/// and `gid` are applied to it: by the owner bits when it will own it, else by the group
+/// bits when the group is one of its own, else by the other bits.
+pub fn keeps_access(
+    st: &libc::stat,
+    mode: u32,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    r: &OwnerRights,
+) -> bool {
+    let owner = uid.unwrap_or(st.st_uid);
+    let group = gid.unwrap_or(st.st_gid);
+    let need = if owner == r.euid {
+        0o500
+    } else if group == r.egid || r.groups.contains(&group) {
+        0o050
+    } else {
+        0o005
+    };
+    mode & need == need
+}
+
+/// The recursive part of `chmod`: a scan (`change: None`) or the change itself. Symlinks and
+/// hidden entries are skipped, never followed; hidden directories are not entered.
+struct ChmodTree<'a> {
+    policy: &'a Policy,
+    rights: &'a OwnerRights,
+    change: Option<(u32, Option<u32>, Option<u32>)>,
+    changed: u64,
+}
+
+impl<'a> ChmodTree<'a> {
+    fn scan(policy: &'a Policy, rights: &'a OwnerRights) -> ChmodTree<'a> {
+        ChmodTree {
+            policy,
+            rights,
+            change: None,
+            changed: 0,
+        }
+    }
+
+    fn apply(&mut self, fd: &OwnedFd) {
+        if let Some((mode, uid, gid)) = self.change {
+            if change(fd, mode, uid, gid).is_ok() {
+                self.changed += 1;
+            }
+        }
+    }
+
+    /// Whether this directory is changed before its children.
+    fn first(&self, st: &libc::stat) -> bool {
+        self.change
+            .is_some_and(|(mode, uid, gid)| keeps_access(st, mode, uid, gid, self.rights))
+    }
+
+    fn open_dir_path(n: &Node<'_>) -> Option<OwnedFd> {
+        open_beneath(
+            Some(n.dir),
+            Path::new(std::ffi::OsStr::from_bytes(n.name.as_bytes())),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+        )
+        .ok()
+    }
+}
+
+impl Visitor for ChmodTree<'_> {
+    /// A directory that cannot be entered is changed itself and not walked, as before; the
+    /// scan cannot see into it.
+    fn unreadable(&mut self, n: &Node<'_>, _e: ExecError) -> Result<(), ExecError> {
+        if self.change.is_some() && !self.first(n.st) {
+            if let Some(fd) = Self::open_dir_path(n) {
+                self.apply(&fd);
+            }
+        }
+        Ok(())
+    }
+
+    fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
+        if self.policy.jail.is_denied(n.path) {
+            return Ok(false);
+        }
+        if self.first(n.st) {
+            if let Some(fd) = Self::open_dir_path(n) {
+                self.apply(&fd);
+            }
+        }
+        Ok(true)
+    }
+
+    fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
+        if self.change.is_none() || is_symlink(n.st) || self.policy.jail.is_denied(n.path) {
+            return Ok(());
+        }
+        if let Some(own) = n.own {
+            if !self.first(n.st) {
+                self.apply(own);
+            }
+            return Ok(());
+        }
+        let Ok(fd) = open_beneath(
+            Some(n.dir),
+            Path::new(std::ffi::OsStr::from_bytes(n.name.as_bytes())),
+            libc::O_PATH | libc::O_NOFOLLOW,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+        ) else {
+            return Ok(());
+        };
+        if fstat(&fd).map_or(true, |st| is_symlink(&st)) {
+            return Ok(()); // swapped for a link since the lstat
+        }
+        self.apply(&fd);
+        Ok(())
+    }
 }
 
 /// chmod/chown through an `O_PATH` fd: `/proc/self/fd/N` names the inode itself, so no
@@ -342,70 +622,36 @@ fn change(fd: &OwnedFd, mode: u32, uid: Option<u32>, gid: Option<u32>) -> std::i
     Ok(())
 }
 
-/// Applies the change to everything under `dir`; symlinks are skipped, never followed.
-fn chmod_tree(
-    policy: &Policy,
-    dir: &OwnedFd,
-    dir_path: &Path,
-    mode: u32,
-    uid: Option<u32>,
-    gid: Option<u32>,
-) -> u64 {
-    let mut n = 0;
-    let Ok(listing) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
-        return 0;
+/// `parent()` of a path that names a jail root fails as "does not name an entry"; say what
+/// actually happened instead.
+fn mv_parent(policy: &Policy, input: &str) -> Result<Parent, ExecError> {
+    let roots_cannot_move = || {
+        ExecError::Invalid(format!(
+            "{input} is a jail root, and jail roots cannot be moved or replaced; move the entries inside it instead"
+        ))
     };
-    for item in listing.flatten() {
-        let name = item.file_name();
-        let full = dir_path.join(&name);
-        if policy.jail.is_denied(&full) {
-            continue;
+    match policy.jail.parent(input, false) {
+        Ok(p) if policy.jail.is_root(&p.path) => Err(roots_cannot_move()),
+        Ok(p) => Ok(p),
+        Err(ExecError::Invalid(_))
+            if policy
+                .jail
+                .resolve(input)
+                .is_ok_and(|r| policy.jail.is_root(&r.path)) =>
+        {
+            Err(roots_cannot_move())
         }
-        let Ok(c) = cstr(&name) else { continue };
-        let Ok(st) = statat(dir, &c, true) else {
-            continue;
-        };
-        if is_symlink(&st) {
-            continue;
-        }
-        let flags = if is_dir(&st) {
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW
-        } else {
-            libc::O_PATH | libc::O_NOFOLLOW
-        };
-        let Ok(fd) = open_beneath(
-            Some(dir),
-            Path::new(&name),
-            flags,
-            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-        ) else {
-            continue;
-        };
-        if fstat(&fd).map_or(true, |st| is_symlink(&st)) {
-            continue; // swapped for a link since the lstat above
-        }
-        if change(&fd, mode, uid, gid).is_ok() {
-            n += 1;
-        }
-        if is_dir(&st) {
-            n += chmod_tree(policy, &fd, &full, mode, uid, gid);
-        }
+        Err(e) => Err(e),
     }
-    n
 }
 
 pub fn mv(policy: &Policy, src: &str, dst: &str, overwrite: bool) -> Result<MvResponse, ExecError> {
-    let from = policy.jail.parent(src, false)?;
-    if policy.jail.is_root(&from.path) {
-        return Err(ExecError::Invalid(format!(
-            "refusing to move a jail root: {src}"
-        )));
-    }
+    let from = mv_parent(policy, src)?;
     // Moving an ancestor of a denylisted path would expose it under a new name.
     if policy.jail.holds_denied(&from.path) {
         return Err(ExecError::NotFound(src.to_string()));
     }
-    let to = policy.jail.parent(dst, false)?;
+    let to = mv_parent(policy, dst)?;
     let (fc, tc) = (from.c_name(), to.c_name());
     statat(&from.dir, &fc, true).map_err(|e| map_errno(src, e))?;
     let existed = statat(&to.dir, &tc, true).is_ok();
@@ -488,18 +734,59 @@ pub fn write_target(
     Ok(parent)
 }
 
-pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteResponse, ExecError> {
-    for f in files {
-        check_write_cap(policy, f.data.len() as u64, &f.path)?;
-        check_mode(policy, f.mode)?;
+/// Says which entry of a batch failed (a single write keeps its message as it is). A
+/// not-found or escape already names the entry's own path, in the wording shared with
+/// missing paths.
+fn name_entry(e: ExecError, i: usize, n: usize, path: &str) -> ExecError {
+    if n == 1 {
+        return e;
     }
-    let mut results = Vec::with_capacity(files.len());
-    for f in files {
-        let parent = write_target(policy, &f.path, f.mode, f.parents)?;
-        let n = write_atomic(&parent, &f.data, f.mode).map_err(|e| echo_input(e, &f.path))?;
+    let at = |m: String| format!("files[{i}] ({path}): {m}; no file was written");
+    match e {
+        ExecError::Invalid(m) => ExecError::Invalid(at(m)),
+        ExecError::WrongType(m) => ExecError::WrongType(at(m)),
+        ExecError::TooLarge(m) => ExecError::TooLarge(at(m)),
+        ExecError::Internal(m) => ExecError::Internal(at(m)),
+        other => other,
+    }
+}
+
+/// Inline writes. A batch is all-or-nothing: every entry is validated and staged as a
+/// complete, fsynced temp file beside its target before the first rename, so a failing entry
+/// leaves every target as it was (the staged temp files are removed). Only a rename itself
+/// failing part-way (a target swapped for a directory between staging and renaming) can leave
+/// the earlier entries of the batch installed.
+pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteResponse, ExecError> {
+    let n = files.len();
+    for (i, f) in files.iter().enumerate() {
+        check_write_cap(policy, f.data.len() as u64, &f.path)
+            .map_err(|e| name_entry(e, i, n, &f.path))?;
+        check_mode(policy, f.mode).map_err(|e| name_entry(e, i, n, &f.path))?;
+    }
+    let mut staged = Vec::with_capacity(n);
+    for (i, f) in files.iter().enumerate() {
+        let stage = || {
+            let parent = write_target(policy, &f.path, f.mode, f.parents)?;
+            let mut t = TempFile::create(&parent, f.mode)?;
+            t.write(&f.data)?;
+            t.stage()?;
+            Ok::<_, ExecError>((display(&parent.path), t))
+        };
+        staged.push(
+            stage()
+                .map_err(|e| echo_input(e, &f.path))
+                .map_err(|e| name_entry(e, i, n, &f.path))?,
+        );
+    }
+    let mut results = Vec::with_capacity(n);
+    for (i, (path, t)) in staged.into_iter().enumerate() {
+        let bytes_written = t
+            .install()
+            .map_err(|e| echo_input(e, &files[i].path))
+            .map_err(|e| name_entry(e, i, n, &files[i].path))?;
         results.push(WriteFileResult {
-            path: display(&parent.path),
-            bytes_written: n,
+            path,
+            bytes_written,
         });
     }
     Ok(match results.len() {
@@ -544,4 +831,57 @@ pub fn open_for_read(
     }
     let path = fd_path(&r.fd).unwrap_or(r.path);
     Ok((std::fs::File::from(r.fd), st, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_changes_without_cap_chown() {
+        let r = OwnerRights {
+            euid: 1000,
+            egid: 100,
+            groups: vec![100, 27],
+            cap_chown: false,
+        };
+        assert!(check_owner(None, None, &r).is_ok());
+        assert!(check_owner(Some(1000), Some(100), &r).is_ok());
+        assert!(check_owner(None, Some(27), &r).is_ok());
+        for (u, g) in [(Some(0), None), (Some(1001), Some(100)), (None, Some(0))] {
+            let e = check_owner(u, g, &r).unwrap_err();
+            assert!(matches!(e, ExecError::Invalid(_)), "{u:?} {g:?}");
+            assert!(e.to_string().contains("CAP_CHOWN"), "{e}");
+        }
+        let with_cap = OwnerRights {
+            cap_chown: true,
+            ..r
+        };
+        assert!(check_owner(Some(0), Some(0), &with_cap).is_ok());
+    }
+
+    #[test]
+    fn access_after_a_change() {
+        let r = OwnerRights {
+            euid: 0,
+            egid: 0,
+            groups: vec![],
+            cap_chown: true,
+        };
+        // SAFETY: all-zero is a valid stat (plain integers).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        st.st_uid = 0;
+        st.st_gid = 0;
+        assert!(keeps_access(&st, 0o700, None, None, &r));
+        assert!(keeps_access(&st, 0o500, None, None, &r));
+        assert!(!keeps_access(&st, 0o300, None, None, &r));
+        assert!(!keeps_access(&st, 0o000, None, None, &r));
+        // Given away: only the group or other bits count then.
+        assert!(!keeps_access(&st, 0o750, Some(4321), Some(8765), &r));
+        assert!(keeps_access(&st, 0o750, Some(4321), None, &r));
+        assert!(keeps_access(&st, 0o705, Some(4321), Some(8765), &r));
+        st.st_uid = 4321;
+        assert!(keeps_access(&st, 0o700, Some(0), None, &r));
+        assert!(!keeps_access(&st, 0o700, None, Some(1), &r));
+    }
 }

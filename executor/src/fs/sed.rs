@@ -25,7 +25,9 @@
 //!   whose rewrite failed is listed with `success: false`. A root that is missing, denied or
 //!   outside the jail fails the whole call (S211 / S215).
 //! * `fs.max_write_bytes` (0 = unlimited): a file whose result would exceed it fails with an
-//!   S218-style message and is left untouched.
+//!   S218-style message and is left untouched. The result is built against the cap (see
+//!   `substitute`), so it is never allocated past it; with no cap, a refused allocation fails
+//!   the file the same way instead of aborting the executor.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use iii_shell_protocol::fs::{FsSedFileResult, SedResponse, SedSpec};
-use regex::bytes::{Captures, NoExpand, Regex, RegexBuilder, Replacer};
+use regex::bytes::{Regex, RegexBuilder};
 
 use crate::error::ExecError;
 use crate::fs::atomic::write_atomic;
@@ -108,22 +110,80 @@ struct Edit<'a> {
     allow_special_bits: bool,
 }
 
-/// A `Replacer` that counts what it replaces.
-struct Counting<'a> {
-    replacement: &'a [u8],
-    expand: bool,
-    count: u64,
+/// Why a substitution stopped before its end.
+#[derive(Debug, PartialEq)]
+enum Overflow {
+    /// The result would pass the budget (`fs.max_write_bytes`).
+    Budget,
+    /// The allocator refused the memory (only reachable with no budget: 0 = unlimited).
+    Memory,
 }
 
-impl Replacer for Counting<'_> {
-    fn replace_append(&mut self, caps: &Captures<'_>, dst: &mut Vec<u8>) {
-        self.count += 1;
-        if self.expand {
-            caps.expand(self.replacement, dst);
-        } else {
-            NoExpand(self.replacement).replace_append(caps, dst);
-        }
+/// Appends `bytes` to `out` unless that passes `budget`; never aborts on allocation failure.
+fn push(out: &mut Vec<u8>, bytes: &[u8], budget: usize) -> Result<(), Overflow> {
+    if out.len().saturating_add(bytes.len()) > budget {
+        return Err(Overflow::Budget);
     }
+    out.try_reserve(bytes.len()).map_err(|_| Overflow::Memory)?;
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// `re.replacen(data, limit, replacement)`, with `$1` / `${name}` expanded when `expand`,
+/// but building the result within `budget` bytes: it stops (and returns the overflow) as
+/// soon as the next piece would pass it, so no input can make it allocate past the budget
+/// (plus one replacement's literal text). Returns the result and the number of replacements.
+fn substitute(
+    re: &Regex,
+    data: &[u8],
+    limit: usize,
+    replacement: &[u8],
+    expand: bool,
+    budget: usize,
+) -> Result<(Vec<u8>, u64), Overflow> {
+    let mut out = Vec::new();
+    let mut count = 0u64;
+    let mut last = 0;
+    let mut scratch = Vec::new();
+    for caps in re.captures_iter(data) {
+        if limit > 0 && count as usize >= limit {
+            break;
+        }
+        let Some(m) = caps.get(0) else { continue };
+        push(&mut out, &data[last..m.start()], budget)?;
+        if expand {
+            let room = budget.saturating_sub(out.len());
+            let mut over = false;
+            scratch.clear();
+            regex_automata::util::interpolate::bytes(
+                replacement,
+                |i, dst: &mut Vec<u8>| {
+                    if let Some(g) = caps.get(i) {
+                        if dst.len() + g.len() > room || dst.try_reserve(g.len()).is_err() {
+                            over = true;
+                        } else {
+                            dst.extend_from_slice(g.as_bytes());
+                        }
+                    }
+                },
+                |name| re.capture_names().position(|n| n == Some(name)),
+                &mut scratch,
+            );
+            if over {
+                return Err(Overflow::Budget);
+            }
+            push(&mut out, &scratch, budget)?;
+        } else {
+            push(&mut out, replacement, budget)?;
+        }
+        count += 1;
+        last = m.end();
+    }
+    if count == 0 {
+        return Ok((Vec::new(), 0));
+    }
+    push(&mut out, &data[last..], budget)?;
+    Ok((out, count))
 }
 
 /// What happened to one file.
@@ -199,26 +259,39 @@ impl Edit<'_> {
         if skip_unfit && data.contains(&0) {
             return Ok(Outcome::Skipped);
         }
-        let mut counter = Counting {
-            replacement: self.replacement,
-            expand: self.expand,
-            count: 0,
+        let budget = if self.max_write > 0 {
+            usize::try_from(self.max_write).unwrap_or(usize::MAX)
+        } else {
+            usize::MAX
         };
-        let new = self.re.replacen(&data, self.limit, counter.by_ref());
-        if counter.count == 0 {
+        let (new, count) = match substitute(
+            &self.re,
+            &data,
+            self.limit,
+            self.replacement,
+            self.expand,
+            budget,
+        ) {
+            Ok(r) => r,
+            Err(Overflow::Budget) => {
+                return Err(ExecError::TooLarge(format!(
+                    "{display}: the result would exceed fs.max_write_bytes ({}); file left unchanged",
+                    self.max_write
+                )))
+            }
+            Err(Overflow::Memory) => {
+                return Err(ExecError::TooLarge(format!(
+                    "{display}: the result does not fit in memory; file left unchanged (set fs.max_write_bytes to bound it)"
+                )))
+            }
+        };
+        if count == 0 {
             return Ok(Outcome::Replaced(0));
-        }
-        if self.max_write > 0 && new.len() as u64 > self.max_write {
-            return Err(ExecError::TooLarge(format!(
-                "{display}: result of {} bytes exceeds fs.max_write_bytes ({}); file left unchanged",
-                new.len(),
-                self.max_write
-            )));
         }
         let parent = parent()?;
         same_file(&parent, st, display)?;
         write_atomic(&parent, &new, self.mode_for(st))?;
-        Ok(Outcome::Replaced(counter.count))
+        Ok(Outcome::Replaced(count))
     }
 }
 
@@ -386,4 +459,66 @@ fn tree_parent(
         name,
         path,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn re(p: &str) -> Regex {
+        RegexBuilder::new(p).multi_line(true).build().unwrap()
+    }
+
+    #[test]
+    fn substitute_matches_replacen() {
+        let r = re("(a)(?P<n>b)?");
+        for (data, rep, expand, limit) in [
+            (&b"abxaab"[..], &b"<$1|${n}|$$>"[..], true, 0),
+            (b"abxaab", b"<$1>", false, 0),
+            (b"abxaab", b"$2$2", true, 1),
+            (b"nothing", b"x", true, 0),
+            (b"", b"x", true, 0),
+        ] {
+            let want = if expand {
+                r.replacen(data, limit, rep)
+            } else {
+                r.replacen(data, limit, regex::bytes::NoExpand(rep))
+            };
+            let (got, n) = substitute(&r, data, limit, rep, expand, usize::MAX).unwrap();
+            if n > 0 {
+                assert_eq!(got, want.as_ref(), "{data:?} {rep:?}");
+            } else {
+                assert_eq!(want.as_ref(), data);
+            }
+        }
+        // Empty matches, as replacen does them.
+        let e = re("x*");
+        assert_eq!(
+            substitute(&e, b"ab", 0, b"-", false, usize::MAX).unwrap(),
+            (b"-a-b-".to_vec(), 3)
+        );
+    }
+
+    #[test]
+    fn substitute_stops_at_the_budget() {
+        let r = re("a");
+        let data = vec![b'a'; 1000];
+        assert_eq!(
+            substitute(&r, &data, 0, &[b'R'; 100], false, 10_000),
+            Err(Overflow::Budget)
+        );
+        assert_eq!(
+            substitute(&re("a+"), &data, 0, b"$0$0$0", true, 2999),
+            Err(Overflow::Budget)
+        );
+        assert_eq!(
+            substitute(&re("a+"), &data, 0, b"$0$0$0", true, 3000).map(|(v, n)| (v.len(), n)),
+            Ok((3000, 1))
+        );
+        // Exactly at the budget is fine.
+        assert_eq!(
+            substitute(&r, &data, 0, b"bb", false, 2000).map(|(v, n)| (v.len(), n)),
+            Ok((2000, 1000))
+        );
+    }
 }

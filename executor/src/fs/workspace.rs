@@ -2,6 +2,7 @@
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
+use std::path::{Component, Path, PathBuf};
 
 use base64::Engine;
 use iii_shell_protocol::fs::{
@@ -12,7 +13,7 @@ use iii_shell_protocol::fs::{
 use super::entry::{is_dir, statat};
 use super::ops::open_for_read;
 use crate::error::ExecError;
-use crate::jail::{fstat, map_errno};
+use crate::jail::{fstat, map_errno, normalize};
 use crate::policy::Policy;
 
 /// Default and largest page of `workspace::list`.
@@ -60,10 +61,16 @@ pub fn list(
     input: &str,
     page_size: Option<usize>,
 ) -> Result<WorkspaceListResponse, ExecError> {
+    let limit = match page_size {
+        None => LIST_DEFAULT_PAGE,
+        Some(0) => {
+            return Err(ExecError::Invalid(format!(
+                "page_size must be at least 1 (omit it for the default of {LIST_DEFAULT_PAGE}; at most {LIST_MAX_PAGE})"
+            )))
+        }
+        Some(n) => n.min(LIST_MAX_PAGE),
+    };
     let dir = validate_dir(policy, input)?;
-    let limit = page_size
-        .unwrap_or(LIST_DEFAULT_PAGE)
-        .clamp(1, LIST_MAX_PAGE);
     let listing = std::fs::read_dir(format!("/proc/self/fd/{}", dir.fd.as_raw_fd()))
         .map_err(|e| map_errno(input, e))?;
     let mut entries = Vec::new();
@@ -76,24 +83,22 @@ pub fn list(
         let Ok(c) = std::ffi::CString::new(name.as_encoded_bytes()) else {
             continue;
         };
-        // Symlinked directories are listed only when they lead to a directory in the jail.
-        let is_directory = match statat(&dir.fd, &c, true) {
-            Ok(st) if is_dir(&st) => true,
-            Ok(_) => policy
-                .jail
-                .resolve(&full.to_string_lossy())
-                .ok()
-                .and_then(|r| fstat(&r.fd).ok())
-                .is_some_and(|st| is_dir(&st)),
-            Err(_) => false,
+        // Every path is canonical: a symlinked child is listed (under its own name) at the
+        // directory it resolves to, and only when that is a directory inside the jail that
+        // is not denied; any other link is skipped.
+        let path = match statat(&dir.fd, &c, true) {
+            Ok(st) if is_dir(&st) => full,
+            Ok(_) => match policy.jail.resolve(&full.to_string_lossy()) {
+                Ok(r) if fstat(&r.fd).is_ok_and(|st| is_dir(&st)) => r.path,
+                _ => continue,
+            },
+            Err(_) => continue,
         };
-        if is_directory {
-            entries.push(WorkspaceEntry {
-                name: name.to_string_lossy().into_owned(),
-                path: full.to_string_lossy().into_owned(),
-                kind: WorkspaceEntryKind::Dir,
-            });
-        }
+        entries.push(WorkspaceEntry {
+            name: name.to_string_lossy().into_owned(),
+            path: path.to_string_lossy().into_owned(),
+            kind: WorkspaceEntryKind::Dir,
+        });
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     entries.truncate(limit);
@@ -121,6 +126,49 @@ pub fn validate(policy: &Policy, input: &str) -> Result<WorkspaceValidateRespons
     })
 }
 
+/// Where `coder::*` anchors relative paths when unjailed: the executor's working directory,
+/// then `/tmp` (the seed's fallback roots; they anchor relative paths only).
+fn fallback_roots() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::env::current_dir().into_iter().collect();
+    v.push(PathBuf::from("/tmp"));
+    v
+}
+
+/// A relative `read-bytes` path, anchored as `coder::*` anchors it. Jailed, the jail
+/// already resolves it beneath the primary root. Unjailed, it is tried beneath each fallback
+/// root in order and the first that holds it wins; a path that climbs out of them (`..`) is
+/// S215, one that is in none of them S211.
+fn anchor_relative(policy: &Policy, input: &str) -> Result<String, ExecError> {
+    if policy.jail.is_jailed() || input.starts_with('/') || input.is_empty() {
+        return Ok(input.to_string());
+    }
+    let rel = normalize(&Path::new("/").join(input));
+    if Path::new(input)
+        .components()
+        .scan(0i64, |depth, c| {
+            *depth += match c {
+                Component::ParentDir => -1,
+                Component::Normal(_) => 1,
+                _ => 0,
+            };
+            Some(*depth)
+        })
+        .any(|d| d < 0)
+    {
+        return Err(ExecError::Escape(input.to_string()));
+    }
+    let rel = rel.strip_prefix("/").unwrap_or(&rel).to_path_buf();
+    let roots = fallback_roots();
+    for root in &roots {
+        let cand = root.join(&rel);
+        let cand = cand.to_string_lossy();
+        if policy.jail.resolve(&cand).is_ok() {
+            return Ok(cand.into_owned());
+        }
+    }
+    Err(ExecError::NotFound(input.to_string()))
+}
+
 /// One base64 chunk of a file, at most [`READ_BYTES_MAX_CHUNK`] raw bytes.
 pub fn read_bytes(
     policy: &Policy,
@@ -128,7 +176,9 @@ pub fn read_bytes(
     offset: u64,
     length: u64,
 ) -> Result<WorkspaceReadBytesResponse, ExecError> {
-    let (mut file, st, path) = open_for_read(policy, input, false)?;
+    let anchored = anchor_relative(policy, input)?;
+    let (mut file, st, path) =
+        open_for_read(policy, &anchored, false).map_err(|e| super::ops::echo_input(e, input))?;
     let size = st.st_size as u64;
     let want = length.min(READ_BYTES_MAX_CHUNK);
     let mut buf = Vec::new();
