@@ -82,6 +82,9 @@
 //! | 111 | `shell::fs::mv secrets public` (`**/secrets/**`)         | S211, nothing moved (FIXED) |
 //! | 112 | a command renames `secrets/` to `public/`; fs reads a file in it | S211 (FIXED) |
 //! | 113 | a jailed command `cat .env x.pem secrets/k` (existing at policy build) | Permission denied (FIXED); LIMIT: a new file next to them cannot be opened |
+//! | 115 | jailed: write to / read from a pts the test opened on the host | not in the command's devpts (ENOENT; EACCES with O_CREAT); nothing reaches the pty (FIXED) |
+//! | 116 | unjailed default: the same                               | the same (FIXED) |
+//! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
 //! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
 
 mod common;
@@ -1680,4 +1683,77 @@ async fn escape_114_limit_non_accessible_file_created_later() {
         "S211",
     )
     .await;
+}
+
+// ------------------------------------------------------------------ terminals
+
+/// A pty opened by the test on the host: (master, slave path). The slave is kept open so
+/// the pts node exists while the command runs.
+fn host_pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd, String) {
+    let p = nix::pty::openpty(None, None).expect("openpty");
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", p.slave.as_raw_fd()))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(path.starts_with("/dev/pts/"), "{path}");
+    // Non-blocking, to check below that nothing was written to it.
+    nix::fcntl::fcntl(
+        &p.master,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    (p.master, p.slave, path)
+}
+
+async fn host_pty_unreachable(h: &Harness, cwd: Option<&str>) {
+    let (master, _slave, pts) = host_pty();
+    // Not there at all (a write with O_CREAT into devpts reads EACCES, a plain open ENOENT).
+    let o = run(h, cwd, &["sh", "-c", &format!("echo FAKE > {pts}")]).await;
+    o.denied();
+    let o = run(h, cwd, &["head", "-c1", &pts]).await;
+    o.failed_with("No such file or directory");
+    let o = run(h, cwd, &["sh", "-c", "ls /dev/pts"]).await;
+    o.ok();
+    assert_eq!(o.stdout, "ptmx\n", "{o:?}");
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        nix::unistd::read(&master, &mut buf),
+        Err(nix::errno::Errno::EAGAIN),
+        "something reached the host's pty"
+    );
+}
+
+#[tokio::test]
+async fn escape_115_jailed_command_cannot_reach_host_ptys() {
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let j = Jail::new();
+    let h = j.harness().await;
+    host_pty_unreachable(&h, Some(".")).await;
+}
+
+#[tokio::test]
+async fn escape_116_unjailed_command_cannot_reach_host_ptys() {
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let h = Harness::default().await;
+    host_pty_unreachable(&h, None).await;
+}
+
+#[tokio::test]
+async fn escape_117_command_allocates_its_own_pty() {
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let py = require!(python3(), "python3");
+    let script = "import os, pty\nm, s = pty.openpty()\nprint(os.ttyname(s))\nos.write(s, b'hi\\n')\nprint(os.read(m, 16))\n";
+    let j = Jail::new();
+    let jailed_h = j.harness().await;
+    let unjailed_h = Harness::default().await;
+    for (h, cwd) in [(&jailed_h, Some(".")), (&unjailed_h, None)] {
+        let o = run(h, cwd, &[py, "-c", script]).await;
+        o.ok();
+        assert_eq!(o.stdout, "/dev/pts/0\nb'hi\\r\\n'\n", "{o:?}");
+        if Path::new("/usr/bin/script").exists() {
+            let o = run(h, cwd, &["script", "-qec", "tty", "/dev/null"]).await;
+            o.ok();
+            assert!(o.stdout.contains("/dev/pts/"), "{o:?}");
+        }
+    }
 }
