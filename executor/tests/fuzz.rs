@@ -246,10 +246,41 @@ fn component() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Paths that reach something interesting in [`tree`], whole.
+const TARGETS: &[&str] = &[
+    "a/hardlink",
+    "public/k",
+    "denied",
+    ".env",
+    "a/to-denied",
+    "dotdot-out",
+    "rel-out/secret",
+    "abs-out/secret",
+    "in/../../outside/secret",
+    "a/../../outside/secret",
+    "slash/tmp",
+    "magic",
+    "fifo",
+    "loop1",
+    "self",
+];
+
 fn hostile_path() -> impl Strategy<Value = (u8, Vec<String>, bool)> {
+    let random = proptest::collection::vec(component(), 0..8);
+    // A known target, with random components before and after.
+    let aimed = (
+        proptest::collection::vec(component(), 0..2),
+        proptest::sample::select(TARGETS),
+        proptest::collection::vec(component(), 0..2),
+    )
+        .prop_map(|(mut pre, t, post)| {
+            pre.push(t.to_string());
+            pre.extend(post);
+            pre
+        });
     (
-        0u8..4,
-        proptest::collection::vec(component(), 0..12),
+        prop_oneof![3 => 0u8..2, 1 => 2u8..4],
+        prop_oneof![1 => random, 1 => aimed],
         any::<bool>(),
     )
 }
