@@ -711,6 +711,57 @@ mod tests {
     }
 
     #[test]
+    fn protected_entries_by_name_and_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap().join("root");
+        std::fs::create_dir_all(root.join("private")).unwrap();
+        std::fs::create_dir_all(root.join("sub/secrets/deeper")).unwrap();
+        std::fs::create_dir_all(root.join("clean")).unwrap();
+        std::fs::write(root.join("private/key.txt"), "K").unwrap();
+        std::fs::write(root.join(".env"), "E").unwrap();
+        std::fs::write(root.join("sub/secrets/deeper/k"), "S").unwrap();
+        std::fs::write(root.join("clean/ok"), "O").unwrap();
+        let mut jail = Jail::new(
+            &[root.to_string_lossy().into()],
+            &[root.join("private/key.txt").to_string_lossy().into()],
+            &["**/.env".to_string(), "**/secrets/**".to_string()],
+        )
+        .unwrap();
+        let p = jail.scan_protected();
+        let mut in_roots = p.in_roots.clone();
+        in_roots.sort();
+        assert_eq!(
+            in_roots,
+            [
+                root.join(".env"),
+                root.join("private/key.txt"),
+                root.join("sub/secrets/deeper"),
+            ]
+        );
+        assert!(!p.truncated);
+        // The key, .env, the deeper dir and its file.
+        assert_eq!(p.ids.len(), 4);
+        jail.set_protected(std::sync::Arc::new(p));
+        std::fs::hard_link(root.join("private/key.txt"), root.join("clean/link")).unwrap();
+        std::fs::rename(root.join("sub/secrets"), root.join("sub/open")).unwrap();
+        assert!(jail.is_denied(&root.join("clean/link")));
+        assert!(!jail.is_denied_by_name(&root.join("clean/link")));
+        assert!(jail.is_denied(&root.join("sub/open/deeper/k")));
+        assert!(!jail.is_denied(&root.join("clean/ok")));
+        assert!(matches!(
+            jail.resolve("clean/link"),
+            Err(ExecError::NotFound(_))
+        ));
+        assert!(jail.resolve("clean/ok").is_ok());
+        // Moving a tree that holds a protected entry is refused; a clean one is not.
+        assert!(jail.holds_denied(&root.join("private")));
+        assert!(jail.holds_denied(&root.join("sub")));
+        assert!(jail.holds_denied(&root.join("clean"))); // holds the hardlink
+        std::fs::remove_file(root.join("clean/link")).unwrap();
+        assert!(!jail.holds_denied(&root.join("clean")));
+    }
+
+    #[test]
     fn unjailed_resolution() {
         let jail = Jail::new(&[], &["/etc/shadow".to_string()], &[]).unwrap();
         assert!(jail.resolve("/etc").is_ok());
