@@ -183,7 +183,7 @@ fn warnings(
     }
     if config.fs.host_roots.is_empty() {
         w.push(
-            "unjailed (fs.allow_unjailed): commands may write anywhere except fs.denylist_paths"
+            "unjailed (fs.allow_unjailed): commands may read and write anywhere except confinement.secret_paths; jail the worker with fs.host_roots"
                 .into(),
         );
     }

@@ -23,7 +23,7 @@
 //! | 010 | `head` a denylisted file                                 | Permission denied |
 //! | 011 | `cat` a symlink in the root pointing at a denylisted file| Permission denied |
 //! | 012 | `cat /proc/self/root/<denylisted>`                       | Permission denied |
-//! | 013 | denylisted file under a *symlinked* system path (FIXED)  | Permission denied via link and target; sibling readable |
+//! | 013 | secret path under a *symlinked* system path (FIXED)      | Permission denied via link and target; sibling readable |
 //! | 014 | `echo x > /proc/self/root/<outside>/f`                   | Permission denied, outside untouched |
 //! | 015 | `/proc/<executor>/fd/*`: readlink, `ls -l`, open         | Permission denied (as root the fd numbers are listable: LIMIT) |
 //! | 016 | same with `confinement.landlock: false` (dumpable 0 only)| Permission denied |
@@ -71,9 +71,21 @@
 //! | 099 | jailed: open a block device (FIXED)                      | Permission denied |
 //! | 100 | jailed: open a character device not in DEVICE_FILES (FIXED) | Permission denied; /dev/null still works |
 //! | 101 | unjailed: open a block device (FIXED)                    | Permission denied |
-//! | 102 | a scratch path under a denylisted directory (FIXED)      | Permission denied |
+//! | 102 | a scratch path under a secret directory (FIXED)          | Permission denied |
 //! | 103 | LIMIT: a jailed command chmods an outside file it owns   | succeeds (Landlock has no chmod right) |
 //! | 104 | LIMIT: a jailed command stats/touches an outside file    | succeeds (metadata and timestamps) |
+//! | 106 | unjailed default: `id`, `getent passwd daemon`, `ls -l`; every shadow file | users resolve; shadow files Permission denied (FIXED) |
+//! | 107 | jailed default: the same                                 | the same (FIXED) |
+//! | 108 | fs::grep `^root:` over /etc with the shipped default     | no line from a shadow/gshadow file or a backup (FIXED) |
+//! | 109 | a command hardlinks a denylisted file next to it; fs reads the link | S211 for read, read-bytes, stat; grep skips it (FIXED) |
+//! | 110 | a command renames a denylisted file; fs reads the new name | S211 (FIXED) |
+//! | 111 | `shell::fs::mv secrets public` (`**/secrets/**`)         | S211, nothing moved (FIXED) |
+//! | 112 | a command renames `secrets/` to `public/`; fs reads a file in it | S211 (FIXED) |
+//! | 113 | a jailed command `cat .env x.pem secrets/k` (existing at policy build) | Permission denied (FIXED); LIMIT: a new file next to them cannot be opened |
+//! | 115 | jailed: write to / read from a pts the test opened on the host | not in the command's devpts (ENOENT; EACCES with O_CREAT); nothing reaches the pty (FIXED) |
+//! | 116 | unjailed default: the same                               | the same (FIXED) |
+//! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
+//! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
 
 mod common;
 mod escape;
@@ -336,7 +348,8 @@ async fn escape_013_symlinked_system_path_denylisted() {
     std::os::unix::fs::symlink("real", sys.join("link")).unwrap();
     let mut c = j.config();
     c.confinement.system_paths.push(s(&sys.join("link")));
-    c.fs.denylist_paths.push(s(&sys.join("real/secret")));
+    // Outside the roots, the commands' list is `confinement.secret_paths`.
+    c.confinement.secret_paths.push(s(&sys.join("real/secret")));
     let h = Harness::new(c).await;
     run(&h, Some("."), &["cat", &s(&sys.join("link/secret"))])
         .await
@@ -1384,7 +1397,7 @@ async fn escape_102_scratch_path_under_denylisted_dir() {
     std::fs::create_dir_all(&inner).unwrap();
     let mut c = j.config();
     c.confinement.scratch_paths = vec![s(&inner)];
-    c.fs.denylist_paths.push(s(&j.base.join("scratch")));
+    c.confinement.secret_paths.push(s(&j.base.join("scratch")));
     let h = Harness::new(c).await;
     run(&h, Some("."), &["touch", &s(&inner.join("x"))])
         .await
@@ -1435,4 +1448,312 @@ async fn escape_104_limit_outside_metadata() {
     assert_eq!(std::fs::metadata(&secret).unwrap().mtime(), 978_307_200);
     run(&h, Some("."), &["cat", &s(&secret)]).await.denied();
     j.outside_untouched();
+}
+
+// ------------------------------------------------------------------ secrets and user databases
+
+/// The shadow files that exist on this host (the tests need at least `/etc/shadow`).
+fn shadow_files() -> Vec<&'static str> {
+    [
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/shadow-",
+        "/etc/gshadow-",
+    ]
+    .into_iter()
+    .filter(|p| Path::new(p).exists())
+    .collect()
+}
+
+/// Users resolve (`id`, `getent`, `ls -l` names), and no spelling of a shadow file opens.
+async fn users_resolve_and_shadow_is_denied(h: &Harness, cwd: Option<&str>) {
+    let run_sh = |script: String| async move { run(h, cwd, &["sh", "-c", &script]).await };
+    let o =
+        run_sh("id -un; getent passwd daemon | cut -d: -f1; ls -ld /etc | awk '{print $3}'".into())
+            .await;
+    o.ok();
+    assert_eq!(o.stdout, "root\ndaemon\nroot\n", "{o:?}");
+    for f in shadow_files() {
+        // Spelled so the advisory argv denylist does not see `/etc/shadow`.
+        let spelled = f.replace("shadow", "sha''dow");
+        run_sh(format!("cat {spelled}")).await.denied();
+        run_sh(format!("cat /proc/self/root{spelled}"))
+            .await
+            .denied();
+    }
+}
+
+#[tokio::test]
+async fn escape_106_unjailed_default_users_resolve_shadow_denied() {
+    require_root!("reading the host's user database as uid 0");
+    require_abi!(1, "Landlock");
+    if shadow_files().is_empty() {
+        eprintln!("SKIPPED: this host has no /etc/shadow");
+        return;
+    }
+    let h = Harness::default().await;
+    users_resolve_and_shadow_is_denied(&h, None).await;
+}
+
+#[tokio::test]
+async fn escape_107_jailed_default_users_resolve_shadow_denied() {
+    require_root!("reading the host's user database as uid 0");
+    require_abi!(1, "Landlock");
+    if shadow_files().is_empty() {
+        eprintln!("SKIPPED: this host has no /etc/shadow");
+        return;
+    }
+    let j = Jail::new();
+    let h = j.harness().await;
+    users_resolve_and_shadow_is_denied(&h, Some(".")).await;
+}
+
+#[tokio::test]
+async fn escape_108_fs_grep_etc_serves_no_password_hash() {
+    require_root!("reading /etc/shadow-like files as uid 0");
+    let h = Harness::default().await;
+    let r = h
+        .ok(
+            "shell::fs::grep",
+            json!({"path": "/etc", "pattern": "^root:", "recursive": false}),
+        )
+        .await;
+    let files: Vec<String> = r["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap().to_string())
+        .collect();
+    for f in &files {
+        for hidden in [
+            "/etc/passwd",
+            "/etc/shadow",
+            "/etc/gshadow",
+            "/etc/passwd-",
+            "/etc/shadow-",
+            "/etc/group-",
+            "/etc/gshadow-",
+        ] {
+            assert_ne!(f, hidden, "grep served {hidden}: {r}");
+        }
+    }
+    // Control: /etc/group is public and has a root line.
+    if std::fs::read_to_string("/etc/group").is_ok_and(|g| g.starts_with("root:")) {
+        assert!(files.iter().any(|f| f == "/etc/group"), "{r}");
+    }
+}
+
+/// A jail with a denylisted `private/key.txt` in the root, and a `secrets/k` under the
+/// default `**/secrets/**` glob.
+fn protected_jail() -> (Jail, Config) {
+    let j = Jail::new();
+    std::fs::create_dir_all(j.root.join("private")).unwrap();
+    std::fs::write(j.root.join("private/key.txt"), "KEY").unwrap();
+    std::fs::create_dir_all(j.root.join("secrets")).unwrap();
+    std::fs::write(j.root.join("secrets/k"), "SECRETK").unwrap();
+    let mut c = j.config();
+    c.fs.denylist_paths.push(s(&j.root.join("private/key.txt")));
+    (j, c)
+}
+
+/// Every fs read shape of `path` answers exactly like a missing path, and grep skips it.
+async fn fs_hides(h: &Harness, path: &str, secret: &str) {
+    for (f, p) in [
+        ("shell::workspace::read-bytes", json!({"path": path})),
+        ("shell::fs::stat", json!({"path": path})),
+    ] {
+        let e = expect_code(h, f, p, "S211").await;
+        assert!(!e.message.contains(secret), "{e:?}");
+    }
+    let r = h
+        .ok(
+            "shell::fs::grep",
+            json!({"path": ".", "pattern": secret, "recursive": true}),
+        )
+        .await;
+    assert_eq!(r["matches"], json!([]), "grep served a protected file: {r}");
+}
+
+#[tokio::test]
+async fn escape_109_hardlink_of_denylisted_file() {
+    let (_j, c) = protected_jail();
+    let h = Harness::new(c).await;
+    run(&h, Some("."), &["ln", "private/key.txt", "private/pub.txt"])
+        .await
+        .ok();
+    fs_hides(&h, "private/pub.txt", "KEY").await;
+    // A command cannot read it either (the link inherits no read right).
+    run(&h, Some("."), &["cat", "private/pub.txt"])
+        .await
+        .denied();
+}
+
+#[tokio::test]
+async fn escape_110_rename_of_denylisted_file() {
+    let (_j, c) = protected_jail();
+    let h = Harness::new(c).await;
+    run(
+        &h,
+        Some("."),
+        &["mv", "private/key.txt", "private/moved.txt"],
+    )
+    .await
+    .ok();
+    fs_hides(&h, "private/moved.txt", "KEY").await;
+}
+
+#[tokio::test]
+async fn escape_111_fs_mv_of_a_protected_folder() {
+    let (j, c) = protected_jail();
+    let h = Harness::new(c).await;
+    expect_code(
+        &h,
+        "shell::fs::mv",
+        json!({"src": "secrets", "dst": "public"}),
+        "S211",
+    )
+    .await;
+    // And the parent of a denylisted file.
+    expect_code(
+        &h,
+        "shell::fs::mv",
+        json!({"src": "private", "dst": "open"}),
+        "S211",
+    )
+    .await;
+    assert!(j.root.join("secrets/k").exists() && !j.root.join("public").exists());
+    assert!(j.root.join("private/key.txt").exists() && !j.root.join("open").exists());
+    fs_hides(&h, "public/k", "SECRETK").await;
+}
+
+#[tokio::test]
+async fn escape_112_command_renames_a_protected_folder() {
+    let (_j, c) = protected_jail();
+    let h = Harness::new(c).await;
+    run(&h, Some("."), &["mv", "secrets", "public"]).await.ok();
+    fs_hides(&h, "public/k", "SECRETK").await;
+}
+
+#[tokio::test]
+async fn escape_113_command_reads_non_accessible_files() {
+    require_abi!(1, "Landlock");
+    let j = Jail::new();
+    std::fs::write(j.root.join(".env"), "ENVSECRET").unwrap();
+    std::fs::write(j.root.join("x.pem"), "PEM").unwrap();
+    std::fs::create_dir_all(j.root.join("sub/secrets")).unwrap();
+    std::fs::write(j.root.join("sub/secrets/k"), "K").unwrap();
+    std::fs::write(j.root.join("sub/ok.txt"), "OK").unwrap();
+    std::fs::create_dir_all(j.root.join("other")).unwrap();
+    let h = j.harness().await;
+    for f in [".env", "x.pem", "sub/secrets/k"] {
+        run(&h, Some("."), &["cat", f]).await.denied();
+        sh(&h, &format!("echo x >> {f}")).await.denied();
+    }
+    assert_eq!(std::fs::read(j.root.join(".env")).unwrap(), b"ENVSECRET");
+    // Control: the siblings are readable and the root stays writable.
+    assert_eq!(
+        run(&h, Some("."), &["cat", "sub/ok.txt"]).await.ok().stdout,
+        "OK"
+    );
+    sh(&h, "echo n > other/new.txt && cat other/new.txt")
+        .await
+        .ok();
+    // LIMIT (documented): Landlock cannot deny one entry of a granted directory, so a
+    // directory that holds a protected entry is granted piecewise: a file created in it later
+    // can be created but not opened by commands.
+    sh(&h, "echo n > new.txt").await.denied();
+}
+
+#[tokio::test]
+async fn escape_114_limit_non_accessible_file_created_later() {
+    // LIMIT: Landlock rules attach to inodes that exist when the policy is built; a `.env`
+    // created afterwards is readable by commands. The fs surface still hides it by name.
+    require_abi!(1, "Landlock");
+    let j = Jail::new();
+    let h = j.harness().await;
+    sh(&h, "echo LATE > .env").await.ok();
+    assert_eq!(
+        run(&h, Some("."), &["cat", ".env"]).await.ok().stdout,
+        "LATE\n"
+    );
+    expect_code(
+        &h,
+        "shell::workspace::read-bytes",
+        json!({"path": ".env"}),
+        "S211",
+    )
+    .await;
+}
+
+// ------------------------------------------------------------------ terminals
+
+/// A pty opened by the test on the host: (master, slave path). The slave is kept open so
+/// the pts node exists while the command runs.
+fn host_pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd, String) {
+    let p = nix::pty::openpty(None, None).expect("openpty");
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", p.slave.as_raw_fd()))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(path.starts_with("/dev/pts/"), "{path}");
+    // Non-blocking, to check below that nothing was written to it.
+    nix::fcntl::fcntl(
+        &p.master,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    (p.master, p.slave, path)
+}
+
+async fn host_pty_unreachable(h: &Harness, cwd: Option<&str>) {
+    let (master, _slave, pts) = host_pty();
+    // Not there at all (a write with O_CREAT into devpts reads EACCES, a plain open ENOENT).
+    let o = run(h, cwd, &["sh", "-c", &format!("echo FAKE > {pts}")]).await;
+    o.denied();
+    let o = run(h, cwd, &["head", "-c1", &pts]).await;
+    o.failed_with("No such file or directory");
+    let o = run(h, cwd, &["sh", "-c", "ls /dev/pts"]).await;
+    o.ok();
+    assert_eq!(o.stdout, "ptmx\n", "{o:?}");
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        nix::unistd::read(&master, &mut buf),
+        Err(nix::errno::Errno::EAGAIN),
+        "something reached the host's pty"
+    );
+}
+
+#[tokio::test]
+async fn escape_115_jailed_command_cannot_reach_host_ptys() {
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let j = Jail::new();
+    let h = j.harness().await;
+    host_pty_unreachable(&h, Some(".")).await;
+}
+
+#[tokio::test]
+async fn escape_116_unjailed_command_cannot_reach_host_ptys() {
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let h = Harness::default().await;
+    host_pty_unreachable(&h, None).await;
+}
+
+#[tokio::test]
+async fn escape_117_command_allocates_its_own_pty() {
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let py = require!(python3(), "python3");
+    let script = "import os, pty\nm, s = pty.openpty()\nprint(os.ttyname(s))\nos.write(s, b'hi\\n')\nprint(os.read(m, 16))\n";
+    let j = Jail::new();
+    let jailed_h = j.harness().await;
+    let unjailed_h = Harness::default().await;
+    for (h, cwd) in [(&jailed_h, Some(".")), (&unjailed_h, None)] {
+        let o = run(h, cwd, &[py, "-c", script]).await;
+        o.ok();
+        assert_eq!(o.stdout, "/dev/pts/0\nb'hi\\r\\n'\n", "{o:?}");
+        if Path::new("/usr/bin/script").exists() {
+            let o = run(h, cwd, &["script", "-qec", "tty", "/dev/null"]).await;
+            o.ok();
+            assert!(o.stdout.contains("/dev/pts/"), "{o:?}");
+        }
+    }
 }

@@ -69,7 +69,7 @@ fn main() {
         cases.push(("nnp + rlimits only", only(false, false)));
     }
     for (name, config) in cases {
-        let conf = CommandConfinement::build(&config).expect("confinement");
+        let conf = CommandConfinement::build(&config, &Default::default()).expect("confinement");
         for _ in 0..200 {
             once(None);
             once(Some(&conf));

@@ -32,7 +32,18 @@ pub fn process_report(role: &str) -> ProcessReport {
         landlock: "not applied to itself (fs operations are confined by the fd-relative jail; commands get their own ruleset)".into(),
         dumpable: s.dumpable,
         subreaper: s.subreaper,
-        checks: Vec::new(),
+        checks: if role == "executor" {
+            vec![(
+                "private devpts instance".into(),
+                if s.private_ptys {
+                    "yes: commands see only the terminals allocated in it, never the host's".into()
+                } else {
+                    "NO: commands can open every terminal of the host under /dev/pts".into()
+                },
+            )]
+        } else {
+            Vec::new()
+        },
         problems: Vec::new(),
     }
 }

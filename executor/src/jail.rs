@@ -10,6 +10,15 @@
 //! After resolution the canonical path (read back from the fd) is checked against
 //! `fs.denylist_paths` and `code.non_accessible_globs`; a hit reads exactly like a missing
 //! path (S211).
+//!
+//! **Identity.** A name check alone is beaten by a hardlink or a rename (a command runs
+//! `ln private.txt pub.txt`, or `mv secrets public`). So the policy also records the device
+//! and inode of every protected entry that exists when it is built ([`Protected`]: the
+//! `fs.denylist_paths` entries with everything under them, and every entry inside a root that
+//! matches `code.non_accessible_globs`, with everything under it), and [`Jail::is_denied`]
+//! refuses a path whose inode is one of them, whatever it is called now. Entries created after
+//! the policy was built are protected by name only. `shell::fs::mv` also refuses a source
+//! that holds a protected entry ([`Jail::holds_denied`]).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -32,6 +41,54 @@ pub struct Jail {
     host_root: OwnedFd,
     denylist: Vec<PathBuf>,
     non_accessible: GlobSet,
+    protected: std::sync::Arc<Protected>,
+}
+
+/// Most entries [`Jail::scan_protected`] and [`Jail::holds_denied`] visit. Past it the scan
+/// stops (and says so in the policy's gaps); `holds_denied` answers "yes" (refuses the move).
+pub const SCAN_LIMIT: usize = 200_000;
+
+/// The protected entries that existed when the policy was built.
+#[derive(Debug, Default)]
+pub struct Protected {
+    /// (device, inode) of every protected entry and of everything under a protected directory.
+    pub ids: std::collections::HashSet<(u64, u64)>,
+    /// The entries inside the roots that match `code.non_accessible_globs` (top-most only),
+    /// and the `fs.denylist_paths` entries inside the roots: what commands are denied too.
+    pub in_roots: Vec<PathBuf>,
+    /// True when the scan stopped at [`SCAN_LIMIT`].
+    pub truncated: bool,
+}
+
+fn lstat_id(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Pushes the ids of `dir`'s whole tree (not following symlinks), at most `budget` entries.
+fn ids_below(dir: &Path, ids: &mut std::collections::HashSet<(u64, u64)>, budget: &mut usize) {
+    use std::os::unix::fs::MetadataExt;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            ids.insert((m.dev(), m.ino()));
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
 }
 
 /// Where a resolution starts: a root (or `/`) fd, the rest of the path, and the flags.
@@ -119,7 +176,75 @@ impl Jail {
             host_root,
             denylist,
             non_accessible,
+            protected: Default::default(),
         })
+    }
+
+    /// Scans for the protected entries that exist now (see the module doc): the denylisted
+    /// paths (with their trees) and, inside every root, the entries the globs or the
+    /// denylist protect. Iterative, symlinks not followed, at most [`SCAN_LIMIT`] entries.
+    pub fn scan_protected(&self) -> Protected {
+        use std::os::unix::fs::MetadataExt;
+        let mut p = Protected::default();
+        let mut budget = SCAN_LIMIT;
+        for d in &self.denylist {
+            let Ok(m) = std::fs::symlink_metadata(d) else {
+                continue;
+            };
+            p.ids.insert((m.dev(), m.ino()));
+            if let Ok(t) = std::fs::metadata(d) {
+                p.ids.insert((t.dev(), t.ino()));
+            }
+            if m.is_dir() {
+                ids_below(d, &mut p.ids, &mut budget);
+            }
+            if self.roots.iter().any(|r| d.starts_with(&r.path)) && !p.in_roots.contains(d) {
+                p.in_roots.push(d.clone());
+            }
+        }
+        for root in &self.roots {
+            let mut stack = vec![root.path.clone()];
+            while let Some(dir) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    if budget == 0 {
+                        p.truncated = true;
+                        return p;
+                    }
+                    budget -= 1;
+                    let path = e.path();
+                    let Ok(m) = std::fs::symlink_metadata(&path) else {
+                        continue;
+                    };
+                    if self.is_denied_by_name(&path) {
+                        p.ids.insert((m.dev(), m.ino()));
+                        if m.is_dir() {
+                            ids_below(&path, &mut p.ids, &mut budget);
+                        }
+                        if !p.in_roots.iter().any(|d| path.starts_with(d)) {
+                            p.in_roots.push(path);
+                        }
+                    } else if m.is_dir() {
+                        stack.push(path);
+                    }
+                }
+            }
+        }
+        if budget == 0 {
+            p.truncated = true;
+        }
+        p
+    }
+
+    /// Installs the result of [`Jail::scan_protected`].
+    pub fn set_protected(&mut self, p: std::sync::Arc<Protected>) {
+        self.protected = p;
+    }
+
+    pub fn protected(&self) -> &std::sync::Arc<Protected> {
+        &self.protected
     }
 
     pub fn is_jailed(&self) -> bool {
@@ -145,7 +270,7 @@ impl Jail {
             .map_err(|e| map_errno(input, e))?;
         let path =
             fd_path(&fd).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
-        if self.is_denied(&path) {
+        if self.is_denied(&path) || self.fd_is_protected(&fd) {
             return Err(ExecError::NotFound(input.to_string()));
         }
         Ok(Resolved { fd, path })
@@ -350,17 +475,66 @@ impl Jail {
         self.roots.iter().any(|r| r.path == path)
     }
 
-    /// True when a `fs.denylist_paths` entry lies strictly below `path`: moving `path` would
-    /// carry that entry out from under its denylist path.
+    /// True when a protected entry lies strictly below `path`: moving `path` would carry that
+    /// entry out from under the name that protects it. A `fs.denylist_paths` entry below it,
+    /// or (when `path` is a directory) any entry of its tree that is denied by name or by
+    /// identity. Past [`SCAN_LIMIT`] entries the answer is yes.
     pub fn holds_denied(&self, path: &Path) -> bool {
-        self.denylist
+        if self
+            .denylist
             .iter()
             .any(|d| d.as_path() != path && d.starts_with(path))
+        {
+            return true;
+        }
+        let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+        if !is_dir {
+            return false;
+        }
+        let mut budget = SCAN_LIMIT;
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if budget == 0 {
+                    return true;
+                }
+                budget -= 1;
+                let child = e.path();
+                if self.is_denied(&child) {
+                    return true;
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(child);
+                }
+            }
+        }
+        false
+    }
+
+    /// True when the inode `fd` refers to is a protected one.
+    pub fn fd_is_protected(&self, fd: &OwnedFd) -> bool {
+        if self.protected.ids.is_empty() {
+            return false;
+        }
+        fstat(fd).is_ok_and(|st| self.protected.ids.contains(&(st.st_dev, st.st_ino)))
+    }
+
+    /// True when `path` (absolute) is denied by name ([`Jail::is_denied_by_name`]) or is a
+    /// protected inode under another name (a hardlink, a renamed entry; not followed).
+    pub fn is_denied(&self, path: &Path) -> bool {
+        if self.is_denied_by_name(path) {
+            return true;
+        }
+        !self.protected.ids.is_empty()
+            && lstat_id(path).is_some_and(|id| self.protected.ids.contains(&id))
     }
 
     /// True when `path` (absolute) is a denylisted path, lies under one, or matches a
     /// protected glob.
-    pub fn is_denied(&self, path: &Path) -> bool {
+    pub fn is_denied_by_name(&self, path: &Path) -> bool {
         if self.denylist.iter().any(|d| path.starts_with(d)) {
             return true;
         }
@@ -534,6 +708,57 @@ mod tests {
             Err(ExecError::NotFound(_))
         ));
         assert!(matches!(jail.resolve(""), Err(ExecError::Invalid(_))));
+    }
+
+    #[test]
+    fn protected_entries_by_name_and_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap().join("root");
+        std::fs::create_dir_all(root.join("private")).unwrap();
+        std::fs::create_dir_all(root.join("sub/secrets/deeper")).unwrap();
+        std::fs::create_dir_all(root.join("clean")).unwrap();
+        std::fs::write(root.join("private/key.txt"), "K").unwrap();
+        std::fs::write(root.join(".env"), "E").unwrap();
+        std::fs::write(root.join("sub/secrets/deeper/k"), "S").unwrap();
+        std::fs::write(root.join("clean/ok"), "O").unwrap();
+        let mut jail = Jail::new(
+            &[root.to_string_lossy().into()],
+            &[root.join("private/key.txt").to_string_lossy().into()],
+            &["**/.env".to_string(), "**/secrets/**".to_string()],
+        )
+        .unwrap();
+        let p = jail.scan_protected();
+        let mut in_roots = p.in_roots.clone();
+        in_roots.sort();
+        assert_eq!(
+            in_roots,
+            [
+                root.join(".env"),
+                root.join("private/key.txt"),
+                root.join("sub/secrets/deeper"),
+            ]
+        );
+        assert!(!p.truncated);
+        // The key, .env, the deeper dir and its file.
+        assert_eq!(p.ids.len(), 4);
+        jail.set_protected(std::sync::Arc::new(p));
+        std::fs::hard_link(root.join("private/key.txt"), root.join("clean/link")).unwrap();
+        std::fs::rename(root.join("sub/secrets"), root.join("sub/open")).unwrap();
+        assert!(jail.is_denied(&root.join("clean/link")));
+        assert!(!jail.is_denied_by_name(&root.join("clean/link")));
+        assert!(jail.is_denied(&root.join("sub/open/deeper/k")));
+        assert!(!jail.is_denied(&root.join("clean/ok")));
+        assert!(matches!(
+            jail.resolve("clean/link"),
+            Err(ExecError::NotFound(_))
+        ));
+        assert!(jail.resolve("clean/ok").is_ok());
+        // Moving a tree that holds a protected entry is refused; a clean one is not.
+        assert!(jail.holds_denied(&root.join("private")));
+        assert!(jail.holds_denied(&root.join("sub")));
+        assert!(jail.holds_denied(&root.join("clean"))); // holds the hardlink
+        std::fs::remove_file(root.join("clean/link")).unwrap();
+        assert!(!jail.holds_denied(&root.join("clean")));
     }
 
     #[test]

@@ -44,8 +44,11 @@ pub struct CommandConfinement {
 }
 
 impl CommandConfinement {
-    pub fn build(config: &Config) -> Result<CommandConfinement, String> {
-        let landlock = landlock_rules::build(config)?;
+    pub fn build(
+        config: &Config,
+        protected: &crate::jail::Protected,
+    ) -> Result<CommandConfinement, String> {
+        let landlock = landlock_rules::build(config, protected)?;
         let seccomp = if config.confinement.seccomp {
             Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?))
         } else {
@@ -121,12 +124,14 @@ impl Policy {
             }
         }
         let denylist = Denylist::compile(&config.denylist_patterns)?;
-        let jail = Jail::new(
+        let mut jail = Jail::new(
             &config.fs.host_roots,
             &config.fs.denylist_paths,
             &config.code.non_accessible_globs,
         )?;
-        let commands = CommandConfinement::build(&config)?;
+        let protected = Arc::new(jail.scan_protected());
+        jail.set_protected(protected.clone());
+        let commands = CommandConfinement::build(&config, &protected)?;
         let base_env = crate::env_policy::build_env(
             config.env.inherit,
             &config.env.allow,

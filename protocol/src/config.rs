@@ -100,6 +100,10 @@ pub struct ConfinementConfig {
     #[serde(deserialize_with = "null_as_empty")]
     #[schemars(with = "Option<Vec<String>>")]
     pub system_paths: Vec<String>,
+    /// Files and trees commands can never open, jailed or not (Landlock grants nothing at or under them; hardlinks and renames of them inherit nothing). The fs surface uses `fs.denylist_paths`. Default: the secret files of the user and group databases, `/etc/shadow`, `/etc/gshadow`, `/etc/shadow-`, `/etc/gshadow-` (the public `/etc/passwd` and `/etc/group` stay readable so tools resolve users).
+    #[serde(deserialize_with = "null_as_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub secret_paths: Vec<String>,
     /// TCP bind/connect restriction for commands.
     pub network: NetworkAccess,
     /// Unprivileged user the broker drops to when started as root.
@@ -149,6 +153,7 @@ impl Default for ConfinementConfig {
                 "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
                 "/proc", "/sys", "/run", "/dev",
             ]),
+            secret_paths: default_secret_paths(),
             network: NetworkAccess::Allow,
             broker_user: "nobody".to_string(),
             rlimits: RlimitConfig::default(),
@@ -180,7 +185,7 @@ pub struct FsConfig {
     pub max_read_bytes: u64,
     /// Largest file `shell::fs::write` accepts, in bytes; 0 = unlimited.
     pub max_write_bytes: u64,
-    /// Paths that read exactly like missing ones (S211), with everything under them. The primary protection while unjailed.
+    /// Paths the fs surface (`shell::fs::*`, `shell::workspace::*`, later `coder::*`) hides: they read exactly like missing ones (S211), with everything under them, and so do hardlinks and renamed copies of the entries that exist when the policy is built (matched by device and inode). Commands are governed by `confinement.secret_paths` instead. Default: `/etc/passwd`, `/etc/shadow`, `/etc/gshadow` and the `-` backups of passwd, shadow, group and gshadow.
     #[serde(deserialize_with = "null_as_empty")]
     #[schemars(with = "Option<Vec<String>>")]
     pub denylist_paths: Vec<String>,
@@ -242,6 +247,32 @@ pub fn job_cap_reached(limit: usize) -> String {
     }
 }
 
+/// The fs surface's default `fs.denylist_paths`: the seed's `/etc/passwd` and `/etc/shadow`,
+/// deliberately widened to `/etc/gshadow` and the `-` backups of all four databases (which
+/// hold the same hashes as the live files).
+pub fn default_denylist_paths() -> Vec<String> {
+    strings(&[
+        "/etc/passwd",
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/passwd-",
+        "/etc/shadow-",
+        "/etc/group-",
+        "/etc/gshadow-",
+    ])
+}
+
+/// The commands' default `confinement.secret_paths`: the files holding password hashes, and
+/// only those (tools need the public `/etc/passwd` and `/etc/group` to resolve users).
+pub fn default_secret_paths() -> Vec<String> {
+    strings(&[
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/shadow-",
+        "/etc/gshadow-",
+    ])
+}
+
 /// Prefix shared by the command-shaped denylist patterns: tolerates `env [K=V]…`, `sudo`,
 /// `doas`, `nohup` and `timeout [duration]` wrappers, each optionally path-qualified.
 pub const WRAPPER_PREFIX: &str = r"(?i)^(?:(?:\S*/)?env(?:\s+\S+=\S*)*\s+|(?:\S*/)?(?:sudo|doas|nohup)\s+|(?:\S*/)?timeout(?:\s+\S+)?\s+)*(\S*/)?";
@@ -273,7 +304,7 @@ impl Default for FsConfig {
             allow_unjailed: false,
             max_read_bytes: 16 * 1024 * 1024,
             max_write_bytes: 16 * 1024 * 1024,
-            denylist_paths: strings(&["/etc/passwd", "/etc/shadow"]),
+            denylist_paths: default_denylist_paths(),
             allow_special_bits: false,
         }
     }
@@ -399,6 +430,13 @@ impl Config {
                 )));
             }
         }
+        for p in &self.confinement.secret_paths {
+            if !p.starts_with('/') {
+                return Err(ConfigError(format!(
+                    "confinement.secret_paths entry {p:?} must be an absolute path"
+                )));
+            }
+        }
         for (i, p) in self.denylist_patterns.iter().enumerate() {
             if p.is_empty() {
                 return Err(ConfigError(format!("denylist_patterns[{i}] is empty")));
@@ -498,6 +536,11 @@ impl Config {
                 why.push(format!("fs.denylist_paths lost {p}"));
             }
         }
+        for p in &old.confinement.secret_paths {
+            if !self.confinement.secret_paths.contains(p) {
+                why.push(format!("confinement.secret_paths lost {p}"));
+            }
+        }
         for p in &old.denylist_patterns {
             if !self.denylist_patterns.contains(p) {
                 why.push(format!("denylist_patterns lost {p}"));
@@ -591,6 +634,12 @@ impl Config {
             "fs.denylist_paths",
             &n.fs.denylist_paths,
             &e.fs.denylist_paths,
+        );
+        missing(
+            &mut why,
+            "confinement.secret_paths",
+            &n.confinement.secret_paths,
+            &e.confinement.secret_paths,
         );
         missing(
             &mut why,
@@ -883,6 +932,51 @@ mod tests {
             job_cap_reached(2),
             "max concurrent jobs reached (2 running): wait for one to finish or stop one with shell::kill"
         );
+    }
+
+    #[test]
+    fn secret_defaults_exact_values() {
+        let c = Config::builtin_default();
+        assert_eq!(
+            c.fs.denylist_paths,
+            [
+                "/etc/passwd",
+                "/etc/shadow",
+                "/etc/gshadow",
+                "/etc/passwd-",
+                "/etc/shadow-",
+                "/etc/group-",
+                "/etc/gshadow-"
+            ]
+        );
+        assert_eq!(
+            c.confinement.secret_paths,
+            [
+                "/etc/shadow",
+                "/etc/gshadow",
+                "/etc/shadow-",
+                "/etc/gshadow-"
+            ]
+        );
+        // The original's configs have no `secret_paths`: they load with the default.
+        let old = Config::from_value(&json!({"fs": {"allow_unjailed": true,
+            "denylist_paths": ["/etc/passwd", "/etc/shadow"]}, "confinement": {"landlock": true}}))
+        .unwrap();
+        assert_eq!(old.confinement.secret_paths, default_secret_paths());
+        assert!(Config::from_value(
+            &json!({"fs": {"allow_unjailed": true}, "confinement": {"secret_paths": ["etc/shadow"]}})
+        )
+        .unwrap_err()
+        .0
+        .contains("confinement.secret_paths entry"));
+        let mut lost = c.clone();
+        lost.confinement.secret_paths.clear();
+        assert!(lost
+            .widens(&c)
+            .contains(&"confinement.secret_paths lost /etc/shadow".to_string()));
+        assert!(lost
+            .exceeds(&c)
+            .contains(&"confinement.secret_paths lost /etc/gshadow".to_string()));
     }
 
     #[test]

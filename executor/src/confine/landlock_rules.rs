@@ -2,8 +2,14 @@
 //!
 //! * Jailed: read/write/execute in the roots and the scratch paths; read and execute in the
 //!   system paths; read/write on a few character devices (`/dev/null`, `/dev/tty`, …).
-//! * Unjailed: everything, except the denylisted paths.
-//! * Either way `fs.denylist_paths` stay unreadable. Landlock cannot carve a hole in an
+//! * Unjailed: everything, except the denied paths.
+//! * Denied, either way: `confinement.secret_paths` (by default the shadow files and their
+//!   backups; the public `/etc/passwd` and `/etc/group` stay readable so `ls -l`, `id`,
+//!   `getent` and git resolve users), the `fs.denylist_paths` entries that lie inside a jail
+//!   root, and every entry inside a root that matches `code.non_accessible_globs` when the
+//!   policy is built (see [`crate::jail::Protected`]; a file created later that matches a
+//!   glob is not covered: Landlock rules are attached to inodes that exist). The rest of
+//!   `fs.denylist_paths` is the fs surface's list only. Landlock cannot carve a hole in an
 //!   allowed tree, so a tree that contains a denied path is granted piecewise: its
 //!   directories on the way down get only directory operations (list, create, remove), and
 //!   every sibling off that path gets the full grant. Limits: the denied name still shows in
@@ -23,6 +29,8 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use iii_shell_protocol::config::{Config, NetworkAccess};
+
+use crate::jail::Protected;
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, Scope, ABI,
@@ -167,7 +175,7 @@ fn grant(
 }
 
 /// Builds the command ruleset for `config`. Paths that do not exist are skipped.
-pub fn build(config: &Config) -> Result<CommandRuleset, String> {
+pub fn build(config: &Config, protected: &Protected) -> Result<CommandRuleset, String> {
     let abi = kernel_abi();
     let c = &config.confinement;
     if !c.landlock {
@@ -184,12 +192,12 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
     let full = AccessFs::from_all(ABI::V5);
     let read_exec = AccessFs::from_read(ABI::V5);
     let jailed = !config.fs.host_roots.is_empty();
-    let mut denied: Vec<PathBuf> = config
-        .fs
-        .denylist_paths
+    let mut denied: Vec<PathBuf> = c
+        .secret_paths
         .iter()
-        .flat_map(|d| {
-            let p = PathBuf::from(d);
+        .map(PathBuf::from)
+        .chain(protected.in_roots.iter().cloned())
+        .flat_map(|p| {
             let canon = std::fs::canonicalize(&p).ok();
             std::iter::once(p).chain(canon)
         })
@@ -221,6 +229,12 @@ pub fn build(config: &Config) -> Result<CommandRuleset, String> {
     }
 
     let mut gaps = Vec::new();
+    if protected.truncated {
+        gaps.push(format!(
+            "the scan for protected entries in the roots stopped at {} entries: protected files past it are denied to the fs surface by name only, and not denied to commands",
+            crate::jail::SCAN_LIMIT
+        ));
+    }
     let mut needed = 5; // the V5 filesystem rights (truncate, refer, ioctl on devices)
     let scoped = abi >= 6;
     needed = needed.max(6);

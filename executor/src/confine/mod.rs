@@ -3,12 +3,14 @@
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`seccomp`]: the deny filter (a hand-built BPF program).
 //! * [`landlock_rules`]: the command ruleset built from the live jail.
+//! * [`ptys`]: a private devpts instance, so commands never see the host's terminals.
 //!
 //! Per spawn, everything is built in the parent (once per policy) and the child only applies
 //! it with raw system calls: rlimits, no_new_privs, `landlock_restrict_self`, `seccomp`.
 
 pub mod caps;
 pub mod landlock_rules;
+pub mod ptys;
 pub mod seccomp;
 
 use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode, RlimitConfig};
@@ -54,6 +56,8 @@ pub struct SelfReport {
     pub seccomp_denied: Vec<String>,
     pub dumpable: bool,
     pub subreaper: bool,
+    /// The executor (and so every command) has a devpts instance of its own.
+    pub private_ptys: bool,
     pub problems: Vec<String>,
 }
 
@@ -101,6 +105,7 @@ pub fn observe() -> SelfReport {
         seccomp_denied: Vec::new(),
         dumpable: prctl_get(libc::PR_GET_DUMPABLE) == 1,
         subreaper: subreaper(),
+        private_ptys: ptys::is_private(),
         problems: Vec::new(),
     }
 }
@@ -112,6 +117,12 @@ pub fn observe() -> SelfReport {
 pub fn harden_executor(envelope: &ConfinementConfig) -> Result<SelfReport, String> {
     let strict = envelope.mode == ConfinementMode::Strict;
     let mut problems = Vec::new();
+    // First, while CAP_SYS_ADMIN is still held.
+    if let Err(e) = ptys::private_devpts() {
+        problems.push(format!(
+            "no private devpts instance ({e}): commands can open every terminal of the host under /dev/pts; run the executor as root with CAP_SYS_ADMIN"
+        ));
+    }
     // SAFETY: PR_SET_DUMPABLE 0 only changes a process flag.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         problems.push(format!(
