@@ -891,3 +891,27 @@ async fn commands_survive_pooled_cgroups_killed_from_outside() {
         );
     }
 }
+
+/// Issue 13: when a job's root exits, what is left of its tree is killed (the job cgroup),
+/// as for `shell::exec`: a child holding the pipes, and a setsid daemon that closed them.
+/// The job still reports the root's own exit code.
+#[tokio::test]
+async fn a_finished_job_leaves_nothing_running() {
+    let h = Harness::default().await;
+    let (holder, daemon) = (marker(), marker());
+    let script = format!(
+        "sleep {holder} & setsid sleep {daemon} </dev/null >/dev/null 2>&1 & echo up; exit 4"
+    );
+    let id = spawn(&h, json!({"command": "sh", "args": ["-c", script]})).await;
+    let job = wait_done(&h, &id).await;
+    assert_eq!(job["status"], "finished", "{job}");
+    assert_eq!(job["exit_code"], 4, "{job}");
+    assert_eq!(job["stdout"], "up\n", "{job}");
+    assert!(gone(&holder).await, "the pipe holder outlived its job");
+    if job_cgroups_enabled(h.executor_pid) {
+        assert!(gone(&daemon).await, "the setsid daemon outlived its job");
+    } else {
+        eprintln!("no job cgroups here: a setsid daemon with closed output is out of reach");
+        kill_marker(&daemon);
+    }
+}

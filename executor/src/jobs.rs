@@ -330,15 +330,17 @@ async fn supervise(
     } else {
         running.wait().await
     };
-    // Give the readers a moment to collect what the process wrote just before it exited.
-    let _ = tokio::time::timeout(Duration::from_millis(50), async {
+    // The root has exited. Its output is read for at most ROOT_EXIT_DRAIN more (a child may
+    // still hold the pipes); then whatever is left of its tree is killed, exactly as for
+    // `shell::exec`: a finished job leaves nothing running (`cgroup.kill` reaches daemons
+    // that called setsid), so nothing escapes max_bg_timeout_ms or max_concurrent_jobs.
+    let readers_done = readers_finished(&job, crate::run::ROOT_EXIT_DRAIN).await;
+    if job.tree.kill_leftovers(!readers_done) || !readers_done {
+        let _ = readers_finished(&job, Duration::from_millis(200)).await;
         for r in &job.readers {
-            while !r.is_finished() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            r.abort();
         }
-    })
-    .await;
+    }
     let (final_status, exit_code) = {
         let mut st = lock(&job.state);
         st.finished_at_ms = Some(now_ms());
@@ -358,6 +360,19 @@ async fn supervise(
         status: final_status,
         exit_code,
     });
+}
+
+/// Waits up to `limit` for both output readers to reach EOF; true when they did.
+async fn readers_finished(job: &Job, limit: Duration) -> bool {
+    tokio::time::timeout(limit, async {
+        for r in &job.readers {
+            while !r.is_finished() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await
+    .is_ok()
 }
 
 /// Appends a worker note to a job's stderr, past the cap if need be so it is never lost.

@@ -342,6 +342,29 @@ impl JobTree {
         }
     }
 
+    /// Kills what is left of the job once its root has exited (a daemon that closed its
+    /// output, a child still holding a pipe). With a job cgroup this costs one read of
+    /// `cgroup.events` when nothing is left; without one only the session and the process
+    /// group are searched, and only when `scan_without_cgroup` says so (it walks `/proc`).
+    /// Returns true when something was killed.
+    pub fn kill_leftovers(&self, scan_without_cgroup: bool) -> bool {
+        let populated = match self.cgroup.lock().ok().as_deref() {
+            Some(Some(cg)) => !cg.is_empty(),
+            Some(None) | None => {
+                if !scan_without_cgroup {
+                    return false;
+                }
+                procfs::all()
+                    .iter()
+                    .any(|p| (p.sid == self.root || p.pgid == self.root) && p.state != b'Z')
+            }
+        };
+        if populated {
+            self.kill();
+        }
+        populated
+    }
+
     /// Hands the cgroup back once it is empty; call after the root has been reaped. True
     /// when nothing of the job is left to release.
     pub fn release(&self) -> bool {
