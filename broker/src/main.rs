@@ -4,7 +4,7 @@ use iii_shell_broker::{cmd_broker, cmd_call, cmd_executor, cmd_serve, logging};
 use iii_shell_protocol::config::Config;
 
 fn main() {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let code = match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
         Some(Command::Doctor(args)) => {
@@ -27,7 +27,7 @@ fn main() {
         }
         Some(Command::Broker(args)) => {
             logging::init("info");
-            match cmd_broker::prepare(&cli.serve, &args) {
+            match cmd_broker::prepare(&mut cli.serve, &args) {
                 Ok((seed, source)) => {
                     current_thread_runtime().block_on(cmd_broker::run(cli.serve, seed, source))
                 }

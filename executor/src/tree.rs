@@ -32,7 +32,8 @@ pub fn cgroup_base() -> Option<&'static CgroupBase> {
     BASE.get_or_init(detect_cgroup_base).as_ref()
 }
 
-fn detect_cgroup_base() -> Option<CgroupBase> {
+/// This process's own cgroup v2 directory, where executors create their bases.
+fn own_cgroup_dir() -> Option<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mount = mountinfo.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
@@ -46,7 +47,44 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         .lines()
         .find_map(|l| l.strip_prefix("0::"))?
         .trim_start_matches('/');
-    let parent = mount.join(rel);
+    Some(mount.join(rel))
+}
+
+/// The job-cgroup base of the executor `pid`, when that executor was started in our own
+/// cgroup (as `serve` starts it) and made one.
+pub fn base_of(pid: u32) -> Option<PathBuf> {
+    let base = own_cgroup_dir()?.join(format!("iii-shell-{pid}"));
+    base.is_dir().then_some(base)
+}
+
+/// Kills every process in a job-cgroup base and all its job cgroups (`cgroup.kill` on the
+/// base reaches the whole subtree, setsid daemons included), waits up to 5 s for them to be
+/// gone and removes the cgroups. Used on the base of an executor that died: what it started
+/// must not outlive it. True when the base is gone.
+pub fn kill_base(base: &Path) -> bool {
+    let _ = std::fs::write(base.join("cgroup.kill"), "1");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let populated = std::fs::read_to_string(base.join("cgroup.events"))
+            .map(|t| !t.lines().any(|l| l.trim() == "populated 0"))
+            .unwrap_or(false);
+        if !populated || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if let Ok(jobs) = std::fs::read_dir(base) {
+        for j in jobs.flatten() {
+            if j.path().is_dir() {
+                let _ = std::fs::remove_dir(j.path());
+            }
+        }
+    }
+    std::fs::remove_dir(base).is_ok() || !base.exists()
+}
+
+fn detect_cgroup_base() -> Option<CgroupBase> {
+    let parent = own_cgroup_dir()?;
     sweep_stale_bases(&parent);
     let dir = parent.join(format!("iii-shell-{}", std::process::id()));
     match std::fs::create_dir(&dir) {
@@ -87,10 +125,12 @@ fn check_clone3(base: &CgroupBase) {
     }
 }
 
-/// Removes the empty job-cgroup bases of executors that no longer exist. An executor runs
-/// without capabilities once hardened, so when the cgroup parent is only writable with
-/// CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next executor, which sweeps
-/// before it drops its capabilities, does. A base that still holds live processes is kept.
+/// Kills what is left in the job-cgroup bases of executors that no longer exist, and removes
+/// them. An executor runs without capabilities once hardened, so when the cgroup parent is
+/// only writable with CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next
+/// executor, which sweeps before it drops its capabilities, does. A dead executor's commands
+/// (an executor killed with SIGKILL leaves them running) are killed first: nothing it
+/// started outlives it, even when no supervisor did it already.
 pub fn sweep_stale_bases(parent: &Path) {
     let Ok(rd) = std::fs::read_dir(parent) else {
         return;
@@ -108,6 +148,10 @@ pub fn sweep_stale_bases(parent: &Path) {
             continue;
         }
         let base = e.path();
+        if base.join("cgroup.kill").exists() {
+            kill_base(&base);
+            continue;
+        }
         if let Ok(jobs) = std::fs::read_dir(&base) {
             for j in jobs.flatten() {
                 if j.path().is_dir() {
