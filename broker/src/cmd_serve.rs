@@ -92,7 +92,17 @@ fn harden_supervisor(seed: &Config) -> Result<(), String> {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
     if seed.confinement.seccomp {
-        let f = seccomp::build(&seed.confinement.seccomp_allow)?;
+        // clone3 is let through here: the supervisor's filter is inherited by every executor
+        // it starts later, and its clone3 exception names the supervisor's own call site,
+        // not the new executor's, so a respawned executor would find clone3 ENOSYS and start
+        // every command the slow way. Each executor installs its own filter, which refuses
+        // clone3 but at its own call site; the supervisor reads no input and clones only
+        // through std::process::Command.
+        let mut allow = seed.confinement.seccomp_allow.clone();
+        if !allow.iter().any(|a| a == "clone3") {
+            allow.push("clone3".into());
+        }
+        let f = seccomp::build(&allow)?;
         seccomp::install_self(&f).map_err(|e| format!("seccomp: {e}"))?;
     }
     Ok(())
