@@ -915,3 +915,48 @@ async fn a_finished_job_leaves_nothing_running() {
         kill_marker(&daemon);
     }
 }
+
+/// Issue 13: finished jobs cost bounded memory. At most FINISHED_MAX (256) finished jobs are
+/// kept, the oldest finished dropped first, and `doctor` reports what is kept and dropped.
+#[tokio::test]
+async fn finished_jobs_are_capped_oldest_first_and_reported_by_doctor() {
+    use iii_shell_executor::jobs::{FINISHED_MAX, FINISHED_MAX_BYTES};
+    use iii_shell_protocol::messages::{Reply, Request};
+    let h = Harness::default().await;
+    let total = FINISHED_MAX + 20;
+    let mut ids = Vec::with_capacity(total);
+    for i in 0..total {
+        let id = spawn(&h, json!({"command": "echo", "args": [format!("job {i}")]})).await;
+        wait_done(&h, &id).await;
+        ids.push(id);
+    }
+    let list = h.ok("shell::list", json!({})).await;
+    assert_eq!(list["count"], FINISHED_MAX, "{}", list["count"]);
+    // The 20 that finished first are gone; the rest are kept, output and all.
+    for id in &ids[..20] {
+        let e = h.err("shell::status", json!({ "job_id": id })).await;
+        assert_eq!(e.code.as_str(), "S211", "{e:?}");
+    }
+    let job = status(&h, &ids[20]).await;
+    assert_eq!(job["stdout"], "job 20\n", "{job}");
+    let job = status(&h, ids.last().unwrap()).await;
+    assert_eq!(job["stdout"], format!("job {}\n", total - 1), "{job}");
+
+    let Reply::Doctor(report) = h.services.executor.call(Request::Doctor).await.unwrap() else {
+        panic!("not a doctor reply")
+    };
+    let j = &report.jobs;
+    assert_eq!(
+        (j.running, j.finished, j.evicted),
+        (0, FINISHED_MAX as u64, 20),
+        "{j:?}"
+    );
+    assert_eq!(
+        (j.finished_max, j.finished_max_bytes),
+        (FINISHED_MAX as u64, FINISHED_MAX_BYTES as u64)
+    );
+    assert!(
+        j.finished_bytes > 0 && j.finished_bytes < 64 * 1024,
+        "{j:?}"
+    );
+}
