@@ -960,3 +960,36 @@ async fn finished_jobs_are_capped_oldest_first_and_reported_by_doctor() {
         "{j:?}"
     );
 }
+
+/// Issue 13: process limits hold for root. `confinement.job_limits.pids_max` is the job
+/// cgroup's `pids.max`, which the kernel enforces for every uid (RLIMIT_NPROC is ignored for
+/// root: `max_processes: 20` let a command run 61 processes). Bounded: the script starts at
+/// most 60 processes whatever happens.
+#[tokio::test]
+async fn pids_max_holds_for_root_in_the_job_cgroup() {
+    let mut c = Config::builtin_default();
+    c.confinement.job_limits.pids_max = Some(20);
+    let h = Harness::new(c).await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let Some(base) = job_cgroup_base(h.executor_pid) else {
+        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: the executor has no job cgroups here");
+        return;
+    };
+    let delegated = std::fs::read_to_string(base.join("cgroup.subtree_control"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|c| c == "pids");
+    if !delegated {
+        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: no cgroup v2 pids controller for job cgroups on this host (doctor warns)");
+        return;
+    }
+    let m = marker();
+    let script = format!("for i in $(seq 60); do sleep {m} & done; sleep 0.5; echo forked");
+    let id = spawn(&h, json!({"command": "sh", "args": ["-c", script]})).await;
+    started(&m).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = procs_with(&format!("sleep {m}")).len();
+    assert!(n <= 20, "{n} processes ran in a job limited to 20");
+    let _ = h.ok("shell::kill", json!({ "job_id": id })).await;
+    kill_marker(&m);
+}

@@ -19,6 +19,33 @@ use crate::spawn::CgroupTarget;
 #[derive(Debug)]
 pub struct CgroupBase {
     pub dir: PathBuf,
+    /// Job cgroups have `pids.max` (the `pids` controller is enabled below the base).
+    pub pids: bool,
+    /// Job cgroups have `memory.max`.
+    pub memory: bool,
+}
+
+/// The limits written into a job cgroup (`confinement.job_limits`); `None` is "max".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobLimits {
+    pub pids_max: Option<u64>,
+    pub memory_max: Option<u64>,
+}
+
+/// The value a cgroup limit file takes for `limit`.
+pub fn limit_value(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "max".to_string(), |n| n.to_string())
+}
+
+/// Enables `controllers` for the children of `base` where its parent delegates them;
+/// returns which of them job cgroups get.
+fn enable_controllers(base: &Path) -> (bool, bool) {
+    let available = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
+    let has = |c: &str| available.split_whitespace().any(|x| x == c);
+    let on = |c: &str| {
+        has(c) && std::fs::write(base.join("cgroup.subtree_control"), format!("+{c}")).is_ok()
+    };
+    (on("pids"), on("memory"))
 }
 
 static BASE: OnceLock<Option<CgroupBase>> = OnceLock::new();
@@ -100,8 +127,12 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         let _ = std::fs::remove_dir(&dir);
         return None;
     }
-    tracing::debug!(path = %dir.display(), "job cgroups enabled");
-    let base = CgroupBase { dir };
+    let (pids, memory) = enable_controllers(&dir);
+    if !pids {
+        tracing::warn!(path = %dir.display(), "the cgroup v2 pids controller is not available for job cgroups (on this host it may be bound to a cgroup v1 hierarchy): confinement.job_limits.pids_max cannot be enforced, and RLIMIT_NPROC does not bind root; delegate the pids controller to iii-shell's cgroup to enforce it");
+    }
+    tracing::debug!(path = %dir.display(), pids, memory, "job cgroups enabled");
+    let base = CgroupBase { dir, pids, memory };
     check_clone3(&base);
     Some(base)
 }
@@ -191,6 +222,10 @@ pub struct JobCgroup {
     /// cgroup's kill count with the parent's when clone3 creates a child inside it, and kills
     /// the child when they differ, so a once-killed cgroup would kill every later command.
     killed: std::sync::atomic::AtomicBool,
+    /// The limits last written into it (None: none written yet). A pooled cgroup is reused
+    /// under whatever policy is in force then, so [`JobCgroup::take_for`] rewrites them when
+    /// they differ.
+    limits: Option<JobLimits>,
 }
 
 impl JobCgroup {
@@ -200,6 +235,38 @@ impl JobCgroup {
             return Some(cg);
         }
         Self::create()
+    }
+
+    /// An empty job cgroup with `limits` in force. A cgroup whose limits cannot be written
+    /// is not used (removed), so a job never runs under another policy's limits.
+    pub fn take_for(limits: JobLimits) -> Option<JobCgroup> {
+        for _ in 0..2 {
+            let mut cg = Self::take()?;
+            if cg.apply_limits(limits).is_ok() {
+                return Some(cg);
+            }
+            cg.retire();
+            let _ = cg.recycle();
+        }
+        None
+    }
+
+    /// Writes `limits` where they differ from what the cgroup has, for the controllers the
+    /// base enabled. (Called only on an empty cgroup.)
+    pub fn apply_limits(&mut self, limits: JobLimits) -> std::io::Result<()> {
+        if self.limits == Some(limits) {
+            return Ok(());
+        }
+        let (pids, memory) = cgroup_base().map_or((false, false), |b| (b.pids, b.memory));
+        let old = self.limits;
+        if pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
+            std::fs::write(self.dir.join("pids.max"), limit_value(limits.pids_max))?;
+        }
+        if memory && old.map(|o| o.memory_max) != Some(limits.memory_max) {
+            std::fs::write(self.dir.join("memory.max"), limit_value(limits.memory_max))?;
+        }
+        self.limits = Some(limits);
+        Ok(())
     }
 
     /// Creates a new job cgroup and opens what a spawn needs to start a child in it.
@@ -226,6 +293,7 @@ impl JobCgroup {
                 dir_fd,
                 procs,
                 killed: std::sync::atomic::AtomicBool::new(false),
+                limits: None,
             }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
