@@ -59,7 +59,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    let respawn_iters = iters.min(300);
+    if std::env::var_os("BENCH_RESPAWN_ONLY").is_some() {
+        rt.block_on(respawn_comparison(respawn_iters));
+        return;
+    }
     rt.block_on(bench(iters, warmup));
+    rt.block_on(respawn_comparison(respawn_iters));
     drop(rt);
 
     fork_vs_posix_spawn();
@@ -1102,4 +1108,105 @@ fn print_row(name: &str, s: &Stats) {
         "  {name:<50} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6}",
         s.p50, s.p90, s.p99, s.mean, s.min, s.n
     );
+}
+
+/// Spaced `shell::exec` calls through `iii-shell serve` and the test engine, before and after
+/// the executor is killed and respawned by the supervisor, in the same run. A respawned
+/// executor inherits the supervisor's seccomp filter; it must still start commands with
+/// clone3 into their cgroup, so both halves should be alike (issue 12: they were ~5x apart
+/// when that filter took clone3 away). `BENCH_RESPAWN_ONLY=1` runs this part alone.
+async fn respawn_comparison(iters: usize) {
+    let engine = iii_test_engine::TestEngine::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::var_os("BENCH_EXE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| EXE.into());
+    let mut serve = Command::new(&exe)
+        .args(["serve", "--config"])
+        .arg(dir.path().join("no-seed.yaml"))
+        .env("III_URL", engine.url())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iii-shell serve");
+    let caller = engine.client().await;
+    let payload = json!({"command": TRUE, "args": []});
+    let ready = async {
+        engine
+            .wait_for_function("shell::exec", Duration::from_secs(30))
+            .await
+            .is_some()
+    };
+    if !ready.await {
+        println!("respawn: serve never registered shell::exec; skipped");
+        terminate(&mut serve);
+        return;
+    }
+    let spaced = |label: &'static str| {
+        let caller = &caller;
+        let payload = payload.clone();
+        async move {
+            let mut samples = Vec::with_capacity(iters);
+            for n in 0..iters + WARMUP.min(iters) {
+                tokio::time::sleep(SPACING).await;
+                let t = Instant::now();
+                let r = caller.call("shell::exec", payload.clone()).await;
+                let took = t.elapsed();
+                assert!(r.is_ok(), "{label}: {r:?}");
+                if n >= WARMUP.min(iters) {
+                    samples.push(took);
+                }
+            }
+            Stats::of(samples)
+        }
+    };
+    let before = spaced("before the respawn").await;
+    let executor = executor_of(serve.id());
+    let Some(first) = executor else {
+        println!("respawn: no executor found under serve; skipped");
+        terminate(&mut serve);
+        return;
+    };
+    // SAFETY: kill(2) of the executor we found under our own child.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let back = executor_of(serve.id()).is_some_and(|p| p != first)
+            && caller.call("shell::exec", payload.clone()).await.is_ok();
+        if back || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = spaced("after the respawn").await;
+    println!(
+        "respawn (shell::exec {TRUE} through serve and the test engine, {} ms apart, n={iters}):",
+        SPACING.as_millis()
+    );
+    print_header();
+    print_row("before", &before);
+    print_row("after", &after);
+    println!(
+        "  after/before at p50: {:.2}x (goal: about 1x; a respawned executor is as fast as a fresh one)",
+        after.p50 / before.p50
+    );
+    terminate(&mut serve);
+}
+
+/// The executor under a `serve` process: its child started as `executor --fd`. (The dead
+/// executor's pre-started processes, re-parented to `serve`, are killed before a new
+/// executor is started.)
+fn executor_of(serve: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{serve}/task/{serve}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .contains("executor --fd")
+        })
 }

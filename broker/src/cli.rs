@@ -88,9 +88,11 @@ pub struct BrokerArgs {
     /// The supervisor's control socket, inherited from `serve`
     #[arg(long, hide = true)]
     pub control_fd: Option<i32>,
-    /// The seed configuration, already validated by `serve`
+    /// A descriptor, inherited from `serve`, holding the seed configuration (already
+    /// validated) and the engine URL as JSON: never on the command line, which every local
+    /// user can read in /proc
     #[arg(long, hide = true)]
-    pub seed_json: Option<String>,
+    pub seed_fd: Option<i32>,
 }
 
 #[derive(Debug, Args)]

@@ -21,20 +21,25 @@ use iii_shell_protocol::config::Config;
 /// Everything the broker does before its async runtime exists: find the executor, read the
 /// seed, drop to the unprivileged user if still root, and confine itself (Landlock applies
 /// to the calling thread and the threads it creates later, so this must come first).
-pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, ExecutorSource), i32> {
+pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, ExecutorSource), i32> {
     if args.control_fd.is_some() {
         // Spawned by `serve`: go away with our supervisor.
         // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) };
     }
-    let seed = match &args.seed_json {
-        Some(json) => match serde_json::from_str::<serde_json::Value>(json)
-            .map_err(|e| e.to_string())
-            .and_then(|v| Config::from_value(&v).map_err(|e| e.0))
-        {
-            Ok(c) => c,
+    let seed = match args.seed_fd {
+        // SAFETY: `serve` handed us this descriptor number; nothing else here uses it.
+        Some(fd) => match unsafe { read_start_up(fd) } {
+            Ok(s) => {
+                if s.url.is_some() {
+                    serve.url = s.url;
+                }
+                s.seed
+            }
             Err(e) => {
-                tracing::error!("bad --seed-json: {e}");
+                tracing::error!(
+                    "bad --seed-fd {fd}: {e}; start the broker through `iii-shell serve`"
+                );
                 return Err(1);
             }
         },
@@ -76,6 +81,37 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
         }
     }
     Ok((seed, source))
+}
+
+/// What `serve` hands the broker through `--seed-fd`.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct StartUp {
+    pub seed: serde_json::Value,
+    pub url: Option<String>,
+}
+
+/// The decoded [`StartUp`].
+struct StartUpConfig {
+    seed: Config,
+    url: Option<String>,
+}
+
+/// Reads the start-up document from an inherited descriptor and closes it.
+///
+/// # Safety
+/// `fd` must be an open descriptor this process owns and nothing else uses.
+unsafe fn read_start_up(fd: i32) -> Result<StartUpConfig, String> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    // SAFETY: guaranteed by the caller; the File closes it when dropped.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut text = String::new();
+    f.take(64 << 20)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    let s: StartUp = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let seed = Config::from_value(&s.seed).map_err(|e| e.0)?;
+    Ok(StartUpConfig { seed, url: s.url })
 }
 
 pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {

@@ -298,6 +298,16 @@ fn print_human(
         }
     );
     println!("  a real command saw {}", c.observed.join(" | "));
+    let j = &ex.jobs;
+    println!(
+        "  background jobs    {} running, {} finished kept ({} KiB of output); caps {} finished / {} MiB, oldest finished dropped first ({} dropped so far)",
+        j.running,
+        j.finished,
+        j.finished_bytes / 1024,
+        j.finished_max,
+        j.finished_max_bytes >> 20,
+        j.evicted
+    );
     if warnings.is_empty() {
         println!("\nno warnings");
     } else {

@@ -37,6 +37,11 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
+    // A child subreaper: when an executor dies, the commands it started are re-parented to
+    // us (not to init), so we can find and kill them before a new executor serves.
+    if let Err(e) = iii_shell_executor::tree::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper: where no job cgroup exists, commands of a dead executor may outlive it");
+    }
     let executor_args: Vec<String> = match &args.pin_config {
         Some(p) => vec!["--pin-config".into(), p.display().to_string()],
         None => Vec::new(),
@@ -87,7 +92,17 @@ fn harden_supervisor(seed: &Config) -> Result<(), String> {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
     if seed.confinement.seccomp {
-        let f = seccomp::build(&seed.confinement.seccomp_allow)?;
+        // clone3 is let through here: the supervisor's filter is inherited by every executor
+        // it starts later, and its clone3 exception names the supervisor's own call site,
+        // not the new executor's, so a respawned executor would find clone3 ENOSYS and start
+        // every command the slow way. Each executor installs its own filter, which refuses
+        // clone3 but at its own call site; the supervisor reads no input and clones only
+        // through std::process::Command.
+        let mut allow = seed.confinement.seccomp_allow.clone();
+        if !allow.iter().any(|a| a == "clone3") {
+            allow.push("clone3".into());
+        }
+        let f = seccomp::build(&allow)?;
         seccomp::install_self(&f).map_err(|e| format!("seccomp: {e}"))?;
     }
     Ok(())
@@ -104,19 +119,23 @@ fn spawn_broker(
     let theirs: OwnedFd = theirs.into();
     clear_cloexec(&theirs).map_err(|e| e.to_string())?;
     clear_cloexec(&executor_end).map_err(|e| e.to_string())?;
-    let seed_json = serde_json::to_string(seed).map_err(|e| e.to_string())?;
+    // The configuration and the URL go through an inherited descriptor, never the command
+    // line (which every local user can read in /proc/<pid>/cmdline).
+    let start_up = crate::cmd_broker::StartUp {
+        seed: serde_json::to_value(seed).map_err(|e| e.to_string())?,
+        url: args.url.clone(),
+    };
+    let seed_fd = start_up_fd(&serde_json::to_vec(&start_up).map_err(|e| e.to_string())?)
+        .map_err(|e| format!("cannot hand the configuration to the broker: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("broker")
         .arg("--executor-fd")
         .arg(executor_end.as_raw_fd().to_string())
         .arg("--control-fd")
         .arg(theirs.as_raw_fd().to_string())
-        .arg("--seed-json")
-        .arg(seed_json)
+        .arg("--seed-fd")
+        .arg(seed_fd.as_raw_fd().to_string())
         .stdin(Stdio::null());
-    if let Some(url) = &args.url {
-        cmd.arg("--url").arg(url);
-    }
     if let Some(id) = &args.config_id {
         cmd.arg("--config-id").arg(id);
     }
@@ -152,13 +171,32 @@ fn spawn_broker(
         }
     }
     let child = cmd.spawn().map_err(|e| e.to_string())?;
+    drop(seed_fd);
     drop(theirs);
     drop(executor_end);
     Ok((child, ours.into()))
 }
 
+/// An anonymous memory file holding `bytes`, positioned at its start, which the next child
+/// inherits (close-on-exec cleared).
+fn start_up_fd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    use std::io::{Seek, Write};
+    use std::os::fd::FromRawFd;
+    // SAFETY: memfd_create with a NUL-terminated name and no flags returns a new descriptor
+    // or -1.
+    let fd = unsafe { libc::memfd_create(c"iii-shell-start-up".as_ptr(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.write_all(bytes)?;
+    f.rewind()?;
+    Ok(f.into())
+}
+
 enum Exit {
-    Executor,
+    Executor(Option<i32>),
     Broker(i32),
 }
 
@@ -172,6 +210,11 @@ fn wait_thread(mut child: Child, tx: tokio::sync::mpsc::UnboundedSender<(u32, Op
         let _ = tx.send((pid, code));
     });
 }
+
+/// How long the supervisor waits, after an executor exited cleanly (status 0: its broker
+/// connection ended, or it was sent SIGTERM), for the broker's exit or a shutdown signal
+/// before it takes the exit for a failure and starts a new executor.
+const CLEAN_EXIT_GRACE: Duration = Duration::from_secs(5);
 
 async fn supervise(
     exe: std::path::PathBuf,
@@ -187,19 +230,27 @@ async fn supervise(
     wait_thread(broker, tx.clone());
     let mut backoff = Duration::from_millis(100);
     let mut executor_alive = true;
+    // Set by SIGTERM/SIGINT: from then on no executor is started again.
+    let mut stopping = false;
+    let mut pending: Option<Exit> = None;
     loop {
-        let exit = tokio::select! {
-            ev = rx.recv() => match ev {
-                Some((pid, code)) if pid == broker_pid => Exit::Broker(code.unwrap_or(1)),
-                Some((pid, _)) if pid == executor_pid => Exit::Executor,
-                Some(_) => continue,
-                None => return 1,
-            },
-            _ = crate::cmd_executor::shutdown_signal() => {
-                tracing::info!("forwarding the shutdown to the broker");
-                // SAFETY: kill(2) on our child's pid with SIGTERM.
-                unsafe { libc::kill(broker_pid as i32, libc::SIGTERM) };
-                continue;
+        let exit = if let Some(e) = pending.take() {
+            e
+        } else {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some((pid, code)) if pid == broker_pid => Exit::Broker(code.unwrap_or(1)),
+                    Some((pid, code)) if pid == executor_pid => Exit::Executor(code),
+                    Some(_) => continue,
+                    None => return 1,
+                },
+                _ = crate::cmd_executor::shutdown_signal() => {
+                    tracing::info!("forwarding the shutdown to the broker");
+                    stopping = true;
+                    // SAFETY: kill(2) on our child's pid with SIGTERM.
+                    unsafe { libc::kill(broker_pid as i32, libc::SIGTERM) };
+                    continue;
+                }
             }
         };
         match exit {
@@ -220,12 +271,56 @@ async fn supervise(
                         }
                     }
                 }
+                kill_what_it_left(executor_pid, broker_pid);
                 return code;
             }
-            Exit::Executor => {
+            Exit::Executor(code) => {
                 executor_alive = false;
-                tracing::error!(pid = executor_pid, "the executor exited; respawning it");
-                tokio::time::sleep(backoff).await;
+                let dead = executor_pid;
+                // Whatever the dead executor started dies with it, before anything else.
+                kill_what_it_left(dead, broker_pid);
+                if stopping {
+                    tracing::info!(pid = dead, "the executor exited during shutdown");
+                    continue;
+                }
+                // A clean exit is usually the first half of a shutdown (the broker closed
+                // its connection, or the whole group got SIGTERM): wait for the other half.
+                let grace = if code == Some(0) {
+                    CLEAN_EXIT_GRACE
+                } else {
+                    backoff
+                };
+                let sleep = tokio::time::sleep(grace);
+                tokio::pin!(sleep);
+                let interrupted = loop {
+                    tokio::select! {
+                        _ = &mut sleep => break false,
+                        ev = rx.recv() => match ev {
+                            Some((pid, c)) if pid == broker_pid => {
+                                pending = Some(Exit::Broker(c.unwrap_or(1)));
+                                break true;
+                            }
+                            Some(_) => continue,
+                            None => return 1,
+                        },
+                        _ = crate::cmd_executor::shutdown_signal() => {
+                            tracing::info!("forwarding the shutdown to the broker");
+                            stopping = true;
+                            // SAFETY: kill(2) on our child's pid with SIGTERM.
+                            unsafe { libc::kill(broker_pid as i32, libc::SIGTERM) };
+                            break true;
+                        }
+                    }
+                };
+                if interrupted {
+                    tracing::info!(pid = dead, "the executor exited during shutdown");
+                    continue;
+                }
+                match code {
+                    Some(0) => tracing::warn!(pid = dead, "the executor exited on its own; starting a new one"),
+                    Some(c) if c > 128 => tracing::error!(pid = dead, signal = c - 128, "the executor was killed; its commands and jobs were killed with it and a new executor is starting (look for the OOM killer or an operator's kill in the system log)"),
+                    c => tracing::error!(pid = dead, code = ?c, "the executor failed; its commands and jobs were killed with it and a new executor is starting (its log lines above say why)"),
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 match spawn_executor_raw(&exe, &executor_args) {
                     Ok((child, end)) => {
@@ -233,12 +328,72 @@ async fn supervise(
                         executor_alive = true;
                         wait_thread(child, tx.clone());
                         if let Err(e) = send_fd(control.as_raw_fd(), end.as_raw_fd()) {
-                            tracing::error!(error = %e, "cannot hand the new executor to the broker");
+                            tracing::error!(error = %e, "cannot hand the new executor to the broker; restart iii-shell");
                         }
                     }
-                    Err(e) => tracing::error!(error = %e, "cannot start the executor"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start the executor; check that the iii-shell binary is still in place, then restart iii-shell")
+                    }
                 }
             }
+        }
+    }
+}
+
+/// Kills everything the executor `dead` started: its job cgroups (the whole subtree, setsid
+/// daemons included), then every process re-parented to us, the supervisor being a child
+/// subreaper (job trees where no job cgroup exists), with their sessions, process groups
+/// and descendants. The zombies are reaped. Only the broker is spared.
+fn kill_what_it_left(dead: u32, broker_pid: u32) {
+    use iii_shell_executor::{procfs, tree};
+    if let Some(base) = tree::base_of(dead) {
+        if !tree::kill_base(&base) {
+            tracing::warn!(path = %base.display(), "the dead executor's job cgroups are not gone yet");
+        }
+    }
+    let me = std::process::id() as i32;
+    let spared = |p: i32| p == broker_pid as i32 || p == me || p <= 1;
+    for _ in 0..3 {
+        let table = procfs::all();
+        let orphans: Vec<i32> = table
+            .iter()
+            .filter(|p| p.ppid == me && !spared(p.pid) && p.state != b'Z')
+            .map(|p| p.pid)
+            .collect();
+        if orphans.is_empty() {
+            break;
+        }
+        let mut victims = Vec::new();
+        for &o in &orphans {
+            victims.extend(
+                table
+                    .iter()
+                    .filter(|p| p.sid == o || p.pgid == o)
+                    .map(|p| p.pid),
+            );
+            victims.extend(procfs::descendants(o, &table));
+        }
+        victims.sort_unstable();
+        victims.dedup();
+        for v in victims.into_iter().filter(|&v| !spared(v)) {
+            // SAFETY: kill(2) with a positive pid and SIGKILL has no memory effects.
+            unsafe { libc::kill(v, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reap_orphans(broker_pid);
+}
+
+/// Reaps our zombie children other than the broker (orphans re-parented to us). The current
+/// executor is reaped by its own wait thread.
+fn reap_orphans(broker_pid: u32) {
+    for pid in iii_shell_executor::procfs::own_children() {
+        if pid == broker_pid as i32 {
+            continue;
+        }
+        if iii_shell_executor::procfs::stat(pid).is_some_and(|s| s.state == b'Z') {
+            // SAFETY: waitpid on one specific zombie child; the status is discarded.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
         }
     }
 }

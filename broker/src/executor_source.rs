@@ -41,7 +41,7 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 
 /// Installs `client`, then hands it the newest policy.
 async fn install(services: &Services, client: ExecutorClient) {
-    services.executor.set(client.clone());
+    services.install_executor(client.clone());
     if let Some(rt) = services.runtime.get() {
         if let Err(e) = client
             .call(Request::SetPolicy {

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod executor_client;
 pub mod executor_source;
 pub mod functions;
+pub mod job_book;
 pub mod lifecycle;
 pub mod logging;
 pub mod runtime;

@@ -5,7 +5,7 @@ use iii_shell_broker::{cmd_broker, cmd_call, cmd_executor, cmd_serve, logging};
 fn main() {
     // Before anything can change it: relative configuration paths resolve against it.
     iii_shell_broker::worker_identity::capture_start_dir();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let code = match cli.command {
         Some(Command::CheckConfig { file }) => iii_shell_broker::cmd_check_config::run(&file),
         Some(Command::Doctor(args)) => {
@@ -32,7 +32,7 @@ fn main() {
         }
         Some(Command::Broker(args)) => {
             logging::init("info");
-            match cmd_broker::prepare(&cli.serve, &args) {
+            match cmd_broker::prepare(&mut cli.serve, &args) {
                 Ok((seed, source)) => {
                     current_thread_runtime().block_on(cmd_broker::run(cli.serve, seed, source))
                 }

@@ -63,6 +63,8 @@ pub struct Services {
     pub executor: Arc<ExecutorSlot>,
     /// Background jobs on sandbox targets (host jobs live in the executor).
     pub sandbox_jobs: SandboxJobs,
+    /// The broker's record of the host jobs it started, which outlives their executor.
+    pub job_book: Arc<crate::job_book::JobBook>,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
     engine: RwLock<Option<EngineLink>>,
 }
@@ -73,6 +75,7 @@ impl Services {
             runtime: Arc::default(),
             executor: Arc::default(),
             sandbox_jobs: SandboxJobs::default(),
+            job_book: Default::default(),
             engine: RwLock::new(None),
         })
     }
@@ -99,8 +102,31 @@ impl Services {
             })
             .await?;
         let pid = client.pid;
-        self.executor.set(client);
+        self.install_executor(client);
         Ok(pid)
+    }
+
+    /// Makes `client` the executor calls go to. The jobs of any other executor are now
+    /// answered from the job book, and the job ends this one reports are recorded in it.
+    pub fn install_executor(&self, client: ExecutorClient) {
+        self.job_book.executor_installed(client.pid);
+        let mut events = client.events();
+        let book = self.job_book.clone();
+        tokio::spawn(async move {
+            use iii_shell_protocol::messages::Event;
+            loop {
+                match events.recv().await {
+                    Ok(Event::JobExited {
+                        job_id,
+                        status,
+                        exit_code,
+                    }) => book.ended(&job_id, status, exit_code),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                }
+            }
+        });
+        self.executor.set(client);
     }
 
     /// The engine link, or S216 when running without one (`iii-shell call`).

@@ -305,7 +305,8 @@ async fn executor_death_answers_s216_and_the_respawned_executor_keeps_the_policy
         w.stderr()
     );
     assert!(
-        w.stderr().contains("the executor exited; respawning it"),
+        w.stderr()
+            .contains("the executor was killed; its commands and jobs were killed with it"),
         "{}",
         w.stderr()
     );

@@ -382,7 +382,10 @@ async fn grandchild_holding_the_pipe_does_not_hang_the_call() {
     let took = t.elapsed();
     assert!(took < Duration::from_secs(3), "call hung for {took:?}");
     assert_eq!(r["stdout"], "started\n");
-    assert_eq!(r["timed_out"], true);
+    // The root finished before the deadline: its exit code stands, even though the deadline
+    // came while a grandchild still held the pipes.
+    assert_eq!(r["timed_out"], false, "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
     assert!(
         eventually(Duration::from_secs(3), || procs_with(&format!("sleep {m}"))
             .is_empty())
@@ -410,6 +413,69 @@ async fn grandchild_holding_the_pipe_does_not_hang_the_call() {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+}
+
+/// Issue 12: `sh -c 'sleep 20 & echo done'` returns once the root has exited and the pipes
+/// were drained for at most ROOT_EXIT_DRAIN (2 s), with the real exit code and the output
+/// read so far, and the grandchild is killed as on a timeout.
+#[tokio::test]
+async fn a_finished_root_returns_though_a_grandchild_holds_its_pipes() {
+    let h = Harness::default().await;
+    let m = marker();
+    let t = Instant::now();
+    let script = format!("sleep {m} & echo done; echo late >&2; exit 3");
+    let r = h
+        .ok(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", script], "timeout_ms": 20000}),
+        )
+        .await;
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(10),
+        "the call took {took:?}: {r}"
+    );
+    assert_eq!(r["timed_out"], false, "{r}");
+    assert_eq!(r["exit_code"], 3, "{r}");
+    assert_eq!(r["stdout"], "done\n", "{r}");
+    assert_eq!(r["stderr"], "late\n", "{r}");
+    assert!(
+        eventually(Duration::from_secs(3), || procs_with(&format!("sleep {m}"))
+            .is_empty())
+        .await,
+        "the grandchild survived the call: {:?}",
+        procs_with(&m)
+    );
+}
+
+/// A daemon that closed its output and called setsid does not hold the call, and does not
+/// outlive it either: `shell::exec_bg` is the way to leave something running.
+#[tokio::test]
+async fn a_setsid_daemon_does_not_outlive_its_exec_call() {
+    let h = Harness::default().await;
+    if !job_cgroups_enabled(h.executor_pid) {
+        eprintln!(
+            "skipped: no job cgroups here, so a setsid daemon with closed output cannot be found"
+        );
+        return;
+    }
+    let m = marker();
+    let script = format!("setsid sleep {m} </dev/null >/dev/null 2>&1 & echo ok");
+    let r = h
+        .ok(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", script], "timeout_ms": 5000}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "ok\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(
+        eventually(Duration::from_secs(3), || procs_with(&format!("sleep {m}"))
+            .is_empty())
+        .await,
+        "the daemon survived the call: {:?}",
+        procs_with(&m)
+    );
 }
 
 #[tokio::test]

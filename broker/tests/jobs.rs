@@ -893,3 +893,105 @@ async fn commands_survive_pooled_cgroups_killed_from_outside() {
         );
     }
 }
+
+/// Issue 13: when a job's root exits, what is left of its tree is killed (the job cgroup),
+/// as for `shell::exec`: a child holding the pipes, and a setsid daemon that closed them.
+/// The job still reports the root's own exit code.
+#[tokio::test]
+async fn a_finished_job_leaves_nothing_running() {
+    let h = Harness::default().await;
+    let (holder, daemon) = (marker(), marker());
+    let script = format!(
+        "sleep {holder} & setsid sleep {daemon} </dev/null >/dev/null 2>&1 & echo up; exit 4"
+    );
+    let id = spawn(&h, json!({"command": "sh", "args": ["-c", script]})).await;
+    let job = wait_done(&h, &id).await;
+    assert_eq!(job["status"], "finished", "{job}");
+    assert_eq!(job["exit_code"], 4, "{job}");
+    assert_eq!(job["stdout"], "up\n", "{job}");
+    assert!(gone(&holder).await, "the pipe holder outlived its job");
+    if job_cgroups_enabled(h.executor_pid) {
+        assert!(gone(&daemon).await, "the setsid daemon outlived its job");
+    } else {
+        eprintln!("no job cgroups here: a setsid daemon with closed output is out of reach");
+        kill_marker(&daemon);
+    }
+}
+
+/// Issue 13: finished jobs cost bounded memory. At most FINISHED_MAX (256) finished jobs are
+/// kept, the oldest finished dropped first, and `doctor` reports what is kept and dropped.
+#[tokio::test]
+async fn finished_jobs_are_capped_oldest_first_and_reported_by_doctor() {
+    use iii_shell_executor::jobs::{FINISHED_MAX, FINISHED_MAX_BYTES};
+    use iii_shell_protocol::messages::{Reply, Request};
+    let h = Harness::default().await;
+    let total = FINISHED_MAX + 20;
+    let mut ids = Vec::with_capacity(total);
+    for i in 0..total {
+        let id = spawn(&h, json!({"command": "echo", "args": [format!("job {i}")]})).await;
+        wait_done(&h, &id).await;
+        ids.push(id);
+    }
+    let list = h.ok("shell::list", json!({})).await;
+    assert_eq!(list["count"], FINISHED_MAX, "{}", list["count"]);
+    // The 20 that finished first are gone; the rest are kept, output and all.
+    for id in &ids[..20] {
+        let e = h.err("shell::status", json!({ "job_id": id })).await;
+        assert_eq!(e.code.as_str(), "S211", "{e:?}");
+    }
+    let job = status(&h, &ids[20]).await;
+    assert_eq!(job["stdout"], "job 20\n", "{job}");
+    let job = status(&h, ids.last().unwrap()).await;
+    assert_eq!(job["stdout"], format!("job {}\n", total - 1), "{job}");
+
+    let Reply::Doctor(report) = h.services.executor.call(Request::Doctor).await.unwrap() else {
+        panic!("not a doctor reply")
+    };
+    let j = &report.jobs;
+    assert_eq!(
+        (j.running, j.finished, j.evicted),
+        (0, FINISHED_MAX as u64, 20),
+        "{j:?}"
+    );
+    assert_eq!(
+        (j.finished_max, j.finished_max_bytes),
+        (FINISHED_MAX as u64, FINISHED_MAX_BYTES as u64)
+    );
+    assert!(
+        j.finished_bytes > 0 && j.finished_bytes < 64 * 1024,
+        "{j:?}"
+    );
+}
+
+/// Issue 13: process limits hold for root. `confinement.job_limits.pids_max` is the job
+/// cgroup's `pids.max`, which the kernel enforces for every uid (RLIMIT_NPROC is ignored for
+/// root: `max_processes: 20` let a command run 61 processes). Bounded: the script starts at
+/// most 60 processes whatever happens.
+#[tokio::test]
+async fn pids_max_holds_for_root_in_the_job_cgroup() {
+    let mut c = Config::builtin_default();
+    c.confinement.job_limits.pids_max = Some(20);
+    let h = Harness::new(c).await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let Some(base) = job_cgroup_base(h.executor_pid) else {
+        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: the executor has no job cgroups here");
+        return;
+    };
+    let delegated = std::fs::read_to_string(base.join("cgroup.subtree_control"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|c| c == "pids");
+    if !delegated {
+        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: no cgroup v2 pids controller for job cgroups on this host (doctor warns)");
+        return;
+    }
+    let m = marker();
+    let script = format!("for i in $(seq 60); do sleep {m} & done; sleep 0.5; echo forked");
+    let id = spawn(&h, json!({"command": "sh", "args": ["-c", script]})).await;
+    started(&m).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = procs_with(&format!("sleep {m}")).len();
+    assert!(n <= 20, "{n} processes ran in a job limited to 20");
+    let _ = h.ok("shell::kill", json!({ "job_id": id })).await;
+    kill_marker(&m);
+}

@@ -186,7 +186,8 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     .map_err(setup_error)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
-    let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
+    let cgroup =
+        JobCgroup::take_for(policy.job_limits()).inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
         stdout: out_r,

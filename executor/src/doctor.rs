@@ -59,6 +59,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
                 ..Default::default()
             },
             envelope,
+            jobs: Default::default(),
         };
     };
     let c = &policy.config.confinement;
@@ -152,5 +153,6 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         executor,
         commands,
         envelope,
+        jobs: Default::default(),
     }
 }

@@ -30,7 +30,12 @@ struct JobState {
     finished_at_ms: Option<u64>,
     /// Set by the first kill (or the hard cap); later kills are no-ops.
     kill_reason: Option<String>,
+    /// The order in which jobs finished (eviction takes the smallest).
+    finished_seq: Option<u64>,
 }
+
+/// Orders job ends for eviction.
+static FINISHED_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 struct Job {
     id: String,
@@ -78,6 +83,11 @@ impl Job {
         }
     }
 
+    /// Bytes of output the job holds.
+    fn output_bytes(&self) -> usize {
+        lock(&self.stdout).bytes.len() + lock(&self.stderr).bytes.len()
+    }
+
     fn expired(&self, now: u64) -> bool {
         let st = lock(&self.state);
         st.status != JobStatus::Running
@@ -91,9 +101,47 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// At most this many finished jobs are kept; past it the oldest finished go first.
+pub const FINISHED_MAX: usize = 256;
+/// At most this many bytes of finished jobs' output are kept, all jobs together (each job
+/// holds at most 2 x `max_output_bytes`); past it the oldest finished go first.
+pub const FINISHED_MAX_BYTES: usize = 64 << 20;
+
+/// Which finished jobs to evict so that at most `max_count` of them, holding at most
+/// `max_bytes` of output together, are kept. `finished` is (finish order, output bytes); the
+/// result lists indexes into it, the earliest finished first. A policy decision with no I/O.
+pub fn evictions(finished: &[(u64, usize)], max_count: usize, max_bytes: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..finished.len()).collect();
+    order.sort_by_key(|&i| finished[i].0);
+    let mut count = finished.len();
+    let mut bytes: usize = finished.iter().map(|f| f.1).sum();
+    let mut out = Vec::new();
+    for i in order {
+        if count <= max_count && bytes <= max_bytes {
+            break;
+        }
+        out.push(i);
+        count -= 1;
+        bytes -= finished[i].1;
+    }
+    out
+}
+
+/// What finished jobs cost now (`doctor`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retained {
+    pub running: usize,
+    pub finished: usize,
+    pub finished_bytes: usize,
+    /// Finished jobs evicted by the caps since start-up (retention expiry is not counted).
+    pub evicted: u64,
+}
+
 /// The process-wide job table.
 pub struct Jobs {
     table: Mutex<HashMap<String, Arc<Job>>>,
+    /// Finished jobs evicted by [`FINISHED_MAX`] / [`FINISHED_MAX_BYTES`].
+    evicted: std::sync::atomic::AtomicU64,
     /// Serialises the running-count check with the spawn, so the cap cannot be overshot.
     spawn_lock: tokio::sync::Mutex<()>,
     events: broadcast::Sender<Event>,
@@ -103,6 +151,7 @@ impl Jobs {
     pub fn new(events: broadcast::Sender<Event>) -> Self {
         Jobs {
             table: Mutex::new(HashMap::new()),
+            evicted: Default::default(),
             spawn_lock: tokio::sync::Mutex::new(()),
             events,
         }
@@ -121,6 +170,43 @@ impl Jobs {
                 true
             }
         });
+        // Then the caps on what finished jobs may hold, oldest finished first.
+        let finished: Vec<(String, (u64, usize))> = t
+            .iter()
+            .filter_map(|(id, j)| {
+                let seq = lock(&j.state).finished_seq?;
+                Some((id.clone(), (seq, j.output_bytes())))
+            })
+            .collect();
+        let costs: Vec<(u64, usize)> = finished.iter().map(|f| f.1).collect();
+        for i in evictions(&costs, FINISHED_MAX, FINISHED_MAX_BYTES) {
+            if let Some(job) = t.remove(&finished[i].0) {
+                for r in &job.readers {
+                    r.abort();
+                }
+                self.evicted
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What the job table holds now.
+    pub fn retained(&self) -> Retained {
+        self.prune();
+        let t = lock(&self.table);
+        let mut r = Retained {
+            evicted: self.evicted.load(std::sync::atomic::Ordering::Relaxed),
+            ..Default::default()
+        };
+        for j in t.values() {
+            if lock(&j.state).status == JobStatus::Running {
+                r.running += 1;
+            } else {
+                r.finished += 1;
+                r.finished_bytes += j.output_bytes();
+            }
+        }
+        r
     }
 
     fn get(&self, id: &str) -> Result<Arc<Job>, ExecError> {
@@ -169,6 +255,7 @@ impl Jobs {
                 exit_code: None,
                 finished_at_ms: None,
                 kill_reason: None,
+                finished_seq: None,
             }),
             stdout,
             stderr,
@@ -330,18 +417,21 @@ async fn supervise(
     } else {
         running.wait().await
     };
-    // Give the readers a moment to collect what the process wrote just before it exited.
-    let _ = tokio::time::timeout(Duration::from_millis(50), async {
+    // The root has exited. Its output is read for at most ROOT_EXIT_DRAIN more (a child may
+    // still hold the pipes); then whatever is left of its tree is killed, exactly as for
+    // `shell::exec`: a finished job leaves nothing running (`cgroup.kill` reaches daemons
+    // that called setsid), so nothing escapes max_bg_timeout_ms or max_concurrent_jobs.
+    let readers_done = readers_finished(&job, crate::run::ROOT_EXIT_DRAIN).await;
+    if job.tree.kill_leftovers(!readers_done) || !readers_done {
+        let _ = readers_finished(&job, Duration::from_millis(200)).await;
         for r in &job.readers {
-            while !r.is_finished() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            r.abort();
         }
-    })
-    .await;
+    }
     let (final_status, exit_code) = {
         let mut st = lock(&job.state);
         st.finished_at_ms = Some(now_ms());
+        st.finished_seq = Some(FINISHED_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
         if st.kill_reason.is_some() {
             st.status = JobStatus::Killed;
             st.exit_code = None;
@@ -360,7 +450,40 @@ async fn supervise(
     });
 }
 
+/// Waits up to `limit` for both output readers to reach EOF; true when they did.
+async fn readers_finished(job: &Job, limit: Duration) -> bool {
+    tokio::time::timeout(limit, async {
+        for r in &job.readers {
+            while !r.is_finished() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
 /// Appends a worker note to a job's stderr, past the cap if need be so it is never lost.
 fn append_note(job: &Job, note: &str) {
     lock(&job.stderr).bytes.extend_from_slice(note.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::evictions;
+
+    #[test]
+    fn evictions_take_the_oldest_finished_until_both_caps_hold() {
+        // (finish order, bytes), listed out of order.
+        let jobs = [(3, 10), (1, 10), (2, 50), (4, 0)];
+        assert_eq!(evictions(&jobs, 4, 100), Vec::<usize>::new());
+        // Count: 2 of 4 kept, the two that finished first go.
+        assert_eq!(evictions(&jobs, 2, 100), vec![1, 2]);
+        // Bytes: 70 in all, at most 25 kept: order 1 (10) then 2 (50) go, leaving 10.
+        assert_eq!(evictions(&jobs, 10, 25), vec![1, 2]);
+        // Bytes: at most 60 kept: only the first finished goes.
+        assert_eq!(evictions(&jobs, 10, 60), vec![1]);
+        assert_eq!(evictions(&jobs, 0, 0), vec![1, 2, 0, 3]);
+        assert_eq!(evictions(&[], 0, 0), Vec::<usize>::new());
+    }
 }

@@ -115,12 +115,17 @@ impl Executor {
                     e.confinement.capabilities, e.confinement.seccomp_allow, e.confinement.mode
                 )
             });
-            return (
-                Ok(Reply::Doctor(Box::new(
-                    doctor::report(self.policy.get(), envelope).await,
-                ))),
-                None,
-            );
+            let mut report = doctor::report(self.policy.get(), envelope).await;
+            let r = self.jobs.retained();
+            report.jobs = iii_shell_protocol::doctor::JobsReport {
+                running: r.running as u64,
+                finished: r.finished as u64,
+                finished_bytes: r.finished_bytes as u64,
+                finished_max: jobs::FINISHED_MAX as u64,
+                finished_max_bytes: jobs::FINISHED_MAX_BYTES as u64,
+                evicted: r.evicted,
+            };
+            return (Ok(Reply::Doctor(Box::new(report))), None);
         }
         (self.handle_simple(request).await, None)
     }

@@ -108,6 +108,14 @@ impl CommandConfinement {
 }
 
 impl Policy {
+    /// The limits of each job's cgroup under this policy.
+    pub fn job_limits(&self) -> crate::tree::JobLimits {
+        let l = &self.config.confinement.job_limits;
+        crate::tree::JobLimits {
+            pids_max: l.pids_max,
+            memory_max: l.memory_max_bytes,
+        }
+    }
     pub fn build(generation: u64, config_json: &str) -> Result<Policy, String> {
         let value: serde_json::Value =
             serde_json::from_str(config_json).map_err(|e| format!("policy is not JSON: {e}"))?;
@@ -230,7 +238,7 @@ impl Policy {
         *pool = live;
         drop(dead);
         while pool.len() < crate::warm::POOL {
-            match crate::warm::Warm::start(&self.commands.child()) {
+            match crate::warm::Warm::start(&self.commands.child(), self.job_limits()) {
                 Ok(w) => pool.push(w),
                 Err(e) => {
                     tracing::debug!(error = %e, "no pre-started command process");

@@ -17,17 +17,27 @@ use crate::tree::JobTree;
 /// How long output is still collected after the tree was killed, for holders outside it.
 const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
 
+/// How long the output pipes are still read once the root process has exited. A descendant
+/// that still holds them after that (`sh -c 'sleep 20 & echo done'`) does not keep the call
+/// going: the rest of the tree is killed and the call answers with the root's exit code and
+/// the output read so far. (Codex uses the same 2 s.) Background jobs use it too.
+pub const ROOT_EXIT_DRAIN: Duration = Duration::from_secs(2);
+
 enum Outcome {
+    /// The root exited and both pipes reached EOF.
     Completed,
+    /// The root exited, but something else still held a pipe after [`ROOT_EXIT_DRAIN`].
+    RootExited,
     TimedOut,
     Cancelled,
 }
 
 /// Runs `spec` to completion, timeout or cancellation.
 ///
-/// The call completes when the root process has exited **and** both output pipes reached
-/// EOF. A descendant that keeps a pipe open keeps the call going until the deadline; then the
-/// whole tree is killed and the result says `timed_out`.
+/// The call completes when the root process has exited and both output pipes reached EOF,
+/// or [`ROOT_EXIT_DRAIN`] after the root exited, whichever comes first. Either way, whatever
+/// is left of the tree then is killed, as on a timeout (`shell::exec_bg` is the way to leave
+/// something running).
 pub async fn run(
     policy: Arc<Policy>,
     spec: ExecSpec,
@@ -52,6 +62,8 @@ impl Spent {
     pub fn release(self) {
         drop(self.held);
         if let Some(tree) = self.tree {
+            // The root has exited: nothing of its tree may outlive the call.
+            tree.kill_leftovers(false);
             release_later(tree);
         }
     }
@@ -141,12 +153,35 @@ async fn run_inner(
         // Output first: the pipes reach EOF when the whole tree has closed them, which for
         // almost every command is the moment the root exits; then the root is reaped, at once
         // if its exit is already reported, else on the pidfd's wake-up (see `Running::wait`).
-        _ = async {
-            tokio::join!(out.pump(), err.pump());
-            running.wait().await;
-        } => Outcome::Completed,
+        // If the root exits while something else still holds a pipe, the pipes get
+        // ROOT_EXIT_DRAIN more.
+        o = async {
+            let pumps = async {
+                tokio::join!(out.pump(), err.pump());
+            };
+            tokio::pin!(pumps);
+            tokio::select! {
+                biased;
+                _ = &mut pumps => {
+                    running.wait().await;
+                    Outcome::Completed
+                }
+                _ = running.wait() => {
+                    match tokio::time::timeout(ROOT_EXIT_DRAIN, &mut pumps).await {
+                        Ok(()) => Outcome::Completed,
+                        Err(_) => Outcome::RootExited,
+                    }
+                }
+            }
+        } => o,
         _ = tokio::time::sleep_until(deadline) => Outcome::TimedOut,
         _ = cancel.notified() => Outcome::Cancelled,
+    };
+    // The deadline came while the pipes were drained after the root's exit: the command
+    // itself finished, so its exit code stands.
+    let outcome = match outcome {
+        Outcome::TimedOut if running.status.is_some() => Outcome::RootExited,
+        o => o,
     };
     let mut duration = started.elapsed();
     tracing::trace!(
@@ -158,9 +193,11 @@ async fn run_inner(
     if !matches!(outcome, Outcome::Completed) {
         running.tree.kill();
         if running.wait_for(Duration::from_secs(5)).await.is_none() {
-            tracing::error!(pid = running.pid(), "process did not die after SIGKILL");
+            tracing::error!(pid = running.pid(), "process did not die after SIGKILL; check for a process stuck in the kernel (state D) in its cgroup");
         }
-        duration = started.elapsed();
+        if !matches!(outcome, Outcome::RootExited) {
+            duration = started.elapsed();
+        }
         let _ = tokio::time::timeout(DRAIN_AFTER_KILL, async {
             tokio::join!(out.pump(), err.pump())
         })
@@ -168,7 +205,7 @@ async fn run_inner(
         out.abandon();
         err.abandon();
     }
-    if running.never_started && matches!(outcome, Outcome::Completed) {
+    if running.never_started && matches!(outcome, Outcome::Completed | Outcome::RootExited) {
         return Ok(Attempt::NeverStarted(Some(running.tree.clone())));
     }
     let exec_failure = running.exec_failure.take();

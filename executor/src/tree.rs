@@ -19,6 +19,33 @@ use crate::spawn::CgroupTarget;
 #[derive(Debug)]
 pub struct CgroupBase {
     pub dir: PathBuf,
+    /// Job cgroups have `pids.max` (the `pids` controller is enabled below the base).
+    pub pids: bool,
+    /// Job cgroups have `memory.max`.
+    pub memory: bool,
+}
+
+/// The limits written into a job cgroup (`confinement.job_limits`); `None` is "max".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobLimits {
+    pub pids_max: Option<u64>,
+    pub memory_max: Option<u64>,
+}
+
+/// The value a cgroup limit file takes for `limit`.
+pub fn limit_value(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "max".to_string(), |n| n.to_string())
+}
+
+/// Enables `controllers` for the children of `base` where its parent delegates them;
+/// returns which of them job cgroups get.
+fn enable_controllers(base: &Path) -> (bool, bool) {
+    let available = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
+    let has = |c: &str| available.split_whitespace().any(|x| x == c);
+    let on = |c: &str| {
+        has(c) && std::fs::write(base.join("cgroup.subtree_control"), format!("+{c}")).is_ok()
+    };
+    (on("pids"), on("memory"))
 }
 
 static BASE: OnceLock<Option<CgroupBase>> = OnceLock::new();
@@ -32,7 +59,8 @@ pub fn cgroup_base() -> Option<&'static CgroupBase> {
     BASE.get_or_init(detect_cgroup_base).as_ref()
 }
 
-fn detect_cgroup_base() -> Option<CgroupBase> {
+/// This process's own cgroup v2 directory, where executors create their bases.
+fn own_cgroup_dir() -> Option<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mount = mountinfo.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
@@ -46,7 +74,44 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         .lines()
         .find_map(|l| l.strip_prefix("0::"))?
         .trim_start_matches('/');
-    let parent = mount.join(rel);
+    Some(mount.join(rel))
+}
+
+/// The job-cgroup base of the executor `pid`, when that executor was started in our own
+/// cgroup (as `serve` starts it) and made one.
+pub fn base_of(pid: u32) -> Option<PathBuf> {
+    let base = own_cgroup_dir()?.join(format!("iii-shell-{pid}"));
+    base.is_dir().then_some(base)
+}
+
+/// Kills every process in a job-cgroup base and all its job cgroups (`cgroup.kill` on the
+/// base reaches the whole subtree, setsid daemons included), waits up to 5 s for them to be
+/// gone and removes the cgroups. Used on the base of an executor that died: what it started
+/// must not outlive it. True when the base is gone.
+pub fn kill_base(base: &Path) -> bool {
+    let _ = std::fs::write(base.join("cgroup.kill"), "1");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let populated = std::fs::read_to_string(base.join("cgroup.events"))
+            .map(|t| !t.lines().any(|l| l.trim() == "populated 0"))
+            .unwrap_or(false);
+        if !populated || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if let Ok(jobs) = std::fs::read_dir(base) {
+        for j in jobs.flatten() {
+            if j.path().is_dir() {
+                let _ = std::fs::remove_dir(j.path());
+            }
+        }
+    }
+    std::fs::remove_dir(base).is_ok() || !base.exists()
+}
+
+fn detect_cgroup_base() -> Option<CgroupBase> {
+    let parent = own_cgroup_dir()?;
     sweep_stale_bases(&parent);
     let dir = parent.join(format!("iii-shell-{}", std::process::id()));
     match std::fs::create_dir(&dir) {
@@ -62,8 +127,12 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         let _ = std::fs::remove_dir(&dir);
         return None;
     }
-    tracing::debug!(path = %dir.display(), "job cgroups enabled");
-    let base = CgroupBase { dir };
+    let (pids, memory) = enable_controllers(&dir);
+    if !pids {
+        tracing::warn!(path = %dir.display(), "the cgroup v2 pids controller is not available for job cgroups (on this host it may be bound to a cgroup v1 hierarchy): confinement.job_limits.pids_max cannot be enforced, and RLIMIT_NPROC does not bind root; delegate the pids controller to iii-shell's cgroup to enforce it");
+    }
+    tracing::debug!(path = %dir.display(), pids, memory, "job cgroups enabled");
+    let base = CgroupBase { dir, pids, memory };
     check_clone3(&base);
     Some(base)
 }
@@ -87,10 +156,12 @@ fn check_clone3(base: &CgroupBase) {
     }
 }
 
-/// Removes the empty job-cgroup bases of executors that no longer exist. An executor runs
-/// without capabilities once hardened, so when the cgroup parent is only writable with
-/// CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next executor, which sweeps
-/// before it drops its capabilities, does. A base that still holds live processes is kept.
+/// Kills what is left in the job-cgroup bases of executors that no longer exist, and removes
+/// them. An executor runs without capabilities once hardened, so when the cgroup parent is
+/// only writable with CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next
+/// executor, which sweeps before it drops its capabilities, does. A dead executor's commands
+/// (an executor killed with SIGKILL leaves them running) are killed first: nothing it
+/// started outlives it, even when no supervisor did it already.
 pub fn sweep_stale_bases(parent: &Path) {
     let Ok(rd) = std::fs::read_dir(parent) else {
         return;
@@ -108,6 +179,10 @@ pub fn sweep_stale_bases(parent: &Path) {
             continue;
         }
         let base = e.path();
+        if base.join("cgroup.kill").exists() {
+            kill_base(&base);
+            continue;
+        }
         if let Ok(jobs) = std::fs::read_dir(&base) {
             for j in jobs.flatten() {
                 if j.path().is_dir() {
@@ -147,6 +222,10 @@ pub struct JobCgroup {
     /// cgroup's kill count with the parent's when clone3 creates a child inside it, and kills
     /// the child when they differ, so a once-killed cgroup would kill every later command.
     killed: std::sync::atomic::AtomicBool,
+    /// The limits last written into it (None: none written yet). A pooled cgroup is reused
+    /// under whatever policy is in force then, so [`JobCgroup::take_for`] rewrites them when
+    /// they differ.
+    limits: Option<JobLimits>,
 }
 
 impl JobCgroup {
@@ -156,6 +235,38 @@ impl JobCgroup {
             return Some(cg);
         }
         Self::create()
+    }
+
+    /// An empty job cgroup with `limits` in force. A cgroup whose limits cannot be written
+    /// is not used (removed), so a job never runs under another policy's limits.
+    pub fn take_for(limits: JobLimits) -> Option<JobCgroup> {
+        for _ in 0..2 {
+            let mut cg = Self::take()?;
+            if cg.apply_limits(limits).is_ok() {
+                return Some(cg);
+            }
+            cg.retire();
+            let _ = cg.recycle();
+        }
+        None
+    }
+
+    /// Writes `limits` where they differ from what the cgroup has, for the controllers the
+    /// base enabled. (Called only on an empty cgroup.)
+    pub fn apply_limits(&mut self, limits: JobLimits) -> std::io::Result<()> {
+        if self.limits == Some(limits) {
+            return Ok(());
+        }
+        let (pids, memory) = cgroup_base().map_or((false, false), |b| (b.pids, b.memory));
+        let old = self.limits;
+        if pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
+            std::fs::write(self.dir.join("pids.max"), limit_value(limits.pids_max))?;
+        }
+        if memory && old.map(|o| o.memory_max) != Some(limits.memory_max) {
+            std::fs::write(self.dir.join("memory.max"), limit_value(limits.memory_max))?;
+        }
+        self.limits = Some(limits);
+        Ok(())
     }
 
     /// Creates a new job cgroup and opens what a spawn needs to start a child in it.
@@ -182,6 +293,7 @@ impl JobCgroup {
                 dir_fd,
                 procs,
                 killed: std::sync::atomic::AtomicBool::new(false),
+                limits: None,
             }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
@@ -340,6 +452,29 @@ impl JobTree {
                 }
             }
         }
+    }
+
+    /// Kills what is left of the job once its root has exited (a daemon that closed its
+    /// output, a child still holding a pipe). With a job cgroup this costs one read of
+    /// `cgroup.events` when nothing is left; without one only the session and the process
+    /// group are searched, and only when `scan_without_cgroup` says so (it walks `/proc`).
+    /// Returns true when something was killed.
+    pub fn kill_leftovers(&self, scan_without_cgroup: bool) -> bool {
+        let populated = match self.cgroup.lock().ok().as_deref() {
+            Some(Some(cg)) => !cg.is_empty(),
+            Some(None) | None => {
+                if !scan_without_cgroup {
+                    return false;
+                }
+                procfs::all()
+                    .iter()
+                    .any(|p| (p.sid == self.root || p.pgid == self.root) && p.state != b'Z')
+            }
+        };
+        if populated {
+            self.kill();
+        }
+        populated
     }
 
     /// Hands the cgroup back once it is empty; call after the root has been reaped. True

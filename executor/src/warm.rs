@@ -242,11 +242,15 @@ impl Block {
 impl Warm {
     /// Starts a child that confines itself with `confinement` inside a job cgroup of its own
     /// and waits for a command.
-    pub fn start(confinement: &ChildConfinement) -> std::io::Result<Warm> {
+    pub fn start(
+        confinement: &ChildConfinement,
+        limits: crate::tree::JobLimits,
+    ) -> std::io::Result<Warm> {
         if !enabled() {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
         }
-        let cgroup = JobCgroup::take().ok_or_else(|| std::io::Error::other("no job cgroup"))?;
+        let cgroup =
+            JobCgroup::take_for(limits).ok_or_else(|| std::io::Error::other("no job cgroup"))?;
         // The output pipes and /dev/null, made now so that a call does not have to.
         let stdio = (|| Ok::<_, std::io::Error>((pipe()?, pipe()?, dev_null()?)))();
         let ((out_r, out_w), (err_r, err_w), null) = match stdio {

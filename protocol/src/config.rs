@@ -110,6 +110,31 @@ pub struct ConfinementConfig {
     pub broker_user: String,
     /// Per-command resource limits.
     pub rlimits: RlimitConfig,
+    /// Limits on each job's cgroup (its whole process tree), which hold for every uid,
+    /// root included. They apply where the job cgroup has the controller (cgroup v2 with
+    /// `pids` / `memory` delegated); `doctor` says whether it does.
+    pub job_limits: JobLimitsConfig,
+}
+
+/// Limits on each job's cgroup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobLimitsConfig {
+    /// `pids.max`: processes and threads in one job's whole tree (default 1024; null for no
+    /// limit). Unlike RLIMIT_NPROC, the kernel enforces it for root too, so a fork bomb
+    /// cannot use up the host's PIDs.
+    pub pids_max: Option<u64>,
+    /// `memory.max`: bytes of memory one job's whole tree may use (default null: no limit).
+    pub memory_max_bytes: Option<u64>,
+}
+
+impl Default for JobLimitsConfig {
+    fn default() -> Self {
+        JobLimitsConfig {
+            pids_max: Some(1024),
+            memory_max_bytes: None,
+        }
+    }
 }
 
 /// Per-command resource limits; null keeps the executor's own limit.
@@ -157,6 +182,7 @@ impl Default for ConfinementConfig {
             network: NetworkAccess::Allow,
             broker_user: "nobody".to_string(),
             rlimits: RlimitConfig::default(),
+            job_limits: JobLimitsConfig::default(),
         }
     }
 }

@@ -57,4 +57,19 @@ pub struct DoctorReport {
     pub commands: CommandReport,
     /// Summary of the pinned envelope, if the executor has one.
     pub envelope: Option<String>,
+    /// What background jobs hold now, and the caps on finished ones.
+    pub jobs: JobsReport,
+}
+
+/// Background jobs in the executor: what is kept, and the caps on finished jobs (beyond
+/// either, the oldest finished job is dropped first).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobsReport {
+    pub running: u64,
+    pub finished: u64,
+    pub finished_bytes: u64,
+    pub finished_max: u64,
+    pub finished_max_bytes: u64,
+    /// Finished jobs dropped by the caps since the executor started.
+    pub evicted: u64,
 }

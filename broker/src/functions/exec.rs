@@ -87,8 +87,14 @@ pub async fn exec_bg(services: &Arc<Services>, payload: Value) -> Result<Value, 
     };
     // The job cap is shared with sandbox jobs (the executor only counts host jobs).
     sandbox::check_shared_job_cap(services, rt.config.max_concurrent_jobs as usize).await?;
+    let executor = services.executor.get().map(|c| c.pid);
     match services.executor.call(Request::ExecBg(spec)).await? {
-        Reply::ExecBg(r) => to_value(&r),
+        Reply::ExecBg(r) => {
+            if let Some(pid) = executor {
+                services.job_book.started(pid, &r.job_id, &r.argv);
+            }
+            to_value(&r)
+        }
         _ => Err(unexpected_reply()),
     }
 }
@@ -97,6 +103,11 @@ pub async fn status(services: &Arc<Services>, payload: Value) -> Result<Value, W
     let req: StatusRequest = parse(&payload)?;
     // Sandbox jobs live in the broker, host jobs in the executor.
     if let Some(job) = services.sandbox_jobs.status(&req.job_id) {
+        return to_value(&StatusResponse { job });
+    }
+    // A job of an executor that died: the broker's own record answers.
+    prune_book(services);
+    if let Some(job) = services.job_book.orphan_record(&req.job_id) {
         return to_value(&StatusResponse { job });
     }
     match services
@@ -115,6 +126,8 @@ pub async fn list(services: &Arc<Services>) -> Result<Value, WireError> {
         _ => return Err(unexpected_reply()),
     };
     jobs.extend(services.sandbox_jobs.summaries());
+    prune_book(services);
+    jobs.extend(services.job_book.orphan_summaries());
     jobs.sort_by(|a, b| {
         a.started_at_ms
             .cmp(&b.started_at_ms)
@@ -131,6 +144,9 @@ pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, Wir
     if let Some(r) = services.sandbox_jobs.kill(&req.job_id) {
         return to_value(&r);
     }
+    if let Some(r) = services.job_book.orphan_kill(&req.job_id) {
+        return to_value(&r);
+    }
     match services
         .executor
         .call(Request::JobKill { job_id: req.job_id })
@@ -138,5 +154,12 @@ pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, Wir
     {
         Reply::JobKill(r) => to_value::<KillResponse>(&r),
         _ => Err(unexpected_reply()),
+    }
+}
+
+/// Drops the records of dead executors' jobs past `job_retention_secs`.
+fn prune_book(services: &Services) {
+    if let Some(rt) = services.runtime.get() {
+        services.job_book.prune(rt.config.job_retention_secs);
     }
 }

@@ -173,3 +173,24 @@ pub fn tempdir() -> tempfile::TempDir {
 pub fn canon(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap()
 }
+
+/// The job-cgroup base (`iii-shell-<pid>`) of the executor `pid`, when it has one.
+pub fn job_cgroup_base_of(pid: u32) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (right.split_whitespace().next()? == "cgroup2")
+            .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })?;
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let base = mount
+        .join(rel.trim_start_matches('/'))
+        .join(format!("iii-shell-{pid}"));
+    base.is_dir().then_some(base)
+}
+
+/// Whether the executor `pid` runs its commands in job cgroups.
+pub fn job_cgroups_enabled(pid: u32) -> bool {
+    job_cgroup_base_of(pid).is_some()
+}
