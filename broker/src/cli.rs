@@ -19,12 +19,27 @@ pub struct ServeArgs {
     /// WebSocket URL of the iii engine [env: III_URL, then III_ENGINE_URL; default ws://127.0.0.1:49134]
     #[arg(long, global = true)]
     pub url: Option<String>,
-    /// Seed configuration sent as `initial_value` on first registration only
-    #[arg(long, global = true, default_value = "./config.yaml")]
-    pub config: PathBuf,
+    /// Seed configuration sent as `initial_value` on first registration only [env: III_CONFIG;
+    /// default: none, the built-in default is the seed]. A launcher passes `--config` only when
+    /// the worker's entry has a config block, and runs us in its own directory, whose
+    /// `config.yaml` is the engine's: so nothing is read from the working directory unasked.
+    #[arg(long, global = true, env = "III_CONFIG", hide_env = true)]
+    pub config: Option<PathBuf>,
     /// `serve`: pin the executor to this root-owned envelope (the widest policy it accepts)
     #[arg(long = "pin-config", id = "serve_pin_config")]
     pub pin_config: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The seed: `--config` (or `III_CONFIG`) when given, else the built-in default. A file
+    /// that is named but missing falls back to the built-in default too; one that exists but
+    /// does not parse is an error.
+    pub fn seed(&self) -> Result<iii_shell_protocol::config::Config, crate::lifecycle::BootError> {
+        match &self.config {
+            Some(path) => crate::lifecycle::load_seed(path),
+            None => Ok(iii_shell_protocol::config::Config::builtin_default()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -63,6 +78,10 @@ pub struct ExecutorArgs {
     /// The only uid allowed to connect (default: the executor's own uid)
     #[arg(long)]
     pub peer_uid: Option<u32>,
+    /// The only user allowed to connect, by name (looked up at start-up; for units, which know
+    /// the broker's user by name)
+    #[arg(long, conflicts_with = "peer_uid")]
+    pub peer_user: Option<String>,
     /// A root-owned configuration file: the widest policy this executor will ever accept
     /// (reloads can only narrow it), and the confinement it applies to itself at start-up
     #[arg(long)]

@@ -13,7 +13,6 @@ use crate::engine::frames::ErrorBody;
 use crate::engine::{EngineLink, Invoker, LinkOptions};
 use crate::executor_source::ExecutorSource;
 use crate::functions::{dispatch, CallMeta};
-use crate::lifecycle::load_seed;
 use crate::lifecycle::{Lifecycle, ON_CHANGE_ID};
 use crate::services::Services;
 use iii_shell_protocol::config::Config;
@@ -38,7 +37,7 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
                 return Err(1);
             }
         },
-        None => match load_seed(&serve.config) {
+        None => match serve.seed() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("{e}; refusing to start (fix or remove the file)");

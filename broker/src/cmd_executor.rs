@@ -12,6 +12,29 @@ use iii_shell_protocol::config::Config;
 
 use crate::cli::ExecutorArgs;
 
+/// `--peer-user NAME` becomes the `--peer-uid` of that user, or exit 2 with the reason.
+pub fn resolve_peer_user(args: &mut ExecutorArgs) -> Result<(), i32> {
+    let Some(name) = &args.peer_user else {
+        return Ok(());
+    };
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) => {
+            args.peer_uid = Some(u.uid.as_raw());
+            Ok(())
+        }
+        Ok(None) => {
+            tracing::error!(
+                "refusing to start: --peer-user {name}: no such user; create it (the package's sysusers.d entry does: systemd-sysusers) or pass --peer-uid"
+            );
+            Err(2)
+        }
+        Err(e) => {
+            tracing::error!("refusing to start: --peer-user {name}: cannot look it up: {e}; check /etc/passwd and nsswitch.conf, or pass --peer-uid");
+            Err(2)
+        }
+    }
+}
+
 /// Hardens the executor process. Must run before any other thread exists: capabilities are
 /// per thread, and every thread created later inherits the state of the one that creates it.
 pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {

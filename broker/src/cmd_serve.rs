@@ -18,12 +18,11 @@ use iii_shell_protocol::config::{Config, ConfinementMode};
 use crate::cli::ServeArgs;
 use crate::confine::lookup_user;
 use crate::executor_source::send_fd;
-use crate::lifecycle::load_seed;
 use crate::spawn_executor::{clear_cloexec, spawn_executor_raw};
 
 pub fn run(args: ServeArgs) -> i32 {
     // A seed file that exists but does not parse aborts boot before anything else happens.
-    let seed = match load_seed(&args.config) {
+    let seed = match args.seed() {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}; refusing to start (fix or remove the file)");
