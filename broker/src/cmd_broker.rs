@@ -33,7 +33,7 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
         {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!("bad --seed-json: {e}");
+                tracing::error!("bad --seed-json: {e}; --seed-json is internal to `iii-shell serve`: run the broker with --config FILE instead");
                 return Err(1);
             }
         },
@@ -58,7 +58,7 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
     if unsafe { libc::geteuid() } == 0 {
         let dropped = lookup_user(&seed.confinement.broker_user).and_then(|(u, g)| drop_user(u, g));
         if let Err(e) = dropped {
-            tracing::error!("refusing to run the broker as root: {e}");
+            tracing::error!("refusing to run the broker as root: {e}; start it as an unprivileged user (User= in the unit), or set confinement.broker_user to one");
             return Err(1);
         }
     }
@@ -70,7 +70,7 @@ pub fn prepare(serve: &ServeArgs, args: &BrokerArgs) -> Result<(Config, Executor
             tracing::info!(uid = r.uid, gid = r.gid, landlock = %r.landlock, seccomp = %r.seccomp, "broker confined");
         }
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{e}; confinement.mode is strict, so the broker does not start with less: run `iii-shell doctor`, or set confinement.mode: best_effort");
             return Err(1);
         }
     }
@@ -92,7 +92,7 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
     let executors = match source.start(services.clone()).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{e}; the broker needs its executor: start iii-shell-executor (or run `iii-shell serve`, which starts both)");
             return 1;
         }
     };

@@ -32,7 +32,7 @@ pub fn run(args: ServeArgs) -> i32 {
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
-            tracing::error!(error = %e, "cannot locate our own binary");
+            tracing::error!(error = %e, "cannot locate our own binary (/proc/self/exe); mount /proc, or run the halves apart (iii-shell executor + iii-shell broker)");
             return 1;
         }
     };
@@ -43,14 +43,14 @@ pub fn run(args: ServeArgs) -> i32 {
     let (executor, broker_end) = match spawn_executor_raw(&exe, &executor_args) {
         Ok(x) => x,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start the executor");
+            tracing::error!(error = %e, "cannot start the executor; check that this binary is executable and that the process limits (ulimit -u, the unit's TasksMax) allow two more processes");
             return 1;
         }
     };
     let (broker, control) = match spawn_broker(&exe, &args, &seed, broker_end) {
         Ok(x) => x,
         Err(e) => {
-            tracing::error!("cannot start the broker: {e}");
+            tracing::error!("cannot start the broker: {e}; set confinement.broker_user to an existing unprivileged user (useradd --system NAME)");
             let mut executor = executor;
             let _ = executor.kill();
             let _ = executor.wait();
@@ -62,7 +62,7 @@ pub fn run(args: ServeArgs) -> i32 {
     // starts exactly like the first (which then drops them itself), and takes no_new_privs,
     // a non-dumpable state and the seccomp deny filter.
     if let Err(e) = harden_supervisor(&seed) {
-        tracing::error!("supervisor: {e}");
+        tracing::error!("the supervisor cannot harden itself: {e}; strict mode stops here, best_effort goes on without it: run `iii-shell doctor` to see which layer this kernel lacks");
         if seed.confinement.mode == ConfinementMode::Strict {
             return 1;
         }
@@ -73,7 +73,7 @@ pub fn run(args: ServeArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
+            tracing::error!(error = %e, "cannot start the async runtime; the process is out of threads or memory: raise the limits (ulimit -u, the unit's TasksMax/MemoryMax)");
             return 1;
         }
     };
@@ -220,7 +220,7 @@ async fn supervise(
             }
             Exit::Executor => {
                 executor_alive = false;
-                tracing::error!(pid = executor_pid, "the executor exited; respawning it");
+                tracing::error!(pid = executor_pid, "the executor exited; respawning it (the lines before this one say why; if it keeps exiting, run `iii-shell doctor`)");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 match spawn_executor_raw(&exe, &executor_args) {
@@ -229,10 +229,12 @@ async fn supervise(
                         executor_alive = true;
                         wait_thread(child, tx.clone());
                         if let Err(e) = send_fd(control.as_raw_fd(), end.as_raw_fd()) {
-                            tracing::error!(error = %e, "cannot hand the new executor to the broker");
+                            tracing::error!(error = %e, "cannot hand the new executor to the broker, so calls fail with S216; restart the worker (systemctl restart iii-shell)");
                         }
                     }
-                    Err(e) => tracing::error!(error = %e, "cannot start the executor"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start a new executor, so calls fail with S216; check the process limits (ulimit -u, TasksMax) and restart the worker")
+                    }
                 }
             }
         }

@@ -158,7 +158,7 @@ async fn run_inner(
     if !matches!(outcome, Outcome::Completed) {
         running.tree.kill();
         if running.wait_for(Duration::from_secs(5)).await.is_none() {
-            tracing::error!(pid = running.pid(), "process did not die after SIGKILL");
+            tracing::error!(pid = running.pid(), "process did not die after SIGKILL; it is stuck in the kernel (uninterruptible I/O, e.g. a hung network mount): the call returns, check `cat /proc/PID/stack` and the mount");
         }
         duration = started.elapsed();
         let _ = tokio::time::timeout(DRAIN_AFTER_KILL, async {
