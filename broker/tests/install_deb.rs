@@ -4,7 +4,8 @@
 //! (`packaging/deb/make-root`), both halves started the way their units start them (the
 //! installed unit files and an administrator's drop-in are read for ExecStart, User,
 //! Environment, WorkingDirectory and RuntimeDirectory), `iii-shell doctor` and calls run,
-//! then the package removed (only the configuration, the workspace and the units' enable
+//! the one-unit alternative (`iii-shell.service`) started and called the same way, then the
+//! package removed (only the configuration, the workspace and the units' enable
 //! state may stay) and purged (nothing may stay but the two system users).
 //!
 //! It takes a minute or two and needs root, so it is `#[ignore]`d in the ordinary run;
@@ -27,6 +28,7 @@ use support::{BIN, WAIT};
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const NAMESPACE: &str = "host-a";
 const WORKER: &str = "shell-installtest";
+const ONE_UNIT_WORKER: &str = "shell-installtest-one";
 
 /// Fails the test naming the step.
 fn fail(step: &str, why: impl std::fmt::Display) -> ! {
@@ -489,7 +491,15 @@ async fn the_package_installs_serves_and_uninstalls_cleanly() {
         .join("\n");
     let dropin_dir = r.join("etc/systemd/system/iii-shell-broker.service.d");
     std::fs::create_dir_all(&dropin_dir).unwrap();
-    std::fs::write(dropin_dir.join("10-host.conf"), dropin + "\n").unwrap();
+    std::fs::write(dropin_dir.join("10-host.conf"), dropin.clone() + "\n").unwrap();
+    // The same for the one-unit alternative, under another name.
+    let one_dir = r.join("etc/systemd/system/iii-shell.service.d");
+    std::fs::create_dir_all(&one_dir).unwrap();
+    std::fs::write(
+        one_dir.join("10-host.conf"),
+        dropin.replace(WORKER, ONE_UNIT_WORKER) + "\n",
+    )
+    .unwrap();
     let before = snapshot(&r);
 
     let step = "install the package (dpkg -i)";
@@ -713,6 +723,39 @@ async fn the_package_installs_serves_and_uninstalls_cleanly() {
     assert!(!sock.exists(), "the executor removes its socket");
     // systemd removes the runtime directory after the stop.
     let _ = std::fs::remove_dir_all(r.join("run/iii-shell"));
+    if let Some(p) = root.processes().first() {
+        fail(step, format!("process {p} is still running in the root"));
+    }
+
+    let step = "the one-unit alternative (iii-shell.service)";
+    announce(step);
+    let one_unit = read_unit(&r, "iii-shell.service");
+    let one_log = logs.path().join("one-unit.log");
+    let mut one = start_unit(&r, &one_unit, &one_log);
+    let up = engine
+        .wait_until(WAIT, |e| {
+            e.worker_info(ONE_UNIT_WORKER)
+                .is_some_and(|w| w.connected && w.namespace.as_deref() == Some(NAMESPACE))
+                && e.function_in(NAMESPACE, "shell::exec").is_some()
+        })
+        .await;
+    if !up {
+        fail(step, format!("it never registered:\n{}", log_of(&one_log)));
+    }
+    let r3 = caller
+        .call_in_namespace(
+            NAMESPACE,
+            "shell::exec",
+            json!({"command": "cat", "args": ["proof.txt"]}),
+        )
+        .await
+        .unwrap_or_else(|e| fail(step, format!("{e:?}\n{}", log_of(&one_log))));
+    assert_eq!(r3["stdout"], "installed\n", "{r3}");
+    term(&mut one);
+    match wait_exit(&mut one, Duration::from_secs(45)) {
+        Some(s) if s.success() => {}
+        other => fail(step, format!("{other:?}\n{}", log_of(&one_log))),
+    }
     if let Some(p) = root.processes().first() {
         fail(step, format!("process {p} is still running in the root"));
     }
