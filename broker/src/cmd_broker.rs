@@ -13,7 +13,6 @@ use crate::engine::frames::ErrorBody;
 use crate::engine::{EngineLink, Invoker, LinkOptions};
 use crate::executor_source::ExecutorSource;
 use crate::functions::{dispatch, CallMeta};
-use crate::lifecycle::load_seed;
 use crate::lifecycle::{Lifecycle, ON_CHANGE_ID};
 use crate::services::Services;
 use iii_shell_protocol::config::Config;
@@ -43,7 +42,7 @@ pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, Exec
                 return Err(1);
             }
         },
-        None => match load_seed(&serve.config) {
+        None => match serve.seed() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("{e}; refusing to start (fix or remove the file)");
@@ -64,7 +63,7 @@ pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, Exec
     if unsafe { libc::geteuid() } == 0 {
         let dropped = lookup_user(&seed.confinement.broker_user).and_then(|(u, g)| drop_user(u, g));
         if let Err(e) = dropped {
-            tracing::error!("refusing to run the broker as root: {e}");
+            tracing::error!("refusing to run the broker as root: {e}; start it as an unprivileged user (User= in the unit), or set confinement.broker_user to one");
             return Err(1);
         }
     }
@@ -76,7 +75,7 @@ pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, Exec
             tracing::info!(uid = r.uid, gid = r.gid, landlock = %r.landlock, seccomp = %r.seccomp, "broker confined");
         }
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{e}; confinement.mode is strict, so the broker does not start with less: run `iii-shell doctor`, or set confinement.mode: best_effort");
             return Err(1);
         }
     }
@@ -140,7 +139,7 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
     let executors = match source.start(services.clone()).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{e}; the broker needs its executor: start iii-shell-executor (or run `iii-shell serve`, which starts both)");
             return 1;
         }
     };

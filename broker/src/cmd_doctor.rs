@@ -8,13 +8,12 @@ use iii_shell_protocol::doctor::{DoctorReport, ProcessReport};
 use iii_shell_protocol::messages::{Reply, Request};
 use serde_json::json;
 
-use crate::cli::DoctorArgs;
+use crate::cli::{DoctorArgs, ServeArgs};
 use crate::executor_client::ExecutorClient;
-use crate::lifecycle::load_seed;
 use crate::spawn_executor::spawn_executor;
 
-pub async fn run(args: DoctorArgs, config_path: &Path, config_id_flag: Option<&str>) -> i32 {
-    let written = match load_seed(config_path) {
+pub async fn run(args: DoctorArgs, serve: &ServeArgs) -> i32 {
+    let written = match serve.seed() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -29,7 +28,7 @@ pub async fn run(args: DoctorArgs, config_path: &Path, config_id_flag: Option<&s
         }
     };
     let config_id = match crate::worker_identity::config_id(
-        config_id_flag,
+        serve.config_id.as_deref(),
         crate::engine::endpoint::namespace().as_deref(),
     ) {
         Ok(id) => id,

@@ -12,6 +12,29 @@ use iii_shell_protocol::config::Config;
 
 use crate::cli::ExecutorArgs;
 
+/// `--peer-user NAME` becomes the `--peer-uid` of that user, or exit 2 with the reason.
+pub fn resolve_peer_user(args: &mut ExecutorArgs) -> Result<(), i32> {
+    let Some(name) = &args.peer_user else {
+        return Ok(());
+    };
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) => {
+            args.peer_uid = Some(u.uid.as_raw());
+            Ok(())
+        }
+        Ok(None) => {
+            tracing::error!(
+                "refusing to start: --peer-user {name}: no such user; create it (the package's sysusers.d entry does: systemd-sysusers) or pass --peer-uid"
+            );
+            Err(2)
+        }
+        Err(e) => {
+            tracing::error!("refusing to start: --peer-user {name}: cannot look it up: {e}; check /etc/passwd and nsswitch.conf, or pass --peer-uid");
+            Err(2)
+        }
+    }
+}
+
 /// Hardens the executor process. Must run before any other thread exists: capabilities are
 /// per thread, and every thread created later inherits the state of the one that creates it.
 pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
@@ -35,7 +58,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         Some(path) => match load_envelope(path) {
             Ok(c) => Some(c),
             Err(e) => {
-                tracing::error!("refusing to start: --pin-config {}: {e}", path.display());
+                tracing::error!("refusing to start: --pin-config {}: {e}; the envelope must be a valid configuration (iii-shell check-config FILE), owned by root and writable by root only", path.display());
                 return Err(2);
             }
         },
@@ -71,7 +94,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
             Ok(pinned)
         }
         Err(e) => {
-            tracing::error!("refusing to start: {e}");
+            tracing::error!("refusing to start: {e}; run `iii-shell doctor` to see which layer this kernel lacks, or set confinement.mode: best_effort in the pinned envelope");
             Err(2)
         }
     }
@@ -116,12 +139,12 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
         {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(fd, error = %e, "--fd is not a usable socket");
+                tracing::error!(fd, error = %e, "--fd is not a usable socket; --fd is internal to `iii-shell serve` and `call`: use --socket PATH");
                 return 2;
             }
         };
         if let Err(e) = check_peer(&stream, expected) {
-            tracing::error!("refusing the inherited connection: {e}");
+            tracing::error!("refusing the inherited connection: {e}; --fd is internal to `iii-shell serve` and `call`: use --socket PATH");
             return 2;
         }
         tokio::select! {
@@ -144,7 +167,7 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot listen on the executor socket");
+            tracing::error!(path = %path.display(), error = %e, "cannot listen on the executor socket; check the file descriptor limit (LimitNOFILE)");
             return 2;
         }
     };
@@ -183,14 +206,14 @@ fn bind_socket(
     let listener = match std::os::unix::net::UnixListener::bind(path) {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot bind the executor socket");
+            tracing::error!(path = %path.display(), error = %e, "cannot bind the executor socket; its directory must exist and be writable by root (RuntimeDirectory=iii-shell creates /run/iii-shell)");
             return Err(2);
         }
     };
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
     if expected != own_uid {
         if let Err(e) = nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(expected)), None) {
-            tracing::error!(error = %e, "cannot hand the socket to uid {expected}");
+            tracing::error!(error = %e, "cannot hand the socket to uid {expected}; the executor needs CAP_CHOWN at start-up (keep it in the unit's CapabilityBoundingSet)");
             return Err(2);
         }
     }

@@ -18,12 +18,11 @@ use iii_shell_protocol::config::{Config, ConfinementMode};
 use crate::cli::ServeArgs;
 use crate::confine::lookup_user;
 use crate::executor_source::send_fd;
-use crate::lifecycle::load_seed;
 use crate::spawn_executor::{clear_cloexec, spawn_executor_raw};
 
 pub fn run(args: ServeArgs) -> i32 {
     // A seed file that exists but does not parse aborts boot before anything else happens.
-    let seed = match load_seed(&args.config) {
+    let seed = match args.seed() {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}; refusing to start (fix or remove the file)");
@@ -33,7 +32,7 @@ pub fn run(args: ServeArgs) -> i32 {
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
-            tracing::error!(error = %e, "cannot locate our own binary");
+            tracing::error!(error = %e, "cannot locate our own binary (/proc/self/exe); mount /proc, or run the halves apart (iii-shell executor + iii-shell broker)");
             return 1;
         }
     };
@@ -49,14 +48,14 @@ pub fn run(args: ServeArgs) -> i32 {
     let (executor, broker_end) = match spawn_executor_raw(&exe, &executor_args) {
         Ok(x) => x,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start the executor");
+            tracing::error!(error = %e, "cannot start the executor; check that this binary is executable and that the process limits (ulimit -u, the unit's TasksMax) allow two more processes");
             return 1;
         }
     };
     let (broker, control) = match spawn_broker(&exe, &args, &seed, broker_end) {
         Ok(x) => x,
         Err(e) => {
-            tracing::error!("cannot start the broker: {e}");
+            tracing::error!("cannot start the broker: {e}; set confinement.broker_user to an existing unprivileged user (useradd --system NAME)");
             let mut executor = executor;
             let _ = executor.kill();
             let _ = executor.wait();
@@ -68,7 +67,7 @@ pub fn run(args: ServeArgs) -> i32 {
     // starts exactly like the first (which then drops them itself), and takes no_new_privs,
     // a non-dumpable state and the seccomp deny filter.
     if let Err(e) = harden_supervisor(&seed) {
-        tracing::error!("supervisor: {e}");
+        tracing::error!("the supervisor cannot harden itself: {e}; strict mode stops here, best_effort goes on without it: run `iii-shell doctor` to see which layer this kernel lacks");
         if seed.confinement.mode == ConfinementMode::Strict {
             return 1;
         }
@@ -79,7 +78,7 @@ pub fn run(args: ServeArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
+            tracing::error!(error = %e, "cannot start the async runtime; the process is out of threads or memory: raise the limits (ulimit -u, the unit's TasksMax/MemoryMax)");
             return 1;
         }
     };

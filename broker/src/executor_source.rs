@@ -50,7 +50,7 @@ async fn install(services: &Services, client: ExecutorClient) {
             })
             .await
         {
-            tracing::error!(error = %e, "the executor refused the current policy");
+            tracing::error!(error = %e, "the executor refused the current policy; it exceeds the pinned envelope or names a missing root: fix the configuration entry or widen /etc/iii-shell/envelope.yaml (shell::config-status shows the reason)");
         }
     }
     tracing::info!(pid = client.pid, "executor running");
@@ -120,9 +120,13 @@ async fn receive_respawns(services: Arc<Services>, control: OwnedFd) {
             Ok(Some(fd)) => match stream_from(fd) {
                 Ok(stream) => match ExecutorClient::connect(stream).await {
                     Ok(client) => install(&services, client).await,
-                    Err(e) => tracing::error!(error = %e, "respawned executor handshake failed"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "respawned executor handshake failed; the broker and the executor must be the same iii-shell binary: restart the worker after an upgrade")
+                    }
                 },
-                Err(e) => tracing::error!(error = %e, "bad executor socket from the supervisor"),
+                Err(e) => {
+                    tracing::error!(error = %e, "bad executor socket from the supervisor (a bug); restart the worker")
+                }
             },
             Ok(None) => {
                 tracing::debug!("the supervisor closed the control socket");
@@ -188,13 +192,15 @@ async fn reconnect_loop(services: Arc<Services>, path: PathBuf) {
                     logged = false;
                     install(&services, client.clone()).await;
                     client.closed().await;
-                    tracing::error!(path = %path.display(), "the executor connection ended; reconnecting");
+                    tracing::error!(path = %path.display(), "the executor connection ended; reconnecting (its log says why: journalctl -u iii-shell-executor)");
                 }
-                Err(e) => tracing::error!(error = %e, "executor handshake failed"),
+                Err(e) => {
+                    tracing::error!(error = %e, "executor handshake failed; the broker and the executor must be the same iii-shell release: restart both after an upgrade")
+                }
             },
             Err(e) => {
                 if !logged {
-                    tracing::error!(path = %path.display(), error = %e, "cannot reach the executor socket; retrying every second");
+                    tracing::error!(path = %path.display(), error = %e, "cannot reach the executor socket; retrying every second. Start the executor (systemctl start iii-shell-executor), and run the broker as its --peer-user");
                     logged = true;
                 }
             }

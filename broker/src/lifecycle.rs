@@ -238,7 +238,7 @@ impl Lifecycle {
                 Stored::Unavailable(why) => why,
             };
             if problem != last_logged {
-                tracing::error!("boot is fail-closed, no function is exposed: {problem}; retrying every {retry:?}");
+                tracing::error!("boot is fail-closed, no function is exposed: {problem}; retrying every {retry:?}. Fix the stored configuration entry through the configuration worker, or delete it to re-seed");
                 last_logged = problem;
             }
             tokio::time::sleep(retry).await;
@@ -345,7 +345,7 @@ impl Lifecycle {
                     tracing::debug!("the stored configuration is unchanged since it was rejected; the last-good configuration stays in force");
                     return json!({"ok": false});
                 }
-                tracing::error!("configuration reload rejected; the last-good configuration stays in force: {why}");
+                tracing::error!("configuration reload rejected; the last-good configuration stays in force: {why}. Fix the stored entry (shell::config-status shows last_error)");
                 self.services.runtime.reject(why);
                 json!({"ok": false})
             }

@@ -1,5 +1,17 @@
 //! Log setup: `tracing` to stderr, filtered by `RUST_LOG`.
+//!
+//! One line per event. Colours only when stderr is a terminal (and `NO_COLOR` is unset).
+//! Under systemd (stderr is the journal stream named in `JOURNAL_STREAM`) every line starts
+//! with its syslog priority (`<3>` error, `<4>` warning, `<6>` info, `<7>` debug and trace),
+//! which journald strips and stores, so `journalctl -p err -u iii-shell-broker` works, and
+//! carries no timestamp of its own (the journal stamps every line).
 
+use std::io::IsTerminal;
+
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::{DefaultFields, Format, Full, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 static DEFAULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -9,12 +21,90 @@ pub fn default_filter() -> String {
     DEFAULT.get().cloned().unwrap_or_else(|| "info".into())
 }
 
+/// The syslog priority journald reads from a `<N>` line prefix.
+pub fn syslog_priority(level: &Level) -> u8 {
+    match *level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        _ => 7,
+    }
+}
+
+/// Whether stderr is the journal stream systemd connected us to: `JOURNAL_STREAM` is
+/// `<device>:<inode>` of that stream (see systemd.exec(5)), and it is inherited by children,
+/// so it is compared with what stderr really is.
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = stream.to_str().and_then(|s| s.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    let fd = std::os::fd::AsFd::as_fd(&std::io::stderr())
+        .try_clone_to_owned()
+        .map(std::fs::File::from);
+    match fd.and_then(|f| f.metadata()) {
+        Ok(md) => md.dev() == dev && md.ino() == ino,
+        Err(_) => false,
+    }
+}
+
+/// The default format behind a `<priority>` prefix.
+struct Journald(Format<Full, ()>);
+
+impl<S, N> FormatEvent<S, N> for Journald
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        write!(writer, "<{}>", syslog_priority(event.metadata().level()))?;
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
 pub fn init(default_filter: &str) {
     let _ = DEFAULT.set(default_filter.to_string());
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    if stderr_is_journal() {
+        let _ = builder
+            .fmt_fields(DefaultFields::new())
+            .event_format(Journald(
+                tracing_subscriber::fmt::format()
+                    .without_time()
+                    .with_ansi(false),
+            ))
+            .try_init();
+    } else {
+        let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let _ = builder.with_ansi(ansi).try_init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priorities_are_syslog_levels() {
+        assert_eq!(syslog_priority(&Level::ERROR), 3);
+        assert_eq!(syslog_priority(&Level::WARN), 4);
+        assert_eq!(syslog_priority(&Level::INFO), 6);
+        assert_eq!(syslog_priority(&Level::DEBUG), 7);
+        assert_eq!(syslog_priority(&Level::TRACE), 7);
+    }
 }

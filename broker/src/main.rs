@@ -10,25 +10,21 @@ fn main() {
         Some(Command::CheckConfig { file }) => iii_shell_broker::cmd_check_config::run(&file),
         Some(Command::Doctor(args)) => {
             logging::init("warn");
-            runtime(2).block_on(iii_shell_broker::cmd_doctor::run(
-                args,
-                &cli.serve.config,
-                cli.serve.config_id.as_deref(),
-            ))
+            runtime(2).block_on(iii_shell_broker::cmd_doctor::run(args, &cli.serve))
         }
         Some(Command::Probe { args }) => iii_shell_broker::cmd_probe::run(&args),
-        Some(Command::Executor(args)) => {
+        Some(Command::Executor(mut args)) => {
             logging::init("info");
-            match cmd_executor::harden(&args) {
+            match cmd_executor::resolve_peer_user(&mut args)
+                .and_then(|()| cmd_executor::harden(&args))
+            {
                 Ok(pinned) => executor_runtime().block_on(cmd_executor::run(args, pinned)),
                 Err(code) => code,
             }
         }
         Some(Command::Call(args)) => {
             logging::init("warn");
-            let explicit = std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
-            let path = explicit.then_some(cli.serve.config.as_path());
-            current_thread_runtime().block_on(cmd_call::run(args, path))
+            current_thread_runtime().block_on(cmd_call::run(args, cli.serve.config.as_deref()))
         }
         Some(Command::Broker(args)) => {
             logging::init("info");

@@ -120,7 +120,7 @@ fn supervise(
     // it must not go on unwatched: its tree is killed and its root reaped before the error
     // is returned.
     let abandon = |pidfd: &OwnedFd, warm: Option<Keep>, e: std::io::Error| {
-        tracing::error!(pid, error = %e, "cannot watch a started command; killing it");
+        tracing::error!(pid, error = %e, "cannot watch a started command; killing it. The executor is short of descriptors or memory: raise LimitNOFILE, or lower max_concurrent_jobs");
         tree.kill();
         let reaped = spawn::try_reap_blocking(pidfd).is_ok();
         if let Ok(mut roots) = ROOTS.lock() {

@@ -527,7 +527,7 @@ fn handle_frame(
             worker_name,
         } => {
             if code == "FUNCTION_NAMESPACE_CONFLICT" {
-                tracing::error!(function_id = ?function_id, "the engine refused a function: another live worker owns it");
+                tracing::error!(function_id = ?function_id, "the engine refused a function: another live worker owns it; stop that worker, or give this one its own III_NAMESPACE");
             } else {
                 return Some(Ended::Fatal(format!(
                     "the engine rejected this worker ({code}, name {:?}): another live worker uses the same name in this namespace; set III_WORKER_NAME to a unique name",
@@ -537,7 +537,7 @@ fn handle_frame(
         }
         Inbound::TriggerRegistrationResult { id, error } => {
             if let Some(e) = error {
-                tracing::error!(trigger = %id, code = %e.code, "the engine refused a trigger binding: {}", e.message);
+                tracing::error!(trigger = %id, code = %e.code, "the engine refused a trigger binding: {}; hot reload needs the engine's configuration worker: check the engine's log", e.message);
             }
         }
         Inbound::RegisterTrigger {
@@ -598,7 +598,7 @@ fn dispatch_invocation(
         let outcome = match tokio::spawn(handler).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(function_id, error = %e, "handler failed");
+                tracing::error!(function_id, error = %e, "handler failed (a bug: the caller got S216; please report it with these log lines)");
                 Err(ErrorBody::new("S216", "internal error: the handler failed"))
             }
         };

@@ -31,6 +31,8 @@ const CONTRACT_ENV: &[&str] = &[
     "III_ENGINE_URL",
     "III_WORKER_NAME",
     "III_NAMESPACE",
+    "III_CONFIG",
+    "III_CONFIG_NAME",
     "III_ISOLATION",
     "III_SHELL_PING_MS",
     "III_SHELL_IDLE_MS",
@@ -45,6 +47,9 @@ pub struct WorkerBuilder {
     env: Vec<(String, String)>,
     config: Option<PathBuf>,
     subcommand: bool,
+    config_flag: bool,
+    cwd: Option<PathBuf>,
+    setsid: bool,
 }
 
 impl Default for WorkerBuilder {
@@ -61,6 +66,9 @@ impl WorkerBuilder {
             env: Vec::new(),
             config: None,
             subcommand: true,
+            config_flag: true,
+            cwd: None,
+            setsid: false,
         }
     }
 
@@ -106,6 +114,24 @@ impl WorkerBuilder {
         self
     }
 
+    /// No `--config` at all (as a launcher runs a worker whose entry has no config block).
+    pub fn without_config_flag(mut self) -> Self {
+        self.config_flag = false;
+        self
+    }
+
+    /// Runs the worker in `dir` instead of its own temp dir.
+    pub fn current_dir(mut self, dir: &Path) -> Self {
+        self.cwd = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Starts the worker in a session of its own (as the binary launcher does).
+    pub fn setsid(mut self) -> Self {
+        self.setsid = true;
+        self
+    }
+
     pub fn start(self) -> Worker {
         let stderr_path = self.dir.path().join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
@@ -117,7 +143,10 @@ impl WorkerBuilder {
         if self.subcommand {
             cmd.arg("serve");
         }
-        cmd.arg("--config").arg(&config).args(&self.args);
+        if self.config_flag {
+            cmd.arg("--config").arg(&config);
+        }
+        cmd.args(&self.args);
         for k in CONTRACT_ENV {
             cmd.env_remove(k);
         }
@@ -125,8 +154,18 @@ impl WorkerBuilder {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
+        if self.setsid {
+            // SAFETY: setsid is async-signal-safe and allocates nothing.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                    nix::unistd::setsid()
+                        .map(drop)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
         let child = cmd
-            .current_dir(self.dir.path())
+            .current_dir(self.cwd.as_deref().unwrap_or(self.dir.path()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr))
