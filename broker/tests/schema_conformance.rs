@@ -937,3 +937,24 @@ fn config_schema_refuses_removed_and_unknown_keys() {
         );
     }
 }
+
+/// Issue 16: the whole `coder::*` surface is published (and therefore checked above against
+/// the seed, with the allow-list still empty).
+#[test]
+fn every_coder_function_of_the_seed_is_published() {
+    let published: BTreeSet<String> = all_function_defs()
+        .iter()
+        .map(|f| f.id.to_string())
+        .collect();
+    let coder: Vec<String> = seed_functions()
+        .into_keys()
+        .filter(|k| k.starts_with("coder::"))
+        .collect();
+    assert_eq!(coder.len(), 10, "{coder:?}");
+    let missing: Vec<&String> = coder.iter().filter(|c| !published.contains(*c)).collect();
+    assert!(
+        missing.is_empty(),
+        "coder functions not published: {missing:?}"
+    );
+    assert!(ALLOWED.iter().all(|a| !a.function.starts_with("coder::")));
+}
