@@ -1,0 +1,867 @@
+//! `coder::*` through the real executor process behind the broker library (the same path an
+//! engine call takes after the WebSocket): path policy and redaction, every error code, the
+//! wire shapes of every function, budgets, windows, revisions, edits, trees and search.
+//! `coder_engine.rs` repeats the essentials through `iii-shell serve` and the test engine.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use iii_shell_protocol::config::Config;
+use iii_shell_protocol::WireError;
+use serde_json::{json, Value};
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+async fn expect_code(h: &Harness, function: &str, payload: Value, code: &str) -> WireError {
+    let e = h.err(function, payload.clone()).await;
+    assert_eq!(e.code, code, "{function} {payload}: {e:?}");
+    e
+}
+
+/// A jail at `<tmp>/root` (canonical) next to `<tmp>/outside`.
+struct Jailed {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    h: Harness,
+}
+
+async fn jailed_with(tweak: impl FnOnce(&mut Config, &Path)) -> Jailed {
+    let dir = tempdir();
+    let base = canon(dir.path());
+    let root = base.join("root");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "OUTSIDE").unwrap();
+    let mut c = jailed(&root);
+    tweak(&mut c, &root);
+    let h = Harness::new(c).await;
+    Jailed {
+        _dir: dir,
+        root,
+        outside,
+        h,
+    }
+}
+
+async fn jailed_root() -> Jailed {
+    jailed_with(|_, _| {}).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::info
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-02, CODER-11..14: jailed info reports the canonical roots, caps, budgets and globs.
+#[tokio::test]
+async fn info_reports_the_jailed_contract() {
+    let j = jailed_with(|c, root| {
+        let second = root.parent().unwrap().join("outside");
+        c.fs.host_roots.push(s(&second));
+        c.fs.max_read_bytes = 1234;
+        c.fs.max_write_bytes = 5678;
+        c.max_output_bytes = 999;
+    })
+    .await;
+    let v = j.h.ok("coder::info", json!({})).await;
+    assert_eq!(v["mode"], "jailed");
+    assert_eq!(v["base_paths"], json!([s(&j.root), s(&j.outside)]));
+    assert_eq!(v["primary_root"], s(&j.root));
+    assert_eq!(v["session_root"], Value::Null);
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["max_read_bytes"], 1234);
+    assert_eq!(v["max_write_bytes"], 5678);
+    assert_eq!(v["max_output_bytes"], 999);
+    assert_eq!(v["batch_read_budget_bytes"], 262144);
+    assert_eq!(v["list_default_page_size"], 200);
+    assert_eq!(v["list_max_page_size"], 1000);
+    assert_eq!(v["search_default_max_matches"], 200);
+    assert_eq!(v["search_default_max_line_bytes"], 512);
+    assert_eq!(v["search_response_budget_bytes"], 65536);
+    assert_eq!(v["tree_default_depth"], 3);
+    assert_eq!(v["tree_per_folder_limit"], 100);
+    let c = Config::builtin_default();
+    assert_eq!(
+        v["non_accessible_globs"],
+        json!(c.code.non_accessible_globs)
+    );
+    assert_eq!(
+        v["default_exclude_globs"],
+        json!(c.code.default_exclude_globs)
+    );
+}
+
+/// CODER-03: unjailed, the fallback roots (the executor's cwd, then /tmp) anchor relative
+/// paths, and absolute paths are accepted anywhere.
+#[tokio::test]
+async fn info_and_paths_when_unjailed() {
+    let h = Harness::default().await;
+    let v = h.ok("coder::info", json!({})).await;
+    assert_eq!(v["mode"], "unjailed");
+    let cwd = canon(&std::env::current_dir().unwrap());
+    let mut expect = vec![s(&cwd)];
+    if cwd != Path::new("/tmp") {
+        expect.push("/tmp".to_string());
+    }
+    assert_eq!(v["base_paths"], json!(expect));
+    assert_eq!(v["primary_root"], s(&cwd));
+
+    // An absolute path anywhere on the host.
+    let dir = tempdir();
+    let f = canon(dir.path()).join("a.txt");
+    std::fs::write(&f, "x\n").unwrap();
+    let r = h.ok("coder::read-file", json!({"path": s(&f)})).await;
+    assert_eq!(r["content"], "x\n");
+    assert_eq!(r["path"], s(&f));
+    // A relative path anchors on the executor's cwd (this test's cwd: the crate dir).
+    let r = h
+        .ok(
+            "coder::read-file",
+            json!({"path": "Cargo.toml", "stat": true}),
+        )
+        .await;
+    assert_eq!(r["path"], s(&cwd.join("Cargo.toml")));
+    // The denylist still applies, with the wording of a missing path.
+    let e = expect_code(
+        &h,
+        "coder::read-file",
+        json!({"path": "/etc/shadow"}),
+        "C211",
+    )
+    .await;
+    let m = expect_code(
+        &h,
+        "coder::read-file",
+        json!({"path": "/etc/no-such-x"}),
+        "C211",
+    )
+    .await;
+    assert_eq!(
+        e.message.replace("/etc/shadow", "P"),
+        m.message.replace("/etc/no-such-x", "P")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Path policy (CODER-01, 04, 05, 07, 08, SEC-14..18)
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-05 / SEC-18: denied (denylist, non_accessible glob, permission) and missing paths
+/// give the same code and the same message shape, on every function that takes a path.
+#[tokio::test]
+async fn redaction_parity_between_denied_and_missing() {
+    let j = jailed_with(|c, root| {
+        c.fs.denylist_paths.push(s(&root.join("deny")));
+    })
+    .await;
+    std::fs::create_dir_all(j.root.join("deny")).unwrap();
+    std::fs::write(j.root.join("deny/f.txt"), "d").unwrap();
+    std::fs::write(j.root.join(".env"), "SECRET=1").unwrap();
+    let calls: Vec<(&str, Box<dyn Fn(&str) -> Value>)> = vec![
+        ("coder::read-file", Box::new(|p| json!({"path": p}))),
+        (
+            "coder::read-file",
+            Box::new(|p| json!({"path": p, "stat": true})),
+        ),
+        (
+            "coder::read-file",
+            Box::new(|p| json!({"path": p, "line_from": 1, "line_to": 2})),
+        ),
+        ("coder::list-folder", Box::new(|p| json!({"path": p}))),
+        ("coder::tree", Box::new(|p| json!({"path": p}))),
+    ];
+    for (f, payload) in &calls {
+        for denied in ["deny/f.txt", "deny", ".env"] {
+            let missing = "no-such-entry";
+            let d = expect_code(&j.h, f, payload(denied), "C211").await;
+            let m = expect_code(&j.h, f, payload(missing), "C211").await;
+            assert_eq!(
+                d.message.replace(denied, "P"),
+                m.message.replace(missing, "P"),
+                "{f} {denied}"
+            );
+        }
+    }
+    // Batch entries too.
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"paths": ["deny/f.txt", ".env", "no-such-entry"]}),
+        )
+        .await;
+    let r = v["results"].as_array().unwrap();
+    let msgs: Vec<String> = r
+        .iter()
+        .zip(["deny/f.txt", ".env", "no-such-entry"])
+        .map(|(e, p)| {
+            assert_eq!(e["success"], false);
+            assert_eq!(e["error"]["code"], "C211");
+            assert_eq!(e["content"], Value::Null);
+            e["error"]["message"].as_str().unwrap().replace(p, "P")
+        })
+        .collect();
+    assert!(msgs.windows(2).all(|w| w[0] == w[1]), "{msgs:?}");
+}
+
+/// SEC-17: a permission error reads like a missing path. The executor keeps uid 0 but no
+/// capabilities (no CAP_DAC_OVERRIDE), so a mode-000 directory owned by `nobody` denies it.
+#[tokio::test]
+async fn permission_denied_reads_like_missing() {
+    let j = jailed_root().await;
+    let locked = j.root.join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    std::fs::write(locked.join("f"), "x").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    // The executor keeps uid 0 but no capabilities, so DAC applies only if the owner is not
+    // root; make the directory owned by nobody.
+    nix::unistd::chown(&locked, Some(nix::unistd::Uid::from_raw(65534)), None).ok();
+    let probe = std::fs::read_to_string(locked.join("f"));
+    let e =
+        j.h.call("coder::read-file", json!({"path": "locked/f"}))
+            .await;
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    match e {
+        Err(e) => {
+            assert_eq!(e.code, "C211", "{e:?}");
+            let m = expect_code(
+                &j.h,
+                "coder::read-file",
+                json!({"path": "locked/g"}),
+                "C211",
+            )
+            .await;
+            // Same wording (the missing one names another path).
+            assert_eq!(
+                e.message.replace("locked/f", "P"),
+                m.message.replace("locked/g", "P")
+            );
+        }
+        Ok(v) => {
+            // Only possible when the executor kept CAP_DAC_OVERRIDE: then the test process
+            // (root with capabilities) could read it too.
+            assert!(probe.is_ok(), "read succeeded without DAC bypass: {v}");
+            panic!("executor bypassed file permissions: it kept CAP_DAC_OVERRIDE ({v})");
+        }
+    }
+}
+
+/// CODER-02, SEC-14: escapes are C215 (lexical, symlinked parent and leaf, prefix
+/// confusion), in jailed mode.
+#[tokio::test]
+async fn escapes_are_c215() {
+    let j = jailed_root().await;
+    std::os::unix::fs::symlink(&j.outside, j.root.join("out")).unwrap();
+    std::os::unix::fs::symlink(j.outside.join("secret.txt"), j.root.join("leaf")).unwrap();
+    let evil = format!("{}-evil/x", s(&j.root));
+    for p in [
+        "../outside/secret.txt",
+        "out/secret.txt",
+        "leaf",
+        evil.as_str(),
+        "/etc/hostname",
+    ] {
+        expect_code(&j.h, "coder::read-file", json!({"path": p}), "C215").await;
+        expect_code(&j.h, "coder::list-folder", json!({"path": p}), "C215").await;
+    }
+    expect_code(&j.h, "coder::tree", json!({"path": "out"}), "C215").await;
+    // `..` that stays inside is fine.
+    std::fs::create_dir_all(j.root.join("a")).unwrap();
+    std::fs::write(j.root.join("b.txt"), "b").unwrap();
+    let r =
+        j.h.ok("coder::read-file", json!({"path": "a/../b.txt"}))
+            .await;
+    assert_eq!(r["path"], s(&j.root.join("b.txt")));
+}
+
+/// CODER-01, CODER-04: a harness scope anchors relative paths on session_root and refuses
+/// paths outside scope_root with C220 (even missing ones, and through a symlink).
+#[tokio::test]
+async fn scope_root_and_session_root() {
+    let j = jailed_root().await;
+    let proj = j.root.join("proj");
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(j.root.join("other.txt"), "o").unwrap();
+    std::os::unix::fs::symlink("../other.txt", proj.join("link")).unwrap();
+    let scope = json!({"scope_root": s(&proj), "session_root": s(&proj.join("src"))});
+    let with = |mut p: Value| {
+        p["fs_scope"] = scope.clone();
+        p
+    };
+    let v = j.h.ok("coder::info", with(json!({}))).await;
+    assert_eq!(v["session_root"], s(&proj.join("src")));
+    let r =
+        j.h.ok("coder::read-file", with(json!({"path": "main.rs"})))
+            .await;
+    assert_eq!(r["content"], "fn main() {}\n");
+    for p in [
+        "../../other.txt",
+        "/no/such/place",
+        "../../missing",
+        "../link",
+    ] {
+        let e = expect_code(&j.h, "coder::read-file", with(json!({"path": p})), "C220").await;
+        assert!(e.message.contains(&s(&proj)), "{e:?}");
+    }
+    // Without the scope the same path is fine.
+    j.h.ok("coder::read-file", json!({"path": "other.txt"}))
+        .await;
+    // The metadata form wins over the payload form.
+    let meta = iii_shell_broker::functions::CallMeta {
+        metadata: Some(json!({"fs_scope": {"scope_root": s(&proj)}})),
+    };
+    let e = iii_shell_broker::functions::dispatch(
+        &j.h.services,
+        "coder::read-file",
+        json!({"path": s(&j.root.join("other.txt"))}),
+        meta,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, "C220");
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::read-file
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-23, 24, 25: a full read's shape, revision and line counts.
+#[tokio::test]
+async fn full_read_shape_and_revision() {
+    let j = jailed_root().await;
+    let f = j.root.join("a.txt");
+    std::fs::write(&f, "one\ntwo\nthree").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let v = j.h.ok("coder::read-file", json!({"path": "a.txt"})).await;
+    assert_eq!(v["path"], s(&f));
+    assert_eq!(v["content"], "one\ntwo\nthree");
+    assert_eq!(v["size"], 13);
+    assert_eq!(v["mode"], 0o640);
+    assert!(v["mtime"].as_i64().unwrap() > 1_600_000_000);
+    assert_eq!(v["lines_returned"], 3);
+    assert_eq!(v["total_lines"], 3);
+    assert_eq!(v["more_lines"], false);
+    assert_eq!(v["is_utf8"], true);
+    assert_eq!(v["results"], Value::Null);
+    assert_eq!(
+        v["revision"],
+        format!("sha256:{}", sha256_hex(b"one\ntwo\nthree"))
+    );
+    // Numbered.
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"path": "a.txt", "numbered": true}),
+        )
+        .await;
+    assert_eq!(v["content"], "1→one\n2→two\n3→three");
+    // base64: exact bytes, is_utf8 describes them.
+    std::fs::write(j.root.join("bin"), b"\x00\xffab\n").unwrap();
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"path": "bin", "encoding": "base64"}),
+        )
+        .await;
+    assert_eq!(v["content"], "AP9hYgo=");
+    assert_eq!(v["is_utf8"], false);
+    // Text mode replaces invalid bytes.
+    let v = j.h.ok("coder::read-file", json!({"path": "bin"})).await;
+    assert_eq!(v["content"], "\u{0}\u{fffd}ab\n");
+    assert_eq!(v["is_utf8"], false);
+    // Windows and stat have no revision.
+    let v =
+        j.h.ok("coder::read-file", json!({"path": "a.txt", "line_from": 1}))
+            .await;
+    assert_eq!(v["revision"], Value::Null);
+    let v =
+        j.h.ok("coder::read-file", json!({"path": "a.txt", "stat": true}))
+            .await;
+    assert_eq!(v["revision"], Value::Null);
+    assert_eq!(v["content"], Value::Null);
+    assert_eq!(v["total_lines"], 3);
+    assert_eq!(v["is_utf8"], true);
+    assert_eq!(v["size"], 13);
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    // Independent of the executor: the system's sha256sum.
+    use std::io::Write;
+    let mut c = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    c.stdin.take().unwrap().write_all(b).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+/// CODER-18, 24: windows are 1-based inclusive, keep terminators, and report total_lines only
+/// when they reached EOF.
+#[tokio::test]
+async fn windows() {
+    let j = jailed_root().await;
+    let body: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(j.root.join("t.txt"), &body).unwrap();
+    let w = |from: Value, to: Value| json!({"path": "t.txt", "line_from": from, "line_to": to});
+    let v = j.h.ok("coder::read-file", w(json!(3), json!(4))).await;
+    assert_eq!(v["content"], "line 3\nline 4\n");
+    assert_eq!(v["lines_returned"], 2);
+    assert_eq!(v["more_lines"], true);
+    assert_eq!(v["total_lines"], Value::Null);
+    assert_eq!(v["size"], body.len());
+    let v = j.h.ok("coder::read-file", w(json!(9), Value::Null)).await;
+    assert_eq!(v["content"], "line 9\nline 10\n");
+    assert_eq!(v["more_lines"], false);
+    assert_eq!(v["total_lines"], 10);
+    let v = j.h.ok("coder::read-file", w(Value::Null, json!(1))).await;
+    assert_eq!(v["content"], "line 1\n");
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"path": "t.txt", "line_from": 10, "line_to": 12, "numbered": true}),
+        )
+        .await;
+    assert_eq!(v["content"], "10→line 10\n");
+    assert_eq!(v["total_lines"], 10);
+    assert_eq!(v["more_lines"], false);
+    for (from, to) in [
+        (json!(0), json!(2)),
+        (json!(1), json!(0)),
+        (json!(5), json!(4)),
+    ] {
+        expect_code(&j.h, "coder::read-file", w(from, to), "C210").await;
+    }
+}
+
+/// CODER-16, 17, 20, 21: the forbidden combinations are C210.
+#[tokio::test]
+async fn read_combinations_are_c210() {
+    let j = jailed_root().await;
+    std::fs::write(j.root.join("a"), "a\n").unwrap();
+    for p in [
+        json!({}),
+        json!({"path": "a", "paths": ["a"]}),
+        json!({"path": "a", "stat": true, "line_from": 1}),
+        json!({"path": "a", "stat": true, "numbered": true}),
+        json!({"path": "a", "stat": true, "max_output_bytes": 10}),
+        json!({"path": "a", "stat": true, "encoding": "base64"}),
+        json!({"path": "a", "encoding": "base64", "line_from": 1}),
+        json!({"path": "a", "encoding": "base64", "numbered": true}),
+        json!({"path": "a", "line_from": 1, "max_output_bytes": 10}),
+        json!({"paths": ["a"], "numbered": true}),
+        json!({"path": "a", "encoding": "utf16"}),
+        json!({"path": ""}),
+        json!({"path": 5}),
+    ] {
+        expect_code(&j.h, "coder::read-file", p, "C210").await;
+    }
+    std::fs::create_dir_all(j.root.join("d")).unwrap();
+    let e = expect_code(&j.h, "coder::read-file", json!({"path": "d"}), "C210").await;
+    assert!(e.message.contains("list-folder"), "{e:?}");
+}
+
+/// CODER-21, 22: budgets. Full reads over max_output_bytes (or the clamped override) fail
+/// C218 naming size and total_lines; over max_read_bytes too; windows cap instead.
+#[tokio::test]
+async fn read_budgets() {
+    let j = jailed_with(|c, _| {
+        c.max_output_bytes = 20;
+        c.fs.max_read_bytes = 40;
+    })
+    .await;
+    let body: String = (1..=8).map(|i| format!("row{i}\n")).collect(); // 40 bytes
+    std::fs::write(j.root.join("f"), &body).unwrap();
+    let e = expect_code(&j.h, "coder::read-file", json!({"path": "f"}), "C218").await;
+    assert!(
+        e.message.contains("40 bytes") && e.message.contains("8 lines"),
+        "{e:?}"
+    );
+    assert!(
+        e.message.contains("line_from") && e.message.contains("stat"),
+        "{e:?}"
+    );
+    // The override may raise it up to max_read_bytes...
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"path": "f", "max_output_bytes": 40}),
+        )
+        .await;
+    assert_eq!(v["content"], body);
+    // ... and is clamped there.
+    std::fs::write(j.root.join("g"), format!("{body}x\n")).unwrap();
+    expect_code(
+        &j.h,
+        "coder::read-file",
+        json!({"path": "g", "max_output_bytes": 1000}),
+        "C218",
+    )
+    .await;
+    // A window over a file larger than max_read_bytes is capped at max_read_bytes.
+    let v =
+        j.h.ok("coder::read-file", json!({"path": "g", "line_from": 1}))
+            .await;
+    assert_eq!(v["content"], body);
+    assert_eq!(v["more_lines"], true);
+    assert_eq!(v["total_lines"], Value::Null);
+    let v =
+        j.h.ok("coder::read-file", json!({"path": "g", "line_from": 9}))
+            .await;
+    assert_eq!(v["content"], "x\n");
+    assert_eq!(v["total_lines"], 9);
+}
+
+/// CODER-26, 27, 28: batches run in order against the aggregate budget, with per-entry
+/// errors and the single-path fields null.
+#[tokio::test]
+async fn batch_reads() {
+    let j = jailed_root().await;
+    std::fs::write(j.root.join("a"), "a1\na2\n").unwrap();
+    let big = "x".repeat(100 * 1024) + "\n";
+    for n in ["b1", "b2", "b3"] {
+        std::fs::write(j.root.join(n), &big).unwrap();
+    }
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"paths": [
+                "a",
+                {"path": "a", "line_from": 2, "numbered": true},
+                {"path": "a", "stat": true},
+                "missing",
+                "b1", "b2", "b3", "a",
+                {"path": "a", "stat": true},
+            ]}),
+        )
+        .await;
+    for k in [
+        "path",
+        "content",
+        "size",
+        "mode",
+        "mtime",
+        "lines_returned",
+        "total_lines",
+        "more_lines",
+        "is_utf8",
+        "revision",
+    ] {
+        assert_eq!(v[k], Value::Null, "{k}");
+    }
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r.len(), 9);
+    assert_eq!(r[0]["content"], "a1\na2\n");
+    assert_eq!(r[0]["path"], s(&j.root.join("a")));
+    assert_eq!(r[0]["success"], true);
+    assert_eq!(r[0]["error"], Value::Null);
+    assert_eq!(r[1]["content"], "2→a2\n");
+    assert_eq!(r[2]["content"], Value::Null);
+    assert_eq!(r[2]["total_lines"], 2);
+    assert_eq!(r[3]["success"], false);
+    assert_eq!(r[3]["path"], "missing");
+    assert_eq!(r[3]["error"]["code"], "C211");
+    assert_eq!(r[3]["size"], Value::Null);
+    assert_eq!(r[4]["content"], big);
+    assert_eq!(r[5]["content"], big);
+    // The third 100 KiB entry only gets what is left of the 256 KiB budget, cut at a line.
+    assert_eq!(r[6]["success"], true);
+    assert_eq!(r[6]["content"], "");
+    assert_eq!(r[6]["more_lines"], true);
+    // 6 + 5 + 2*102401 bytes used, 262144 - that left; the next entry still has budget...
+    // ... but a whole entry that does not fit is cut to nothing, and once the budget is
+    // exactly spent the next entry is a C218 naming the key.
+    let used = 6 + "2→a2\n".len() + 2 * big.len();
+    assert!(used < 262144);
+    assert_eq!(r[7]["content"], "a1\na2\n");
+    // A stat entry consumes nothing and still works.
+    assert_eq!(r[8]["success"], true);
+
+    // Spend the budget exactly, then the next entry fails C218.
+    let exact = 262144 - 2;
+    std::fs::write(j.root.join("e"), "y".repeat(exact - 1) + "\n").unwrap();
+    std::fs::write(j.root.join("two"), "z\n").unwrap();
+    let v =
+        j.h.ok(
+            "coder::read-file",
+            json!({"paths": ["e", "two", "a", {"path": "a", "stat": true}]}),
+        )
+        .await;
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r[0]["success"], true);
+    assert_eq!(r[1]["content"], "z\n");
+    assert_eq!(r[2]["success"], false);
+    assert_eq!(r[2]["error"]["code"], "C218");
+    let m = r[2]["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("batch_read_budget_bytes") && m.contains("262144"),
+        "{m}"
+    );
+    assert_eq!(r[3]["success"], true, "stat needs no budget");
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::list-folder
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-40, 41, 42, 07: sorted pages, kinds, totals, non_accessible entries listed,
+/// denylisted ones not.
+#[tokio::test]
+async fn list_folder_pages() {
+    let j = jailed_with(|c, root| c.fs.denylist_paths.push(s(&root.join("d/hidden")))).await;
+    let d = j.root.join("d");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    for n in ["b.txt", "a.txt", "c.txt", ".env", "hidden"] {
+        std::fs::write(d.join(n), n).unwrap();
+    }
+    std::os::unix::fs::symlink("a.txt", d.join("ln")).unwrap();
+    let v =
+        j.h.ok("coder::list-folder", json!({"path": "d", "page_size": 3}))
+            .await;
+    assert_eq!(v["path"], s(&d));
+    assert_eq!(v["total"], 6);
+    assert_eq!(v["page"], 1);
+    assert_eq!(v["page_size"], 3);
+    assert_eq!(v["has_more"], true);
+    let names: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [".env", "a.txt", "b.txt"]);
+    assert_eq!(v["entries"][0]["non_accessible"], true);
+    assert_eq!(v["entries"][1]["non_accessible"], false);
+    assert_eq!(v["entries"][1]["kind"], "file");
+    assert_eq!(v["entries"][1]["size"], 5);
+    let v =
+        j.h.ok(
+            "coder::list-folder",
+            json!({"path": "d", "page": 2, "page_size": 3}),
+        )
+        .await;
+    let e = v["entries"].as_array().unwrap();
+    assert_eq!(e.len(), 3);
+    assert_eq!(e[0]["name"], "c.txt");
+    assert_eq!(e[1]["name"], "ln");
+    assert_eq!(e[1]["kind"], "symlink");
+    assert_eq!(e[2]["name"], "sub");
+    assert_eq!(e[2]["kind"], "dir");
+    assert_eq!(v["has_more"], false);
+    // Defaults and clamping.
+    let v = j.h.ok("coder::list-folder", json!({"path": "d"})).await;
+    assert_eq!(v["page_size"], 200);
+    let v =
+        j.h.ok(
+            "coder::list-folder",
+            json!({"path": "d", "page_size": 100000}),
+        )
+        .await;
+    assert_eq!(v["page_size"], 1000);
+    let v = j.h.ok("coder::list-folder", json!({})).await;
+    assert_eq!(v["path"], s(&j.root));
+    expect_code(
+        &j.h,
+        "coder::list-folder",
+        json!({"path": "d", "page": 0}),
+        "C210",
+    )
+    .await;
+    expect_code(
+        &j.h,
+        "coder::list-folder",
+        json!({"path": "d/a.txt"}),
+        "C210",
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::tree
+// ---------------------------------------------------------------------------------------------
+
+fn child<'a>(node: &'a Value, name: &str) -> &'a Value {
+    node["children"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no children in {node}"))
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no child {name} in {node}"))
+}
+
+/// CODER-43..47: depth, per-folder limit, default excludes, hidden entries, root naming.
+#[tokio::test]
+async fn tree_bounds() {
+    let j = jailed_root().await;
+    let p = j.root.join("p");
+    std::fs::create_dir_all(p.join("src/deep/deeper")).unwrap();
+    std::fs::create_dir_all(p.join("node_modules/x")).unwrap();
+    std::fs::create_dir_all(p.join(".git")).unwrap();
+    std::fs::create_dir_all(p.join("many")).unwrap();
+    for i in 0..7 {
+        std::fs::write(p.join(format!("many/f{i}")), "x").unwrap();
+    }
+    std::fs::write(p.join(".hidden"), "h").unwrap();
+    std::fs::write(p.join("src/main.rs"), "fn main(){}").unwrap();
+    std::fs::write(p.join(".env"), "S=1").unwrap();
+    let v =
+        j.h.ok(
+            "coder::tree",
+            json!({"path": "p", "max_depth": 2, "per_folder_limit": 5}),
+        )
+        .await;
+    assert_eq!(v["path"], s(&p));
+    let root = &v["root"];
+    assert_eq!(root["name"], "p");
+    assert_eq!(root["kind"], "dir");
+    let names: Vec<&str> = root["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [".env", ".git", ".hidden", "many", "node_modules"]);
+    assert_eq!(root["truncated"]["reason"], "per_folder_limit");
+    assert_eq!(root["truncated"]["shown"], 5);
+    assert_eq!(root["truncated"]["total"], 6);
+    assert!(root["truncated"]["hint"]
+        .as_str()
+        .unwrap()
+        .contains("coder::list-folder"));
+    assert_eq!(child(root, ".env")["non_accessible"], true);
+    let nm = child(root, "node_modules");
+    assert_eq!(nm["truncated"]["reason"], "default_exclude");
+    assert_eq!(nm["children"], Value::Null);
+    assert_eq!(
+        child(root, ".git")["truncated"]["reason"],
+        "default_exclude"
+    );
+    let many = child(root, "many");
+    assert_eq!(many["truncated"]["reason"], "per_folder_limit");
+    assert_eq!(many["truncated"]["total"], 7);
+    assert_eq!(many["children"].as_array().unwrap().len(), 5);
+
+    // Hidden entries omitted at every level (not counted), the root exempt; depth cut-off.
+    let v = j
+        .h
+        .ok(
+            "coder::tree",
+            json!({"path": "p", "max_depth": 2, "include_hidden": false, "use_default_excludes": false}),
+        )
+        .await;
+    let root = &v["root"];
+    let names: Vec<&str> = root["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["many", "node_modules", "src"]);
+    assert_eq!(root["truncated"], Value::Null);
+    let src = child(root, "src");
+    let deep = child(src, "deep");
+    assert_eq!(deep["truncated"]["reason"], "max_depth");
+    assert_eq!(deep["truncated"]["total"], Value::Null);
+    assert_eq!(deep["children"], Value::Null);
+    assert_eq!(
+        child(child(root, "node_modules"), "x")["truncated"]["reason"],
+        "max_depth"
+    );
+    // Hidden requested root is exempt.
+    let v =
+        j.h.ok(
+            "coder::tree",
+            json!({"path": "p/.git", "include_hidden": false}),
+        )
+        .await;
+    assert_eq!(v["root"]["name"], ".git");
+    // A file is not a folder.
+    expect_code(
+        &j.h,
+        "coder::tree",
+        json!({"path": "p/src/main.rs"}),
+        "C210",
+    )
+    .await;
+}
+
+/// CODER-46: a folder that omitted excluded non-directory children says so.
+#[tokio::test]
+async fn tree_marks_omitted_excluded_files() {
+    let j = jailed_with(|c, _| c.code.default_exclude_globs.push("**/*.log".into())).await;
+    std::fs::write(j.root.join("a.log"), "x").unwrap();
+    std::fs::write(j.root.join("b.txt"), "x").unwrap();
+    let v = j.h.ok("coder::tree", json!({})).await;
+    let names: Vec<&str> = v["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["b.txt"]);
+    assert_eq!(v["root"]["truncated"]["reason"], "default_exclude");
+    let v =
+        j.h.ok("coder::tree", json!({"use_default_excludes": false}))
+            .await;
+    assert_eq!(v["root"]["children"].as_array().unwrap().len(), 2);
+    assert_eq!(v["root"]["truncated"], Value::Null);
+}
+
+/// CODER-48 and the symlink-loop case: a tree over symlink loops ends, lists the links as
+/// symlinks, and a large tree stops at the node budget with reason max_nodes.
+#[tokio::test]
+async fn tree_symlink_loops_and_node_budget() {
+    let j = jailed_root().await;
+    let l = j.root.join("loop");
+    std::fs::create_dir_all(l.join("a/b")).unwrap();
+    std::os::unix::fs::symlink("..", l.join("a/b/up")).unwrap();
+    std::os::unix::fs::symlink(&l, l.join("a/self")).unwrap();
+    std::os::unix::fs::symlink("x2", l.join("x1")).unwrap();
+    std::os::unix::fs::symlink("x1", l.join("x2")).unwrap();
+    let v =
+        j.h.ok("coder::tree", json!({"path": "loop", "max_depth": 30}))
+            .await;
+    let a = child(&v["root"], "a");
+    assert_eq!(child(a, "self")["kind"], "symlink");
+    assert_eq!(child(a, "self")["children"], Value::Null);
+    assert_eq!(child(child(a, "b"), "up")["kind"], "symlink");
+    assert_eq!(child(&v["root"], "x1")["kind"], "symlink");
+
+    // 60 folders of 60 files: 3660 entries, over the 2000-node budget.
+    let big = j.root.join("big");
+    for d in 0..60 {
+        let dir = big.join(format!("d{d:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..60 {
+            std::fs::write(dir.join(format!("f{f:02}")), "").unwrap();
+        }
+    }
+    let v =
+        j.h.ok(
+            "coder::tree",
+            json!({"path": "big", "per_folder_limit": 100}),
+        )
+        .await;
+    fn count(n: &Value) -> usize {
+        1 + n["children"]
+            .as_array()
+            .map(|c| c.iter().map(count).sum())
+            .unwrap_or(0)
+    }
+    assert_eq!(count(&v["root"]), 2000);
+    let kids = v["root"]["children"].as_array().unwrap();
+    assert_eq!(kids.len(), 60);
+    let reasons: Vec<&str> = kids
+        .iter()
+        .map(|k| k["truncated"]["reason"].as_str().unwrap_or("none"))
+        .collect();
+    assert!(reasons.contains(&"max_nodes"), "{reasons:?}");
+    assert_eq!(reasons[0], "none");
+}
