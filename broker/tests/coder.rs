@@ -163,7 +163,8 @@ async fn redaction_parity_between_denied_and_missing() {
     std::fs::create_dir_all(j.root.join("deny")).unwrap();
     std::fs::write(j.root.join("deny/f.txt"), "d").unwrap();
     std::fs::write(j.root.join(".env"), "SECRET=1").unwrap();
-    let calls: Vec<(&str, Box<dyn Fn(&str) -> Value>)> = vec![
+    type Payload = Box<dyn Fn(&str) -> Value>;
+    let calls: Vec<(&str, Payload)> = vec![
         ("coder::read-file", Box::new(|p| json!({"path": p}))),
         (
             "coder::read-file",
@@ -864,4 +865,555 @@ async fn tree_symlink_loops_and_node_budget() {
         .collect();
     assert!(reasons.contains(&"max_nodes"), "{reasons:?}");
     assert_eq!(reasons[0], "none");
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::create-file
+// ---------------------------------------------------------------------------------------------
+
+fn result(v: &Value, i: usize) -> &Value {
+    &v["results"][i]
+}
+
+/// CODER-49, 50, 52, 09, 10: defaults (parents true, 0644), C213 without overwrite, C218,
+/// per-entry isolation, revision of the bytes written.
+#[tokio::test]
+async fn create_file_entries() {
+    let j = jailed_with(|c, _| c.fs.max_write_bytes = 64).await;
+    std::fs::write(j.root.join("exists.txt"), "old").unwrap();
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [
+                {"path": "new/deep/a.txt", "content": "hello\n"},
+                {"path": "exists.txt", "content": "x"},
+                {"path": "big.txt", "content": "y".repeat(65)},
+                {"path": "m.sh", "content": "#!/bin/sh\n", "mode": "0750"},
+                {"path": "bad.txt", "content": "z", "mode": "4755"},
+                {"path": ".env", "content": "S=1"},
+                {"path": "../outside/x", "content": "z"},
+                {"path": "exists.txt", "content": "new", "overwrite": true},
+            ]}),
+        )
+        .await;
+    let r0 = result(&v, 0);
+    assert_eq!(r0["success"], true);
+    assert_eq!(r0["path"], s(&j.root.join("new/deep/a.txt")));
+    assert_eq!(r0["bytes_written"], 6);
+    assert_eq!(r0["revision"], format!("sha256:{}", sha256_hex(b"hello\n")));
+    assert_eq!(r0["error"], Value::Null);
+    let meta = std::fs::metadata(j.root.join("new/deep/a.txt")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o644);
+    let r1 = result(&v, 1);
+    assert_eq!(r1["success"], false);
+    assert_eq!(r1["error"]["code"], "C213");
+    assert!(r1["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("overwrite=true"));
+    assert_eq!(result(&v, 2)["error"]["code"], "C218");
+    assert!(!j.root.join("big.txt").exists());
+    assert_eq!(result(&v, 3)["success"], true);
+    assert_eq!(
+        std::fs::metadata(j.root.join("m.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o750
+    );
+    assert_eq!(result(&v, 4)["error"]["code"], "C210");
+    assert_eq!(result(&v, 5)["error"]["code"], "C211");
+    assert!(!j.root.join(".env").exists());
+    assert_eq!(result(&v, 6)["error"]["code"], "C215");
+    assert_eq!(result(&v, 6)["path"], "../outside/x");
+    assert_eq!(result(&v, 7)["success"], true);
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("exists.txt")).unwrap(),
+        "new"
+    );
+    // parents: false refuses a missing parent.
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "nope/x", "content": "", "parents": false}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C211");
+    expect_code(&j.h, "coder::create-file", json!({"files": "x"}), "C210").await;
+}
+
+/// CODER-51: a stale expected_revision fails C221 and writes nothing; a current one
+/// overwrites; the revision returned chains into the next write.
+#[tokio::test]
+async fn create_file_expected_revision() {
+    let j = jailed_root().await;
+    std::fs::write(j.root.join("f"), "v1").unwrap();
+    let r = j.h.ok("coder::read-file", json!({"path": "f"})).await;
+    let rev1 = r["revision"].as_str().unwrap().to_string();
+    std::fs::write(j.root.join("f"), "v1-changed-behind-our-back").unwrap();
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "f", "content": "v2", "expected_revision": rev1}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C221");
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("f")).unwrap(),
+        "v1-changed-behind-our-back"
+    );
+    let r = j.h.ok("coder::read-file", json!({"path": "f"})).await;
+    let rev2 = r["revision"].as_str().unwrap().to_string();
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "f", "content": "v3", "expected_revision": rev2}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["success"], true, "{v}");
+    let rev3 = result(&v, 0)["revision"].as_str().unwrap().to_string();
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "f", "content": "v4", "expected_revision": rev3}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["success"], true);
+    assert_eq!(std::fs::read_to_string(j.root.join("f")).unwrap(), "v4");
+    // A revision against a file that is gone is a conflict, not a create.
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "gone", "content": "x", "expected_revision": rev3}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C221");
+    assert!(!j.root.join("gone").exists());
+}
+
+/// Issue 16: two concurrent create-file calls with the same expected_revision cannot both
+/// succeed (the comparison happens under the write's lock).
+#[tokio::test]
+async fn concurrent_creates_with_one_revision_conflict() {
+    let j = jailed_root().await;
+    for round in 0..20 {
+        std::fs::write(j.root.join("race"), format!("base {round}")).unwrap();
+        let r = j.h.ok("coder::read-file", json!({"path": "race"})).await;
+        let rev = r["revision"].as_str().unwrap().to_string();
+        let calls = (0..4).map(|i| {
+            j.h.call(
+                "coder::create-file",
+                json!({"files": [{"path": "race", "content": format!("writer {i}"), "expected_revision": rev}]}),
+            )
+        });
+        let out = futures_util::future::join_all(calls).await;
+        let wins: Vec<usize> = out
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.as_ref().unwrap()["results"][0]["success"] == true)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(wins.len(), 1, "round {round}: {out:?}");
+        for (i, r) in out.iter().enumerate() {
+            if i != wins[0] {
+                assert_eq!(r.as_ref().unwrap()["results"][0]["error"]["code"], "C221");
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(j.root.join("race")).unwrap(),
+            format!("writer {}", wins[0])
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::update-file
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-53..64: ops, echoes, mode and owner kept, result shape.
+#[tokio::test]
+async fn update_file_applies_and_echoes() {
+    let j = jailed_root().await;
+    let f = j.root.join("lib.rs");
+    let src: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&f, &src).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let v = j
+        .h
+        .ok(
+            "coder::update-file",
+            json!({"files": [{"path": "lib.rs", "ops": [
+                {"op": "insert", "at_line": 1, "content": "// header\n"},
+                {"op": "update_lines", "from_line": 5, "to_line": 6, "content": "five-six\n"},
+                {"op": "remove", "from_line": 9, "to_line": 9},
+                {"op": "replace", "pattern": "line (\\d+)", "replacement": "L$1", "expect_matches": 7},
+            ]}]}),
+        )
+        .await;
+    let r = result(&v, 0);
+    assert_eq!(r["success"], true, "{v}");
+    assert_eq!(r["path"], s(&f));
+    assert_eq!(r["applied"], 4);
+    assert_eq!(r["error"], Value::Null);
+    let want = "// header\nL1\nL2\nL3\nL4\nfive-six\nL7\nL8\nL10\n";
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), want);
+    assert_eq!(r["new_line_count"], 9);
+    let e = r["echoes"].as_array().unwrap();
+    assert_eq!(e[0]["op_index"], 0);
+    assert_eq!(e[0]["from_line"], 1);
+    assert_eq!(e[0]["lines"], json!(["// header", "line 1", "line 2"]));
+    assert_eq!(e[1]["op_index"], 1);
+    assert_eq!(e[1]["from_line"], 4);
+    assert_eq!(
+        e[1]["lines"],
+        json!(["line 3", "line 4", "five-six", "line 7", "line 8"])
+    );
+    assert_eq!(e[2]["op_index"], 2);
+    let rep: Vec<&Value> = e.iter().filter(|x| x["op_index"] == 3).collect();
+    assert_eq!(rep.len(), 5, "at most 5 sites");
+    assert!(rep.iter().all(|x| x["total_replacements"] == 7));
+    assert_eq!(rep[0]["from_line"], 2);
+    assert_eq!(rep[0]["lines"], json!(["L1"]));
+    assert_eq!(r["echoes_truncated"], false);
+    let meta = std::fs::metadata(&f).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mode() & 0o7777, 0o751);
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
+    // No temp files left behind.
+    let names: Vec<String> = std::fs::read_dir(&j.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["lib.rs"]);
+}
+
+/// Issue 16 / CODER-55, 56, 59, 09: an edit whose fourth op fails leaves the file
+/// byte-identical (and its inode untouched), while the other file in the batch is applied.
+#[tokio::test]
+async fn failing_fourth_op_leaves_the_file_byte_identical() {
+    let j = jailed_root().await;
+    let f = j.root.join("a.txt");
+    let original = b"alpha\nbeta\ngamma\n\xffdelta\n".to_vec();
+    std::fs::write(&f, &original).unwrap();
+    std::fs::write(j.root.join("b.txt"), "one\n").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(&f).unwrap().ino();
+    let bad_fourth = [
+        json!({"op": "replace", "pattern": "(", "replacement": "x"}),
+        json!({"op": "replace", "pattern": "alpha", "replacement": "x", "expect_matches": 2}),
+        json!({"op": "replace", "pattern": "a", "replacement": "$9"}),
+        json!({"op": "remove", "from_line": 3, "to_line": 9}),
+        json!({"op": "insert", "at_line": 3, "content": "x"}),
+        json!({"op": "update_lines", "from_line": 0, "to_line": 1, "content": "x"}),
+    ];
+    for bad in bad_fourth {
+        let v =
+            j.h.ok(
+                "coder::update-file",
+                json!({"files": [
+                    {"path": "a.txt", "ops": [
+                        {"op": "insert", "at_line": 1, "content": "top\n"},
+                        {"op": "update_lines", "from_line": 2, "to_line": 3, "content": "B\n"},
+                        {"op": "replace", "pattern": "gamma", "replacement": "G"},
+                        bad.clone(),
+                    ]},
+                    {"path": "b.txt", "ops": [{"op": "insert", "at_line": 2, "content": "two\n"}]},
+                ]}),
+            )
+            .await;
+        let r = result(&v, 0);
+        assert_eq!(r["success"], false, "{bad}: {v}");
+        assert_eq!(r["error"]["code"], "C210", "{bad}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains("op 3"),
+            "{bad}: {r}"
+        );
+        assert_eq!(r["echoes"], json!([]));
+        assert_eq!(r["echoes_truncated"], false);
+        assert_eq!(std::fs::read(&f).unwrap(), original, "{bad}");
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().ino(),
+            ino,
+            "{bad}: file was replaced"
+        );
+        assert_eq!(result(&v, 1)["success"], true);
+        std::fs::write(j.root.join("b.txt"), "one\n").unwrap();
+    }
+    // Missing, denied and escaping entries fail per entry.
+    let v = j
+        .h
+        .ok(
+            "coder::update-file",
+            json!({"files": [
+                {"path": "missing", "ops": [{"op": "insert", "at_line": 1, "content": "x"}]},
+                {"path": "../outside/secret.txt", "ops": [{"op": "insert", "at_line": 1, "content": "x"}]},
+            ]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C211");
+    assert_eq!(result(&v, 0)["path"], "missing");
+    assert_eq!(result(&v, 1)["error"]["code"], "C215");
+    assert_eq!(
+        std::fs::read_to_string(j.outside.join("secret.txt")).unwrap(),
+        "OUTSIDE"
+    );
+}
+
+/// CODER-59: a result over max_write_bytes is C218 and writes nothing.
+#[tokio::test]
+async fn update_over_max_write_is_c218() {
+    let j = jailed_with(|c, _| c.fs.max_write_bytes = 10).await;
+    std::fs::write(j.root.join("f"), "12345\n").unwrap();
+    let v = j
+        .h
+        .ok(
+            "coder::update-file",
+            json!({"files": [{"path": "f", "ops": [{"op": "insert", "at_line": 2, "content": "678901\n"}]}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C218");
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("f")).unwrap(),
+        "12345\n"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::delete-file
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-65, 66, 67: missing succeeds (removed:false), denylisted reads like missing,
+/// non-empty dirs need recursive, roots refused, recursion refuses non-accessible entries.
+#[tokio::test]
+async fn delete_file_entries() {
+    let j = jailed_with(|c, root| c.fs.denylist_paths.push(s(&root.join("deny")))).await;
+    std::fs::write(j.root.join("f"), "x").unwrap();
+    std::fs::create_dir_all(j.root.join("empty")).unwrap();
+    std::fs::create_dir_all(j.root.join("full/sub")).unwrap();
+    std::fs::write(j.root.join("full/sub/x"), "x").unwrap();
+    std::fs::create_dir_all(j.root.join("guarded/sub")).unwrap();
+    std::fs::write(j.root.join("guarded/sub/key.pem"), "k").unwrap();
+    std::fs::write(j.root.join("guarded/plain"), "p").unwrap();
+    std::fs::create_dir_all(j.root.join("deny")).unwrap();
+    std::fs::write(j.root.join(".env"), "S").unwrap();
+    std::os::unix::fs::symlink(&j.outside, j.root.join("link")).unwrap();
+    let v =
+        j.h.ok(
+            "coder::delete-file",
+            json!({"paths": ["f", "missing", "empty", "full", "deny", ".env", s(&j.root), "link"]}),
+        )
+        .await;
+    let r = |i: usize| result(&v, i);
+    assert_eq!(
+        (r(0)["success"].clone(), r(0)["removed"].clone()),
+        (json!(true), json!(true))
+    );
+    assert_eq!(r(0)["path"], s(&j.root.join("f")));
+    assert_eq!(
+        (r(1)["success"].clone(), r(1)["removed"].clone()),
+        (json!(true), json!(false))
+    );
+    assert_eq!(r(2)["removed"], true);
+    assert_eq!(r(3)["error"]["code"], "C210");
+    assert!(r(3)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("recursive"));
+    // Denylisted: exactly like missing.
+    assert_eq!(
+        (r(4)["success"].clone(), r(4)["removed"].clone()),
+        (json!(true), json!(false))
+    );
+    assert_eq!(r(4)["path"], "deny");
+    assert_eq!(r(1)["path"], "missing");
+    assert!(j.root.join("deny").exists());
+    assert_eq!(r(5)["error"]["code"], "C211");
+    assert!(j.root.join(".env").exists());
+    assert_eq!(r(6)["error"]["code"], "C210");
+    // A symlink is removed itself, never followed.
+    assert_eq!(r(7)["removed"], true);
+    assert!(j.outside.join("secret.txt").exists());
+    let v =
+        j.h.ok(
+            "coder::delete-file",
+            json!({"paths": ["full", "guarded"], "recursive": true}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["removed"], true);
+    assert!(!j.root.join("full").exists());
+    assert_eq!(result(&v, 1)["error"]["code"], "C211");
+    assert!(
+        j.root.join("guarded/plain").exists(),
+        "nothing removed from a guarded tree"
+    );
+    assert!(j.root.join("guarded/sub/key.pem").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::move
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-68..71: same-root rename, C213, directory targets, roots, self-moves, cross-root
+/// copy + delete of files only.
+#[tokio::test]
+async fn move_entries() {
+    let j = jailed_with(|c, root| {
+        let second = root.parent().unwrap().join("outside");
+        c.fs.host_roots.push(s(&second));
+    })
+    .await;
+    std::fs::write(j.root.join("a"), "A").unwrap();
+    std::fs::write(j.root.join("b"), "B").unwrap();
+    std::fs::create_dir_all(j.root.join("dir/inner")).unwrap();
+    std::fs::write(j.root.join("x.sh"), "X").unwrap();
+    std::fs::set_permissions(j.root.join("x.sh"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let ino_b = std::fs::metadata(j.root.join("b")).unwrap().ino();
+    let v =
+        j.h.ok(
+            "coder::move",
+            json!({"files": [
+                {"from": "a", "to": "moved/a2"},
+                {"from": "b", "to": "moved/a2"},
+                {"from": "b", "to": "dir"},
+                {"from": "b", "to": "b"},
+                {"from": s(&j.root), "to": "elsewhere"},
+                {"from": "nope", "to": "z"},
+                {"from": "x.sh", "to": s(&j.outside.join("x.sh"))},
+                {"from": "dir", "to": s(&j.outside.join("dir"))},
+                {"from": "b", "to": "moved/a2", "overwrite": true},
+            ]}),
+        )
+        .await;
+    let r = |i: usize| result(&v, i);
+    assert_eq!(r(0)["success"], true, "{v}");
+    assert_eq!(r(0)["moved"], true);
+    assert_eq!(r(0)["from"], s(&j.root.join("a")));
+    assert_eq!(r(0)["to"], s(&j.root.join("moved/a2")));
+    assert_eq!(r(1)["error"]["code"], "C213");
+    assert!(r(1)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("overwrite=true"));
+    assert_eq!(r(2)["error"]["code"], "C210");
+    let m = r(2)["error"]["message"].as_str().unwrap();
+    assert!(m.contains(&format!("{}/b", s(&j.root.join("dir")))), "{m}");
+    assert_eq!(
+        (r(3)["success"].clone(), r(3)["moved"].clone()),
+        (json!(true), json!(false))
+    );
+    assert_eq!(r(4)["error"]["code"], "C210");
+    assert_eq!(r(5)["error"]["code"], "C211");
+    assert_eq!(r(5)["from"], "nope");
+    assert_eq!(r(6)["moved"], true, "{v}");
+    assert!(!j.root.join("x.sh").exists());
+    assert_eq!(
+        std::fs::read_to_string(j.outside.join("x.sh")).unwrap(),
+        "X"
+    );
+    assert_eq!(
+        std::fs::metadata(j.outside.join("x.sh")).unwrap().mode() & 0o7777,
+        0o700
+    );
+    assert_eq!(r(7)["error"]["code"], "C210");
+    assert!(r(7)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("files only"));
+    assert!(j.root.join("dir/inner").exists());
+    assert_eq!(r(8)["moved"], true);
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("moved/a2")).unwrap(),
+        "B"
+    );
+    assert_eq!(
+        std::fs::metadata(j.root.join("moved/a2")).unwrap().ino(),
+        ino_b,
+        "one rename"
+    );
+    // Moving out of the jail, or a non-accessible file, is refused.
+    std::fs::write(j.root.join("k.pem"), "K").unwrap();
+    let v =
+        j.h.ok(
+            "coder::move",
+            json!({"files": [
+                {"from": "moved/a2", "to": "/etc/evil"},
+                {"from": "k.pem", "to": "k2"},
+                {"from": "moved/a2", "to": "id.key"},
+            ]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C215");
+    assert_eq!(result(&v, 1)["error"]["code"], "C211");
+    assert_eq!(result(&v, 2)["error"]["code"], "C211");
+    assert!(j.root.join("moved/a2").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::change-diff
+// ---------------------------------------------------------------------------------------------
+
+/// CODER-72, 73: mutations record exact before/after snapshots, addressed by change id (the
+/// revision of the bytes the change left; `deleted:<path>` for a deletion).
+#[tokio::test]
+async fn change_diff_snapshots() {
+    let j = jailed_root().await;
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "c.txt", "content": "one\n"}]}),
+        )
+        .await;
+    let id = result(&v, 0)["revision"].as_str().unwrap().to_string();
+    let d = j.h.ok("coder::change-diff", json!({"change_id": id})).await;
+    assert_eq!(
+        d,
+        json!({"path": s(&j.root.join("c.txt")), "is_binary": false, "old_contents": "", "new_contents": "one\n"})
+    );
+    j.h.ok(
+        "coder::update-file",
+        json!({"files": [{"path": "c.txt", "ops": [{"op": "insert", "at_line": 2, "content": "two\n"}]}]}),
+    )
+    .await;
+    let rev = j.h.ok("coder::read-file", json!({"path": "c.txt"})).await["revision"].clone();
+    let d =
+        j.h.ok("coder::change-diff", json!({"change_id": rev}))
+            .await;
+    assert_eq!(d["old_contents"], "one\n");
+    assert_eq!(d["new_contents"], "one\ntwo\n");
+    j.h.ok("coder::delete-file", json!({"paths": ["c.txt"]}))
+        .await;
+    let d =
+        j.h.ok(
+            "coder::change-diff",
+            json!({"change_id": format!("deleted:{}", s(&j.root.join("c.txt")))}),
+        )
+        .await;
+    assert_eq!(d["old_contents"], "one\ntwo\n");
+    assert_eq!(d["new_contents"], "");
+    std::fs::write(j.root.join("bin"), b"\xff").unwrap();
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [{"path": "bin", "content": "text", "overwrite": true}]}),
+        )
+        .await;
+    let d =
+        j.h.ok(
+            "coder::change-diff",
+            json!({"change_id": result(&v, 0)["revision"]}),
+        )
+        .await;
+    assert_eq!(d["is_binary"], true);
+    assert_eq!(d["old_contents"], Value::Null);
+    assert_eq!(d["new_contents"], Value::Null);
+    expect_code(
+        &j.h,
+        "coder::change-diff",
+        json!({"change_id": "nope"}),
+        "C211",
+    )
+    .await;
+    expect_code(&j.h, "coder::change-diff", json!({}), "C210").await;
 }
