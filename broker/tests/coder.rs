@@ -1417,3 +1417,338 @@ async fn change_diff_snapshots() {
     .await;
     expect_code(&j.h, "coder::change-diff", json!({}), "C210").await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// coder::search
+// ---------------------------------------------------------------------------------------------
+
+fn cpaths(v: &Value) -> Vec<String> {
+    v["content_matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{}:{}", m["path"].as_str().unwrap(), m["line"]))
+        .collect()
+}
+
+fn ppaths(v: &Value, root: &Path) -> Vec<String> {
+    v["path_matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["path"]
+                .as_str()
+                .unwrap()
+                .strip_prefix(&format!("{}/", s(root)))
+                .unwrap_or_else(|| panic!("{m} not under {}", root.display()))
+                .to_string()
+        })
+        .collect()
+}
+
+/// Issue 16 / CODER-35: a repository with nested .gitignore files; respect_gitignore and
+/// include_hidden.
+#[tokio::test]
+async fn search_respects_nested_gitignore() {
+    let j = jailed_root().await;
+    let r = j.root.join("repo");
+    for d in [".git", "src/gen", "docs", ".github"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    std::fs::write(r.join(".gitignore"), "*.log\n/build\n").unwrap();
+    std::fs::write(r.join("src/.gitignore"), "gen/\n!keep.log\n").unwrap();
+    std::fs::create_dir_all(r.join("build")).unwrap();
+    for (f, body) in [
+        ("a.txt", "needle top\n"),
+        ("x.log", "needle log\n"),
+        ("src/keep.log", "needle kept\n"),
+        ("src/main.rs", "fn main() { needle(); }\n"),
+        ("src/gen/out.rs", "needle generated\n"),
+        ("build/b.txt", "needle build\n"),
+        ("docs/.ignore", "secret.md\n"),
+        ("docs/secret.md", "needle ignored by .ignore\n"),
+        (".github/ci.yml", "needle ci\n"),
+    ] {
+        std::fs::write(r.join(f), body).unwrap();
+    }
+    let q = |extra: Value| {
+        let mut p = json!({"query": "needle", "path": "repo", "search_paths": false});
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        p
+    };
+    let all = j.h.ok("coder::search", q(json!({}))).await;
+    let rel = |v: &Value| -> Vec<String> {
+        cpaths(v)
+            .into_iter()
+            .map(|p| p.strip_prefix(&format!("{}/", s(&r))).unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        rel(&all),
+        [
+            ".github/ci.yml:1",
+            "a.txt:1",
+            "build/b.txt:1",
+            "docs/secret.md:1",
+            "src/gen/out.rs:1",
+            "src/keep.log:1",
+            "src/main.rs:1",
+            "x.log:1"
+        ]
+    );
+    assert_eq!(all["truncated"], false);
+    let git =
+        j.h.ok("coder::search", q(json!({"respect_gitignore": true})))
+            .await;
+    assert_eq!(
+        rel(&git),
+        [
+            ".github/ci.yml:1",
+            "a.txt:1",
+            "src/keep.log:1",
+            "src/main.rs:1"
+        ]
+    );
+    let nohidden =
+        j.h.ok(
+            "coder::search",
+            q(json!({"respect_gitignore": true, "include_hidden": false})),
+        )
+        .await;
+    assert_eq!(
+        rel(&nohidden),
+        ["a.txt:1", "src/keep.log:1", "src/main.rs:1"]
+    );
+    let m = &all["content_matches"][6];
+    assert_eq!(m["column"], 13);
+    assert_eq!(m["text"], "fn main() { needle(); }");
+    assert_eq!(m["before"], Value::Null);
+    assert_eq!(m["after"], Value::Null);
+}
+
+/// CODER-29..34, 37..39: literal vs regex, case, context, max_line_bytes, globs, default
+/// excludes, denied files, budgets and truncation, path matches by name for dirs.
+#[tokio::test]
+async fn search_semantics() {
+    let j = jailed_root().await;
+    let r = j.root.join("s");
+    std::fs::create_dir_all(r.join("src/needle_dir")).unwrap();
+    std::fs::create_dir_all(r.join("node_modules/pkg")).unwrap();
+    std::fs::write(
+        r.join("src/a.rs"),
+        "one\ntwo\nlet x = a.b; a.b again\nfour\nfive\n",
+    )
+    .unwrap();
+    std::fs::write(r.join("src/b.txt"), "A.B upper\n").unwrap();
+    std::fs::write(r.join("node_modules/pkg/i.js"), "a.b in deps\n").unwrap();
+    std::fs::write(r.join("src/.env"), "a.b secret\n").unwrap();
+    std::fs::write(r.join("long.txt"), format!("{}a.b\n", "x".repeat(600))).unwrap();
+    std::fs::write(r.join("bin.dat"), b"a.b\x00binary").unwrap();
+    let v = j
+        .h
+        .ok(
+            "coder::search",
+            json!({"query": "a.b", "path": "s", "context_lines_before": 2, "context_lines_after": 1}),
+        )
+        .await;
+    let ms = v["content_matches"].as_array().unwrap();
+    assert_eq!(ms.len(), 1, "{v}");
+    assert_eq!(ms[0]["path"], s(&r.join("src/a.rs")));
+    assert_eq!(ms[0]["line"], 3);
+    assert_eq!(ms[0]["column"], 9);
+    assert_eq!(ms[0]["before"], json!(["one", "two"]));
+    assert_eq!(ms[0]["after"], json!(["four"]));
+    // Case-insensitive; the 600-byte line's match lies past max_line_bytes (512).
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "a.b", "path": "s", "ignore_case": true, "search_paths": false}),
+        )
+        .await;
+    assert_eq!(v["content_matches"].as_array().unwrap().len(), 2);
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "a.b", "path": "s", "max_line_bytes": 700, "search_paths": false}),
+        )
+        .await;
+    assert_eq!(v["content_matches"].as_array().unwrap().len(), 2);
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "a.b", "path": "s", "max_line_bytes": 5, "search_paths": false}),
+        )
+        .await;
+    // "let x = a.b" has its match past 5 bytes: nothing.
+    assert_eq!(v["content_matches"].as_array().unwrap().len(), 0);
+    // Regex, and a text cut to max_line_bytes.
+    let v = j
+        .h
+        .ok(
+            "coder::search",
+            json!({"query": "^x+a", "regex": true, "path": "s", "max_line_bytes": 601, "search_paths": false}),
+        )
+        .await;
+    assert_eq!(v["content_matches"][0]["text"].as_str().unwrap().len(), 601);
+    // Default excludes off: the dependency matches (the .env never does).
+    let v = j
+        .h
+        .ok(
+            "coder::search",
+            json!({"query": "a.b", "path": "s", "use_default_excludes": false, "search_paths": false}),
+        )
+        .await;
+    let got = cpaths(&v);
+    assert!(got.iter().any(|p| p.contains("node_modules")), "{got:?}");
+    assert!(!got.iter().any(|p| p.contains(".env")), "{got:?}");
+    // Globs, relative to the searched root.
+    let v = j
+        .h
+        .ok(
+            "coder::search",
+            json!({"query": "", "search_content": false, "path": "s", "include_globs": ["src/**"], "exclude_globs": ["*.txt"]}),
+        )
+        .await;
+    assert_eq!(ppaths(&v, &r), ["src/a.rs", "src/needle_dir"]);
+    // Directories match by name only; files by their relative path.
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "needle", "search_content": false, "path": "s"}),
+        )
+        .await;
+    assert_eq!(ppaths(&v, &r), ["src/needle_dir"]);
+    assert_eq!(v["path_matches"][0]["kind"], "dir");
+    // An empty path-only query lists every path; default excludes and denied files left out.
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "", "search_content": false, "path": "s"}),
+        )
+        .await;
+    assert_eq!(
+        ppaths(&v, &r),
+        [
+            "bin.dat",
+            "long.txt",
+            "src",
+            "src/a.rs",
+            "src/b.txt",
+            "src/needle_dir"
+        ]
+    );
+    // Caps: max_matches truncates.
+    let many: String = (0..50).map(|i| format!("hit {i}\n")).collect();
+    std::fs::write(r.join("many.txt"), &many).unwrap();
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "hit", "path": "s", "max_matches": 7, "search_paths": false}),
+        )
+        .await;
+    assert_eq!(v["content_matches"].as_array().unwrap().len(), 7);
+    assert_eq!(v["truncated"], true);
+    assert_eq!(v["content_matches"][6]["line"], 7);
+    // Errors.
+    for p in [
+        json!({"query": "", "path": "s"}),
+        json!({"query": "(", "regex": true, "path": "s"}),
+        json!({"query": "x", "path": "s", "context_lines_before": 11}),
+        json!({"query": "x", "path": "s", "include_globs": ["a[" ]}),
+        json!({"path": "s"}),
+    ] {
+        expect_code(&j.h, "coder::search", p, "C210").await;
+    }
+    expect_code(
+        &j.h,
+        "coder::search",
+        json!({"query": "x", "path": "nope"}),
+        "C211",
+    )
+    .await;
+    expect_code(
+        &j.h,
+        "coder::search",
+        json!({"query": "x", "path": "../outside"}),
+        "C215",
+    )
+    .await;
+}
+
+/// CODER-39: the response budget holds however much matches (bounded while collecting).
+#[tokio::test]
+async fn search_response_budget() {
+    let j = jailed_root().await;
+    let r = j.root.join("b");
+    std::fs::create_dir_all(&r).unwrap();
+    let line = format!("match {}\n", "y".repeat(400));
+    for f in 0..100 {
+        std::fs::write(r.join(format!("f{f:03}.txt")), line.repeat(20)).unwrap();
+    }
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "match", "path": "b", "max_matches": 100000}),
+        )
+        .await;
+    let bytes: usize = v["content_matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap().len() + m["text"].as_str().unwrap().len())
+        .sum::<usize>()
+        + v["path_matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["path"].as_str().unwrap().len())
+            .sum::<usize>();
+    assert!(bytes <= 65536, "{bytes}");
+    assert!(bytes > 60000, "{bytes}");
+    assert_eq!(v["truncated"], true);
+    // The kept matches are the first ones in path order.
+    assert_eq!(v["content_matches"][0]["path"], s(&r.join("f000.txt")));
+}
+
+/// CODER-36: fuzzy_paths ranks quick-open style; an empty query puts shallow, short paths
+/// first.
+#[tokio::test]
+async fn search_fuzzy_paths() {
+    let j = jailed_root().await;
+    let r = j.root.join("f");
+    for d in ["src/config", "tests/fixtures/confusing", "deep/a/b/c"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    for f in [
+        "src/config.rs",
+        "src/config/mod.rs",
+        "tests/fixtures/confusing/notes.md",
+        "deep/a/b/c/cfg.rs",
+        "README.md",
+        "src/main.rs",
+    ] {
+        std::fs::write(r.join(f), "").unwrap();
+    }
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "config", "search_content": false, "path": "f", "fuzzy_paths": true}),
+        )
+        .await;
+    let got = ppaths(&v, &r);
+    assert_eq!(got[0], "src/config", "{got:?}");
+    assert_eq!(got[1], "src/config.rs", "{got:?}");
+    assert!(!got.contains(&"src/main.rs".to_string()));
+    let v =
+        j.h.ok(
+            "coder::search",
+            json!({"query": "", "search_content": false, "path": "f", "fuzzy_paths": true}),
+        )
+        .await;
+    let got = ppaths(&v, &r);
+    assert_eq!(&got[..4], ["src", "deep", "tests", "README.md"], "{got:?}");
+    assert_eq!(got.last().unwrap(), "deep/a/b/c/cfg.rs");
+}

@@ -89,8 +89,36 @@ pub struct Ctx<'a> {
     pub scope_root: Option<PathBuf>,
     /// Canonical session root (relative paths anchor here), when the call is scoped.
     pub session_root: Option<PathBuf>,
-    non_accessible: GlobSet,
-    excludes: GlobSet,
+    non_accessible: RootedGlobs,
+    excludes: RootedGlobs,
+}
+
+/// Globs matched on an absolute path, or relative to any of the roots (CODER-06).
+#[derive(Clone)]
+pub struct RootedGlobs {
+    set: GlobSet,
+    bases: Vec<PathBuf>,
+}
+
+impl RootedGlobs {
+    pub fn is_match(&self, path: &Path) -> bool {
+        if self.set.is_empty() {
+            return false;
+        }
+        if self.set.is_match(path) {
+            return true;
+        }
+        self.bases.iter().any(|b| {
+            path.strip_prefix(b)
+                .is_ok_and(|rel| !rel.as_os_str().is_empty() && self.set.is_match(rel))
+        })
+    }
+
+    /// A directory also matches when the globs hide what is inside it (`**/target/**` hides
+    /// `target` itself).
+    pub fn is_match_dir(&self, path: &Path) -> bool {
+        self.is_match(path) || self.is_match(&path.join("x"))
+    }
 }
 
 fn globset(globs: &[String]) -> GlobSet {
@@ -137,13 +165,19 @@ impl<'a> Ctx<'a> {
         } else {
             fallback_roots()
         };
+        let rooted = |g: &[String]| RootedGlobs {
+            set: globset(g),
+            bases: bases.clone(),
+        };
+        let non_accessible = rooted(&policy.config.code.non_accessible_globs);
+        let excludes = rooted(&policy.config.code.default_exclude_globs);
         let mut ctx = Ctx {
             policy,
             bases,
             scope_root: None,
             session_root: None,
-            non_accessible: globset(&policy.config.code.non_accessible_globs),
-            excludes: globset(&policy.config.code.default_exclude_globs),
+            non_accessible,
+            excludes,
         };
         let canon_dir = |ctx: &Ctx<'_>, p: &str, what: &str| -> Result<PathBuf, CErr> {
             let r = ctx.policy.jail.resolve(p).map_err(|e| {
@@ -277,27 +311,22 @@ impl<'a> Ctx<'a> {
     /// True when `path` (absolute, canonical) matches `code.non_accessible_globs`, on the
     /// absolute path or relative to one of the roots.
     pub fn is_non_accessible(&self, path: &Path) -> bool {
-        self.matches(&self.non_accessible, path)
+        self.non_accessible.is_match(path)
+    }
+
+    /// The default-exclude globs, for walkers that need an owned copy.
+    pub fn excludes(&self) -> RootedGlobs {
+        self.excludes.clone()
     }
 
     /// True when `path` is hidden by `code.default_exclude_globs`. A directory also matches
     /// when the globs exclude what is inside it (`**/target/**` hides `target` itself).
     pub fn is_excluded(&self, path: &Path, is_dir: bool) -> bool {
-        self.matches(&self.excludes, path)
-            || (is_dir && self.matches(&self.excludes, &path.join("x")))
-    }
-
-    fn matches(&self, set: &GlobSet, path: &Path) -> bool {
-        if set.is_empty() {
-            return false;
+        if is_dir {
+            self.excludes.is_match_dir(path)
+        } else {
+            self.excludes.is_match(path)
         }
-        if set.is_match(path) {
-            return true;
-        }
-        self.bases.iter().any(|b| {
-            path.strip_prefix(b)
-                .is_ok_and(|rel| !rel.as_os_str().is_empty() && set.is_match(rel))
-        })
     }
 
     /// True when the policy hides `path` entirely (denylisted, not merely non-accessible):
