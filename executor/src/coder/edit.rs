@@ -160,6 +160,11 @@ fn create_one(
                 "is a directory: {input}; pick a file path inside it"
             ))))
         }
+        // A symlink still here did not resolve to a file the policy lets us reach (dangling,
+        // or leading to a denied path): it reads like a missing one, and is not replaced.
+        Ok(st) if crate::fs::entry::is_symlink(&st) => {
+            return Err(fail(CErr::not_found(input)));
+        }
         Ok(st) => {
             let current = read_entry(&parent, limit).map_err(failc)?;
             if let Some(expected) = &spec.expected_revision {
