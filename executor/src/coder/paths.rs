@@ -96,21 +96,38 @@ pub struct Ctx<'a> {
 /// Globs matched on an absolute path, or relative to any of the roots (CODER-06).
 #[derive(Clone)]
 pub struct RootedGlobs {
-    set: GlobSet,
+    /// Globs that start with `**/` match the same on an absolute path as on any relative
+    /// one: they are matched once, on the absolute path.
+    anywhere: GlobSet,
+    /// The others are matched on the absolute path and on the path relative to each root.
+    rooted: GlobSet,
     bases: Vec<PathBuf>,
 }
 
 impl RootedGlobs {
+    pub fn new(globs: &[String], bases: &[PathBuf]) -> RootedGlobs {
+        let (any, rest): (Vec<String>, Vec<String>) =
+            globs.iter().cloned().partition(|g| g.starts_with("**/"));
+        RootedGlobs {
+            anywhere: globset(&any),
+            rooted: globset(&rest),
+            bases: bases.to_vec(),
+        }
+    }
+
     pub fn is_match(&self, path: &Path) -> bool {
-        if self.set.is_empty() {
+        if !self.anywhere.is_empty() && self.anywhere.is_match(path) {
+            return true;
+        }
+        if self.rooted.is_empty() {
             return false;
         }
-        if self.set.is_match(path) {
+        if self.rooted.is_match(path) {
             return true;
         }
         self.bases.iter().any(|b| {
             path.strip_prefix(b)
-                .is_ok_and(|rel| !rel.as_os_str().is_empty() && self.set.is_match(rel))
+                .is_ok_and(|rel| !rel.as_os_str().is_empty() && self.rooted.is_match(rel))
         })
     }
 
@@ -165,10 +182,7 @@ impl<'a> Ctx<'a> {
         } else {
             fallback_roots()
         };
-        let rooted = |g: &[String]| RootedGlobs {
-            set: globset(g),
-            bases: bases.clone(),
-        };
+        let rooted = |g: &[String]| RootedGlobs::new(g, &bases);
         let non_accessible = rooted(&policy.config.code.non_accessible_globs);
         let excludes = rooted(&policy.config.code.default_exclude_globs);
         let mut ctx = Ctx {

@@ -528,20 +528,15 @@ pub fn search_with_threads(
             if !is_dir && !ft.is_file() {
                 return WalkState::Continue;
             }
-            if policy.jail.is_denied(abs) {
-                return if is_dir {
-                    WalkState::Skip
-                } else {
-                    WalkState::Continue
-                };
+            // Folders reaching here passed `Prune` (the same rules); files are checked here,
+            // against the policy itself.
+            if !is_dir && policy.jail.is_denied(abs) {
+                return WalkState::Continue;
             }
-            if is_dir {
-                if noise.as_ref().is_some_and(|n| n.is_match_dir(abs)) || exclude.is_match(rel) {
-                    return WalkState::Skip;
-                }
-            } else if noise.as_ref().is_some_and(|n| n.is_match(abs))
-                || (!exclude.empty && exclude.is_match(rel))
-                || (!include.empty && !include.is_match(rel))
+            if !is_dir
+                && (noise.as_ref().is_some_and(|n| n.is_match(abs))
+                    || (!exclude.empty && exclude.is_match(rel))
+                    || (!include.empty && !include.is_match(rel)))
             {
                 return WalkState::Continue;
             }
