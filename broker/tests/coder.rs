@@ -1752,3 +1752,98 @@ async fn search_fuzzy_paths() {
     assert_eq!(&got[..4], ["src", "deep", "tests", "README.md"], "{got:?}");
     assert_eq!(got.last().unwrap(), "deep/a/b/c/cfg.rs");
 }
+
+/// CODER-69, 10: a cross-root move whose delete fails removes its copy again (the source
+/// folder is not writable for the executor, which holds no CAP_DAC_OVERRIDE); a cross-root
+/// copy over max_write_bytes is C218.
+#[tokio::test]
+async fn cross_root_move_undoes_the_copy_and_respects_max_write() {
+    let j = jailed_with(|c, root| {
+        let second = root.parent().unwrap().join("outside");
+        c.fs.host_roots.push(s(&second));
+        c.fs.max_write_bytes = 100;
+    })
+    .await;
+    let ro = j.root.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("f"), "keep me").unwrap();
+    std::fs::write(j.root.join("big"), "z".repeat(101)).unwrap();
+    nix::unistd::chown(&ro, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let v =
+        j.h.ok(
+            "coder::move",
+            json!({"files": [
+                {"from": "ro/f", "to": s(&j.outside.join("f"))},
+                {"from": "big", "to": s(&j.outside.join("big"))},
+            ]}),
+        )
+        .await;
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = result(&v, 0);
+    assert_eq!(r["success"], false, "{v}");
+    assert_eq!(r["moved"], false);
+    assert_eq!(r["error"]["code"], "C216");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("copy was removed"),
+        "{r}"
+    );
+    assert_eq!(std::fs::read_to_string(ro.join("f")).unwrap(), "keep me");
+    assert!(!j.outside.join("f").exists(), "the copy was left behind");
+    assert_eq!(result(&v, 1)["error"]["code"], "C218");
+    assert!(j.root.join("big").exists() && !j.outside.join("big").exists());
+}
+
+/// CODER-06: non_accessible_globs and default_exclude_globs are matched root-relative, per
+/// root (globs without a `**/` prefix).
+#[tokio::test]
+async fn globs_match_root_relative_per_root() {
+    let j = jailed_with(|c, root| {
+        let second = root.parent().unwrap().join("outside");
+        c.fs.host_roots.push(s(&second));
+        c.code.non_accessible_globs = vec!["private/*.txt".into()];
+        c.code.default_exclude_globs = vec!["gen".into()];
+    })
+    .await;
+    std::fs::create_dir_all(j.root.join("private")).unwrap();
+    std::fs::create_dir_all(j.root.join("sub/private")).unwrap();
+    std::fs::create_dir_all(j.outside.join("private")).unwrap();
+    std::fs::create_dir_all(j.root.join("gen")).unwrap();
+    std::fs::create_dir_all(j.root.join("sub/gen")).unwrap();
+    for p in [
+        j.root.join("private/a.txt"),
+        j.root.join("sub/private/a.txt"),
+        j.outside.join("private/b.txt"),
+    ] {
+        std::fs::write(&p, "x").unwrap();
+    }
+    expect_code(
+        &j.h,
+        "coder::read-file",
+        json!({"path": "private/a.txt"}),
+        "C211",
+    )
+    .await;
+    expect_code(
+        &j.h,
+        "coder::read-file",
+        json!({"path": s(&j.outside.join("private/b.txt"))}),
+        "C211",
+    )
+    .await;
+    // Root-relative: the same name one level down is not matched.
+    j.h.ok("coder::read-file", json!({"path": "sub/private/a.txt"}))
+        .await;
+    let v = j.h.ok("coder::tree", json!({"max_depth": 1})).await;
+    assert_eq!(
+        child(&v["root"], "gen")["truncated"]["reason"],
+        "default_exclude"
+    );
+    let v =
+        j.h.ok("coder::tree", json!({"path": "sub", "max_depth": 1}))
+            .await;
+    assert_eq!(child(&v["root"], "gen")["truncated"]["reason"], "max_depth");
+}

@@ -192,10 +192,11 @@ fn move_one(ctx: &Ctx<'_>, spec: &MoveFileSpec) -> Result<(String, String, bool)
             "{from} is not a regular file: cross-root moves copy regular files only"
         ))));
     }
-    let limit = ctx.max_read().max(ctx.max_write());
+    // A cross-root move writes a new file: max_write_bytes applies (CODER-10).
+    let limit = ctx.max_write();
     let data = read_entry(&src, limit).map_err(failc)?.ok_or_else(|| {
         failc(CErr::too_large(format!(
-            "{from} is over the copy limit of {limit} bytes for a cross-root move"
+            "{from} is larger than max_write_bytes ({limit}), the limit of a cross-root move (a copy): move it with shell::fs::mv"
         )))
     })?;
     commit(
