@@ -128,7 +128,7 @@ async fn introduces_itself_first_then_registers_every_function() {
         engine.function("shell::exec").unwrap().metadata,
         Some(json!({}))
     );
-    // Nothing else under shell::.
+    // Nothing else under shell:: or coder::.
     let mut ours: Vec<String> = shell_functions(&engine);
     ours.sort();
     let mut want = all_function_ids();

@@ -86,6 +86,11 @@
 //! | 116 | unjailed default: the same                               | the same (FIXED) |
 //! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
 //! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
+//! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
+//! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
+//! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |
+//! | c04 | coder: RENAME_EXCHANGE race (dir <-> symlink) during create/update | every edit ok or C215/C211/C221; nothing outside |
+//! | c05 | coder: non_accessible globs through symlinks (`alias -> .env`, `vault -> secrets`) | C211; search finds nothing |
 
 mod common;
 mod escape;
@@ -1756,4 +1761,270 @@ async fn escape_117_command_allocates_its_own_pty() {
             assert!(o.stdout.contains("/dev/pts/"), "{o:?}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// coder::* (issue 16): the same path policy as shell::fs::*, with C-codes.
+// ---------------------------------------------------------------------------------------------
+
+/// The code of a coder call: the call's own error, or its first entry's (batched calls).
+async fn coder_code(h: &Harness, function: &str, payload: serde_json::Value) -> String {
+    match h.call(function, payload.clone()).await {
+        Err(e) => e.code,
+        Ok(v) => match v.get("results").and_then(|r| r.get(0)) {
+            Some(r) if r["success"] == true => "ok".to_string(),
+            Some(r) => r["error"]["code"].as_str().unwrap_or("?").to_string(),
+            None => "ok".to_string(),
+        },
+    }
+}
+
+/// Every coder function aimed at `p` (reads and writes): each must give `code`.
+async fn coder_all(h: &Harness, p: &str, code: &str) {
+    let calls = [
+        ("coder::read-file", json!({"path": p})),
+        ("coder::read-file", json!({"path": p, "stat": true})),
+        ("coder::read-file", json!({"paths": [p]})),
+        ("coder::list-folder", json!({"path": p})),
+        ("coder::tree", json!({"path": p})),
+        ("coder::search", json!({"query": "S", "path": p})),
+        (
+            "coder::create-file",
+            json!({"files": [{"path": p, "content": "x", "overwrite": true}]}),
+        ),
+        (
+            "coder::create-file",
+            json!({"files": [{"path": format!("{p}/new"), "content": "x"}]}),
+        ),
+        (
+            "coder::update-file",
+            json!({"files": [{"path": p, "ops": [{"op": "insert", "at_line": 1, "content": "x"}]}]}),
+        ),
+        (
+            "coder::delete-file",
+            json!({"paths": [p], "recursive": true}),
+        ),
+        (
+            "coder::move",
+            json!({"files": [{"from": p, "to": "stolen"}]}),
+        ),
+        (
+            "coder::move",
+            json!({"files": [{"from": "inside.txt", "to": p, "overwrite": true}]}),
+        ),
+    ];
+    for (f, payload) in calls {
+        let got = coder_code(h, f, payload.clone()).await;
+        assert_eq!(got, code, "{f} {payload}");
+    }
+}
+
+#[tokio::test]
+async fn escape_c01_coder_symlinked_parent() {
+    let j = Jail::new();
+    std::os::unix::fs::symlink(&j.outside, j.root.join("link")).unwrap();
+    std::fs::write(j.root.join("inside.txt"), "in").unwrap();
+    let h = j.harness().await;
+    coder_all(&h, "link/secret.txt", "C215").await;
+    // The link itself lives in the root; what it leads to does not.
+    for (f, payload) in [
+        ("coder::list-folder", json!({"path": "link"})),
+        ("coder::tree", json!({"path": "link"})),
+        ("coder::search", json!({"query": "S", "path": "link"})),
+        (
+            "coder::create-file",
+            json!({"files": [{"path": "link/deep/new", "content": "x"}]}),
+        ),
+    ] {
+        assert_eq!(
+            coder_code(&h, f, payload.clone()).await,
+            "C215",
+            "{f} {payload}"
+        );
+    }
+    j.outside_untouched();
+    assert!(!j.root.join("stolen").exists());
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("inside.txt")).unwrap(),
+        "in"
+    );
+}
+
+#[tokio::test]
+async fn escape_c02_coder_symlinked_leaf() {
+    let j = Jail::new();
+    std::os::unix::fs::symlink(j.outside.join("secret.txt"), j.root.join("leaf")).unwrap();
+    std::fs::write(j.root.join("inside.txt"), "in").unwrap();
+    let h = j.harness().await;
+    for (f, payload) in [
+        ("coder::read-file", json!({"path": "leaf"})),
+        ("coder::read-file", json!({"paths": ["leaf"]})),
+        (
+            "coder::create-file",
+            json!({"files": [{"path": "leaf", "content": "x", "overwrite": true}]}),
+        ),
+        (
+            "coder::update-file",
+            json!({"files": [{"path": "leaf", "ops": [{"op": "insert", "at_line": 1, "content": "x"}]}]}),
+        ),
+        ("coder::search", json!({"query": "S", "path": "leaf"})),
+    ] {
+        assert_eq!(
+            coder_code(&h, f, payload.clone()).await,
+            "C215",
+            "{f} {payload}"
+        );
+    }
+    // Listings show the link as a link, never its target; searches do not follow it.
+    let v = h.ok("coder::list-folder", json!({})).await;
+    let leaf = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "leaf")
+        .unwrap();
+    assert_eq!(leaf["kind"], "symlink");
+    let v = h.ok("coder::search", json!({"query": "SECRET"})).await;
+    assert_eq!(v["content_matches"], json!([]));
+    // Deleting the leaf removes the link itself.
+    assert_eq!(
+        coder_code(&h, "coder::delete-file", json!({"paths": ["leaf"]})).await,
+        "ok"
+    );
+    assert!(std::fs::symlink_metadata(j.root.join("leaf")).is_err());
+    j.outside_untouched();
+}
+
+#[tokio::test]
+async fn escape_c03_coder_dotdot_and_prefix_confusion() {
+    let j = Jail::new();
+    std::fs::create_dir_all(j.root.join("a")).unwrap();
+    std::fs::write(j.root.join("inside.txt"), "in").unwrap();
+    let evil = j.base.join(format!(
+        "{}-evil",
+        j.root.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::create_dir_all(&evil).unwrap();
+    std::fs::write(evil.join("f"), "EVIL").unwrap();
+    let h = j.harness().await;
+    coder_all(&h, "../outside/secret.txt", "C215").await;
+    coder_all(&h, "a/../../outside/secret.txt", "C215").await;
+    coder_all(&h, &format!("{}/../outside/secret.txt", s(&j.root)), "C215").await;
+    coder_all(&h, &s(&evil.join("f")), "C215").await;
+    j.outside_untouched();
+    assert_eq!(std::fs::read_to_string(evil.join("f")).unwrap(), "EVIL");
+}
+
+#[tokio::test]
+async fn escape_c04_coder_rename_exchange_race_during_edits() {
+    let j = Jail::new();
+    let d = j.root.join("d");
+    let swap = j.root.join("swap");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("f"), "line\n").unwrap();
+    std::os::unix::fs::symlink(&j.outside, &swap).unwrap();
+    let h = j.harness().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = {
+        let stop = stop.clone();
+        let (a, b) = (
+            std::ffi::CString::new(s(&d)).unwrap(),
+            std::ffi::CString::new(s(&swap)).unwrap(),
+        );
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: two valid NUL-terminated paths; renameat2 only swaps directory entries.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
+                n += 1;
+            }
+            n
+        })
+    };
+    let (mut ok, mut refused) = (0, 0);
+    for i in 0..300 {
+        let (f, payload) = if i % 2 == 0 {
+            (
+                "coder::create-file",
+                json!({"files": [{"path": "d/f", "content": format!("round {i}\n"), "overwrite": true}]}),
+            )
+        } else {
+            (
+                "coder::update-file",
+                json!({"files": [{"path": "d/f", "ops": [{"op": "insert", "at_line": 1, "content": format!("r{i}\n")}]}]}),
+            )
+        };
+        match coder_code(&h, f, payload).await.as_str() {
+            "ok" => ok += 1,
+            "C215" | "C211" | "C221" => refused += 1,
+            other => panic!("round {i}: unexpected {other}"),
+        }
+        assert!(
+            !j.outside.join("f").exists(),
+            "round {i}: a write landed outside the jail"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let n = swaps.join().unwrap();
+    eprintln!("coder race: {n} exchanges, {ok} edits landed inside, {refused} refused");
+    assert!(n > 0);
+    assert_eq!(ok + refused, 300);
+    j.outside_untouched();
+}
+
+#[tokio::test]
+async fn escape_c05_coder_non_accessible_through_symlinks() {
+    let j = Jail::new();
+    std::fs::write(j.root.join(".env"), "SECRET=1\n").unwrap();
+    std::fs::create_dir_all(j.root.join("secrets")).unwrap();
+    std::fs::write(j.root.join("secrets/token"), "SECRET token\n").unwrap();
+    std::os::unix::fs::symlink(".env", j.root.join("alias")).unwrap();
+    std::os::unix::fs::symlink("secrets", j.root.join("vault")).unwrap();
+    std::fs::write(j.root.join("inside.txt"), "in").unwrap();
+    let h = j.harness().await;
+    for p in ["alias", "vault/token", ".env", "secrets/token"] {
+        for (f, payload) in [
+            ("coder::read-file", json!({"path": p})),
+            ("coder::read-file", json!({"paths": [p]})),
+            (
+                "coder::update-file",
+                json!({"files": [{"path": p, "ops": [{"op": "insert", "at_line": 1, "content": "x"}]}]}),
+            ),
+            (
+                "coder::create-file",
+                json!({"files": [{"path": p, "content": "x", "overwrite": true}]}),
+            ),
+        ] {
+            assert_eq!(
+                coder_code(&h, f, payload.clone()).await,
+                "C211",
+                "{f} {payload}"
+            );
+        }
+    }
+    // `**/secrets/**` guards what is inside the folder: it is listed, flagged.
+    let v = h.ok("coder::list-folder", json!({"path": "vault"})).await;
+    assert_eq!(v["path"], s(&j.root.join("secrets")));
+    assert_eq!(v["entries"][0]["name"], "token");
+    assert_eq!(v["entries"][0]["non_accessible"], true);
+    let v = h.ok("coder::search", json!({"query": "SECRET"})).await;
+    assert_eq!(v["content_matches"], json!([]), "{v}");
+    assert_eq!(
+        std::fs::read_to_string(j.root.join(".env")).unwrap(),
+        "SECRET=1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("secrets/token")).unwrap(),
+        "SECRET token\n"
+    );
+    j.outside_untouched();
 }

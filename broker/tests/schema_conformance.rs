@@ -960,3 +960,24 @@ fn config_status_with_its_config_id_fits_the_seed_schema() {
     assert_eq!(reply["config_id"], "shell-host-a");
     validate(schema, &reply).expect("fits the seed's schema");
 }
+
+/// Issue 16: the whole `coder::*` surface is published (and therefore checked above against
+/// the seed, with the allow-list still empty).
+#[test]
+fn every_coder_function_of_the_seed_is_published() {
+    let published: BTreeSet<String> = all_function_defs()
+        .iter()
+        .map(|f| f.id.to_string())
+        .collect();
+    let coder: Vec<String> = seed_functions()
+        .into_keys()
+        .filter(|k| k.starts_with("coder::"))
+        .collect();
+    assert_eq!(coder.len(), 10, "{coder:?}");
+    let missing: Vec<&String> = coder.iter().filter(|c| !published.contains(*c)).collect();
+    assert!(
+        missing.is_empty(),
+        "coder functions not published: {missing:?}"
+    );
+    assert!(ALLOWED.iter().all(|a| !a.function.starts_with("coder::")));
+}

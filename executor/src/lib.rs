@@ -6,6 +6,7 @@
 
 pub mod capture;
 pub mod clone3;
+pub mod coder;
 pub mod command;
 pub mod confine;
 pub mod denylist;
@@ -88,6 +89,20 @@ impl Executor {
                 Err(e) => (Err(e.to_wire()), None),
             };
         }
+        if let Request::Coder(call) = request {
+            let result = match self.current() {
+                Ok(p) => tokio::task::spawn_blocking(move || coder::handle(&p, *call))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(WireError::new(
+                            Code::C216,
+                            format!("coder task failed: {e}"),
+                        ))
+                    }),
+                Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
+            };
+            return (result.map(|r| Reply::Coder(Box::new(r))), None);
+        }
         if let Request::Exec(spec) = request {
             let p = match self.current() {
                 Ok(p) => p,
@@ -132,7 +147,7 @@ impl Executor {
 
     async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) | Request::Doctor | Request::Exec(_) => {
+            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Coder(_) => {
                 Err(ExecError::Internal("unreachable".into()))
             }
             Request::Ping => Ok(Reply::Pong),

@@ -29,6 +29,23 @@ pub enum Code {
     S220,
     /// Sandbox VM boot failed.
     S300,
+    /// coder: malformed input (the twin of S210; also wrong file type, non-empty directory
+    /// and bad regex, which have no C-code of their own).
+    C210,
+    /// coder: not found or denied, one wording (S211).
+    C211,
+    /// coder: the target exists and `overwrite` is false (S213).
+    C213,
+    /// coder: the path escapes every root, jailed mode only (S215).
+    C215,
+    /// coder: an I/O error (S216).
+    C216,
+    /// coder: over `max_read_bytes` / `max_write_bytes` or a response budget (S218).
+    C218,
+    /// coder: outside the per-call `scope_root` (S220).
+    C220,
+    /// coder: `expected_revision` no longer matches; nothing was written.
+    C221,
     /// A plain-message failure (argv parse, denylist, spawn-time job limits). This is the
     /// code the engine's SDKs use for untyped handler errors.
     InvocationFailed,
@@ -49,6 +66,14 @@ impl Code {
             Code::S218 => "S218",
             Code::S220 => "S220",
             Code::S300 => "S300",
+            Code::C210 => "C210",
+            Code::C211 => "C211",
+            Code::C213 => "C213",
+            Code::C215 => "C215",
+            Code::C216 => "C216",
+            Code::C218 => "C218",
+            Code::C220 => "C220",
+            Code::C221 => "C221",
             Code::InvocationFailed => "invocation_failed",
         }
     }

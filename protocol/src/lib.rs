@@ -5,8 +5,10 @@
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
 //! * [`error`]: the `{code, message}` wire error and the S-codes.
 //! * [`exec`]: the public JSON request/response types of the exec family.
+//! * [`coder`]: the public JSON types of `coder::*`, its budgets and executor operations.
 //! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape).
 
+pub mod coder;
 pub mod config;
 pub mod doctor;
 pub mod error;
@@ -20,7 +22,7 @@ pub use error::{Code, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Package version, reported by `--version` and registered with the engine.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

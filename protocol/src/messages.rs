@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::coder::{CoderCall, CoderReply};
 use crate::exec::{ExecBgResponse, ExecResponse, KillResponse, ListResponse, StatusResponse};
 use crate::fs::{FsOp, FsReply};
 use crate::WireError;
@@ -124,6 +125,8 @@ pub enum Request {
     Fs(FsOp),
     Doctor,
     Ping,
+    /// A `coder::*` call (added in protocol version 2).
+    Coder(Box<CoderCall>),
 }
 
 impl Request {
@@ -139,6 +142,7 @@ impl Request {
             Request::Fs(_) => "fs",
             Request::Doctor => "doctor",
             Request::Ping => "ping",
+            Request::Coder(_) => "coder",
         }
     }
 }
@@ -155,6 +159,7 @@ pub enum Reply {
     Fs(FsReply),
     Doctor(Box<crate::doctor::DoctorReport>),
     Pong,
+    Coder(Box<CoderReply>),
 }
 
 /// Pushed by the executor without a request.

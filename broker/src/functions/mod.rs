@@ -1,5 +1,6 @@
 //! The functions this worker serves: their registration data and their handlers.
 
+pub mod coder;
 pub mod config_status;
 pub mod exec;
 pub mod fs;
@@ -29,6 +30,7 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(config_status::definitions());
     v.extend(fs::definitions());
     v.extend(workspace::definitions());
+    v.extend(coder::definitions());
     v
 }
 
@@ -46,7 +48,6 @@ pub async fn dispatch(
     payload: Value,
     meta: CallMeta,
 ) -> Result<Value, WireError> {
-    let _ = meta;
     match function_id {
         "shell::exec" => exec::exec(services, payload).await,
         "shell::exec_bg" => exec::exec_bg(services, payload).await,
@@ -58,6 +59,7 @@ pub async fn dispatch(
         id if id.starts_with("shell::workspace::") => {
             workspace::dispatch(services, id, payload).await
         }
+        id if id.starts_with("coder::") => coder::dispatch(services, id, payload, meta).await,
         other => Err(WireError::new(
             Code::S210,
             format!("unknown function: {other}"),

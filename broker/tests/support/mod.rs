@@ -382,12 +382,13 @@ pub async fn wait_ready(engine: &TestEngine, w: &Worker) {
     );
 }
 
-/// Ids of `shell::*` functions currently registered, in any namespace.
+/// Ids of this worker's functions (`shell::*` and `coder::*`) currently registered, in any
+/// namespace.
 pub fn shell_functions(engine: &TestEngine) -> Vec<String> {
     engine
         .functions()
         .into_iter()
-        .filter(|f| f.id.starts_with("shell::"))
+        .filter(|f| f.id.starts_with("shell::") || f.id.starts_with("coder::"))
         .map(|f| f.id)
         .collect()
 }

@@ -1,0 +1,840 @@
+//! `coder::create-file` and `coder::update-file`.
+//!
+//! Every entry is independent (one failing never aborts the others) and commits atomically
+//! through [`super::atomic::commit`]: a failed entry leaves its file byte-identical.
+//!
+//! * **create-file**: `expected_revision` is compared with the current bytes under the same
+//!   per-path lock as the write, so two concurrent creates carrying the same revision cannot
+//!   both succeed (the second sees the first one's bytes). A revision implies the overwrite
+//!   intent (`overwrite` may stay false); against a file that no longer exists it fails C221.
+//!   Without `overwrite` a new file is renamed in with `RENAME_NOREPLACE`, so a file that
+//!   appears meanwhile is never replaced (C213).
+//! * **update-file**: line ops all refer to the ORIGINAL line numbers and apply bottom-up
+//!   (equivalently: one forward merge over the original lines); then the `replace` ops run in
+//!   request order over the whole body. Everything is validated before anything is applied,
+//!   and nothing is written unless every op succeeded. The file keeps its mode and owner.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::Mutex;
+
+use iii_shell_protocol::coder::*;
+use iii_shell_protocol::Code;
+use regex::bytes::{Regex, RegexBuilder};
+
+use super::atomic::commit;
+use super::changes;
+use super::lines::{count_lines, line_text, split_lines};
+use super::paths::{display, revision, CErr, Ctx};
+use super::read::open_file;
+use crate::fs::entry::{is_dir, statat};
+use crate::jail::{fstat, Parent};
+
+// ---- per-path locks ----
+
+const STRIPES: usize = 64;
+static LOCKS: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+
+fn stripe(path: &std::path::Path) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    (h.finish() as usize) % STRIPES
+}
+
+/// Serializes coder writers of one canonical path (striped; one stripe held at a time).
+pub fn lock_path(path: &std::path::Path) -> std::sync::MutexGuard<'static, ()> {
+    LOCKS[stripe(path)]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Locks two paths (a move) in stripe order, so two movers cannot deadlock.
+pub fn lock_two(
+    a: &std::path::Path,
+    b: &std::path::Path,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    Option<std::sync::MutexGuard<'static, ()>>,
+) {
+    let (x, y) = (stripe(a), stripe(b));
+    let get = |i: usize| LOCKS[i].lock().unwrap_or_else(|p| p.into_inner());
+    match x.cmp(&y) {
+        std::cmp::Ordering::Equal => (get(x), None),
+        std::cmp::Ordering::Less => {
+            let g = get(x);
+            (g, Some(get(y)))
+        }
+        std::cmp::Ordering::Greater => {
+            let g = get(y);
+            (g, Some(get(x)))
+        }
+    }
+}
+
+/// Reads the entry `parent/name` without following it, up to `limit` bytes (`None` when it
+/// is larger).
+pub fn read_entry(parent: &Parent, limit: u64) -> Result<Option<Vec<u8>>, CErr> {
+    let name = parent.c_name();
+    // SAFETY: openat on a directory fd we own with a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            parent.dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(CErr::io(format!("read {}: {e}", parent.path.display())));
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let f = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    let mut bytes = Vec::new();
+    (&f).take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| CErr::io(format!("read {}: {e}", parent.path.display())))?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
+// ---- create-file ----
+
+pub fn create_files(ctx: &Ctx<'_>, req: &CreateFileInput) -> CreateFileOutput {
+    CreateFileOutput {
+        results: req
+            .files
+            .iter()
+            .map(|f| match create_one(ctx, f) {
+                Ok((path, bytes_written, rev)) => CreateFileResult {
+                    path,
+                    success: true,
+                    bytes_written,
+                    revision: Some(rev),
+                    error: None,
+                },
+                Err((path, e)) => CreateFileResult {
+                    path,
+                    success: false,
+                    bytes_written: 0,
+                    revision: None,
+                    error: Some(e.entry()),
+                },
+            })
+            .collect(),
+    }
+}
+
+fn create_one(
+    ctx: &Ctx<'_>,
+    spec: &CreateFileSpec,
+) -> Result<(String, u64, String), (String, CErr)> {
+    let input = spec.path.as_str();
+    let fail = |e: CErr| (input.to_string(), e);
+    let mode =
+        iii_shell_protocol::fs::parse_mode(&spec.mode, ctx.policy.config.fs.allow_special_bits)
+            .map_err(|m| fail(CErr::invalid(m)))?;
+    let data = spec.content.as_bytes();
+    if data.len() as u64 > ctx.max_write() {
+        return Err(fail(CErr::too_large(format!(
+            "content is {} bytes, over max_write_bytes ({}): split the file or write it with shell::fs::write",
+            data.len(),
+            ctx.max_write()
+        ))));
+    }
+    // An existing leaf symlink is followed through the jail (the write lands on the file it
+    // names, inside the policy); a missing path is created where it was named.
+    let target = match ctx.resolve(input, libc::O_PATH) {
+        Ok(r) => display(&r.path),
+        Err(e) if e.code == Code::C211 => input.to_string(),
+        Err(e) => return Err(fail(e)),
+    };
+    let parent = ctx.parent(&target, spec.parents).map_err(fail)?;
+    let canonical = display(&parent.path);
+    let failc = |e: CErr| (canonical.clone(), e);
+    let _guard = lock_path(&parent.path);
+    let limit = ctx.max_read().max(ctx.max_write());
+    let (owner, old) = match statat(&parent.dir, &parent.c_name(), true) {
+        Ok(st) if is_dir(&st) => {
+            return Err(failc(CErr::invalid(format!(
+                "is a directory: {input}; pick a file path inside it"
+            ))))
+        }
+        // A symlink still here did not resolve to a file the policy lets us reach (dangling,
+        // or leading to a denied path): it reads like a missing one, and is not replaced.
+        Ok(st) if crate::fs::entry::is_symlink(&st) => {
+            return Err(fail(CErr::not_found(input)));
+        }
+        Ok(st) => {
+            let current = read_entry(&parent, limit).map_err(failc)?;
+            if let Some(expected) = &spec.expected_revision {
+                let now = current.as_deref().map(revision);
+                if now.as_deref() != Some(expected.as_str()) {
+                    return Err(failc(CErr::new(
+                        Code::C221,
+                        format!(
+                            "{input} changed since it was read: expected revision {expected}, the file is now {}; nothing was written. Re-read it with coder::read-file and retry with the new revision",
+                            now.unwrap_or_else(|| "too large to compare".into())
+                        ),
+                    )));
+                }
+            } else if !spec.overwrite {
+                return Err(failc(CErr::new(
+                    Code::C213,
+                    format!("already exists: {input}; pass overwrite=true to replace it"),
+                )));
+            }
+            (Some((st.st_uid, st.st_gid)), current)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            if let Some(expected) = &spec.expected_revision {
+                return Err(failc(CErr::new(
+                    Code::C221,
+                    format!(
+                        "{input} no longer exists (expected revision {expected}); nothing was written. Create it without expected_revision, or re-read first"
+                    ),
+                )));
+            }
+            (None, Some(Vec::new()))
+        }
+        Err(e) => return Err(failc(CErr::io(format!("stat {input}: {e}")))),
+    };
+    commit(&parent, data, mode, owner, owner.is_none()).map_err(failc)?;
+    let rev = revision(data);
+    if let Some(old) = old {
+        changes::record(rev.clone(), canonical.clone(), old, data.to_vec());
+    }
+    Ok((canonical, data.len() as u64, rev))
+}
+
+// ---- update-file ----
+
+pub fn update_files(ctx: &Ctx<'_>, specs: &[EditSpec]) -> UpdateFileOutput {
+    UpdateFileOutput {
+        results: specs
+            .iter()
+            .map(|f| match update_one(ctx, f) {
+                Ok((path, a)) => UpdateFileResult {
+                    path,
+                    success: true,
+                    applied: u32::try_from(f.ops.len()).unwrap_or(u32::MAX),
+                    new_line_count: a.line_count,
+                    echoes: a.echoes,
+                    echoes_truncated: a.echoes_truncated,
+                    error: None,
+                },
+                Err((path, e)) => UpdateFileResult {
+                    path,
+                    success: false,
+                    applied: 0,
+                    new_line_count: 0,
+                    echoes: Vec::new(),
+                    echoes_truncated: false,
+                    error: Some(e.entry()),
+                },
+            })
+            .collect(),
+    }
+}
+
+fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (String, CErr)> {
+    let input = spec.path.as_str();
+    let fail = |e: CErr| (input.to_string(), e);
+    if spec.ops.is_empty() {
+        return Err(fail(CErr::invalid(format!(
+            "{input}: no ops given; pass at least one op"
+        ))));
+    }
+    let canonical = open_file(ctx, input).map_err(fail)?.path;
+    let failc = |e: CErr| (canonical.clone(), e);
+    let _guard = lock_path(std::path::Path::new(&canonical));
+    // Re-open under the lock: a writer that committed meanwhile replaced the inode.
+    let mut f = open_file(ctx, &canonical).map_err(failc)?;
+    let parent = ctx.parent(&canonical, false).map_err(failc)?;
+    let now = statat(&parent.dir, &parent.c_name(), true)
+        .map_err(|e| failc(CErr::io(format!("stat {input}: {e}"))))?;
+    let st = fstat_file(&f.file).map_err(failc)?;
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(failc(CErr::new(
+            Code::C221,
+            format!("{input} was replaced while it was being edited; nothing was written. Retry the edit"),
+        )));
+    }
+    if st.st_size as u64 > ctx.max_read() {
+        return Err(failc(CErr::too_large(format!(
+            "{input} is {} bytes, over max_read_bytes ({}): edit it with shell::fs::sed",
+            st.st_size,
+            ctx.max_read()
+        ))));
+    }
+    let mut original = Vec::new();
+    (&mut f.file)
+        .take(ctx.max_read().saturating_add(1))
+        .read_to_end(&mut original)
+        .map_err(|e| failc(CErr::io(format!("read {input}: {e}"))))?;
+    let applied = apply_ops(&original, &spec.ops).map_err(failc)?;
+    if applied.body.len() as u64 > ctx.max_write() {
+        return Err(failc(CErr::too_large(format!(
+            "the edited {input} would be {} bytes, over max_write_bytes ({}); nothing was written",
+            applied.body.len(),
+            ctx.max_write()
+        ))));
+    }
+    commit(
+        &parent,
+        &applied.body,
+        st.st_mode & 0o7777,
+        Some((st.st_uid, st.st_gid)),
+        false,
+    )
+    .map_err(failc)?;
+    changes::record(
+        revision(&applied.body),
+        canonical.clone(),
+        original,
+        applied.body.clone(),
+    );
+    Ok((canonical, applied))
+}
+
+fn fstat_file(f: &std::fs::File) -> Result<libc::stat, CErr> {
+    let fd = f.try_clone().map_err(|e| CErr::io(format!("dup: {e}")))?;
+    let owned: std::os::fd::OwnedFd = fd.into();
+    fstat(&owned).map_err(|e| CErr::io(format!("stat: {e}")))
+}
+
+// ---- the edit engine (pure) ----
+
+/// The outcome of applying a file's ops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub body: Vec<u8>,
+    pub echoes: Vec<OpEcho>,
+    pub echoes_truncated: bool,
+    pub line_count: u64,
+}
+
+struct Replace {
+    idx: usize,
+    re: Regex,
+    replacement: Vec<u8>,
+    pattern: String,
+    expect: Option<u64>,
+}
+
+/// Checks `$` references in a replacement against the regex's groups (C210 on an unknown
+/// one; the regex crate would silently expand it to nothing).
+pub fn check_replacement(rep: &str, re: &Regex) -> Result<(), String> {
+    let names: HashSet<&str> = re.capture_names().flatten().collect();
+    let groups = re.captures_len();
+    let check = |name: &str| -> Result<(), String> {
+        let ok = match name.parse::<usize>() {
+            Ok(n) => n < groups,
+            Err(_) => names.contains(name),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "replacement refers to ${{{name}}}, which the pattern does not define (groups 0..{}{}); write $$ for a literal $",
+                groups.saturating_sub(1),
+                if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(", names {:?}", {
+                        let mut v: Vec<&&str> = names.iter().collect();
+                        v.sort();
+                        v
+                    })
+                }
+            ))
+        }
+    };
+    let b = rep.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'$' {
+            i += 1;
+            continue;
+        }
+        match b.get(i + 1) {
+            Some(b'$') => i += 2,
+            Some(b'{') => match b[i + 2..].iter().position(|&c| c == b'}') {
+                Some(off) => {
+                    check(&rep[i + 2..i + 2 + off])?;
+                    i += off + 3;
+                }
+                None => i += 1,
+            },
+            _ => {
+                let mut j = i + 1;
+                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+                    j += 1;
+                }
+                if j > i + 1 {
+                    check(&rep[i + 1..j])?;
+                }
+                i = j.max(i + 1);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Lines of inserted or replacing content: split, each ending in `\n`.
+fn content_lines(content: &str) -> Vec<Vec<u8>> {
+    split_lines(content.as_bytes())
+        .into_iter()
+        .map(|l| {
+            let mut v = l.to_vec();
+            if !v.ends_with(b"\n") {
+                v.push(b'\n');
+            }
+            v
+        })
+        .collect()
+}
+
+/// Applies `ops` to `original` (see the module doc). Errors are C210 and name the op.
+pub fn apply_ops(original: &[u8], ops: &[EditOp]) -> Result<Applied, CErr> {
+    let lines = split_lines(original);
+    let n = lines.len() as u64;
+    // Validate everything first.
+    let mut inserts: Vec<(u64, usize, &str)> = Vec::new();
+    let mut ranges: Vec<(u64, u64, usize, Option<&str>)> = Vec::new();
+    let mut replaces: Vec<Replace> = Vec::new();
+    for (idx, op) in ops.iter().enumerate() {
+        match op {
+            EditOp::Insert { at_line, content } => {
+                let at = u64::from(*at_line);
+                if at == 0 || at > n + 1 {
+                    return Err(CErr::invalid(format!(
+                        "op {idx} (insert): at_line {at} is out of range: the file has {n} lines, so at_line must be 1..={} ({} appends); nothing was written",
+                        n + 1,
+                        n + 1
+                    )));
+                }
+                inserts.push((at, idx, content));
+            }
+            EditOp::Remove { from_line, to_line }
+            | EditOp::UpdateLines {
+                from_line, to_line, ..
+            } => {
+                let (f, t) = (u64::from(*from_line), u64::from(*to_line));
+                let name = if matches!(op, EditOp::Remove { .. }) {
+                    "remove"
+                } else {
+                    "update_lines"
+                };
+                if f == 0 || t == 0 || f > t || t > n {
+                    return Err(CErr::invalid(format!(
+                        "op {idx} ({name}): lines {f}..={t} are out of range: the file has {n} lines (1-based, inclusive, from_line <= to_line); nothing was written"
+                    )));
+                }
+                let content = match op {
+                    EditOp::UpdateLines { content, .. } => Some(content.as_str()),
+                    _ => None,
+                };
+                ranges.push((f, t, idx, content));
+            }
+            EditOp::Replace {
+                pattern,
+                replacement,
+                ignore_case,
+                dot_matches_newline,
+                expect_matches,
+            } => {
+                if pattern.is_empty() {
+                    return Err(CErr::invalid(format!(
+                        "op {idx} (replace): pattern is empty"
+                    )));
+                }
+                let re = RegexBuilder::new(pattern)
+                    .case_insensitive(*ignore_case)
+                    .dot_matches_new_line(*dot_matches_newline)
+                    .size_limit(1 << 23)
+                    .build()
+                    .map_err(|e| {
+                        CErr::invalid(format!("op {idx} (replace): invalid regex: {e}"))
+                    })?;
+                check_replacement(replacement, &re)
+                    .map_err(|e| CErr::invalid(format!("op {idx} (replace): {e}")))?;
+                replaces.push(Replace {
+                    idx,
+                    re,
+                    replacement: replacement.as_bytes().to_vec(),
+                    pattern: pattern.clone(),
+                    expect: *expect_matches,
+                });
+            }
+        }
+    }
+    ranges.sort_by_key(|r| (r.0, r.2));
+    for w in ranges.windows(2) {
+        if w[1].0 <= w[0].1 {
+            return Err(CErr::invalid(format!(
+                "ops {} and {} overlap (lines {}..={} and {}..={} of the original): merge them into one op; nothing was written",
+                w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1
+            )));
+        }
+    }
+    for (at, idx, _) in &inserts {
+        if let Some(r) = ranges.iter().find(|r| r.0 < *at && *at <= r.1) {
+            return Err(CErr::invalid(format!(
+                "op {idx} (insert at line {at}) falls inside op {} (lines {}..={}): insert before line {} or after line {} instead; nothing was written",
+                r.2, r.0, r.1, r.0, r.1
+            )));
+        }
+    }
+    inserts.sort_by_key(|i| (i.0, i.1));
+
+    // Line ops: one forward merge over the original lines.
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(lines.len() + inserts.len());
+    let mut regions: Vec<(usize, usize, usize)> = Vec::new(); // (op, start, end) in `out`
+    let (mut ii, mut ri) = (0usize, 0usize);
+    let mut line: u64 = 1;
+    loop {
+        while ii < inserts.len() && inserts[ii].0 == line {
+            let start = out.len();
+            out.extend(content_lines(inserts[ii].2));
+            regions.push((inserts[ii].1, start, out.len()));
+            ii += 1;
+        }
+        if line > n {
+            break;
+        }
+        if ri < ranges.len() && ranges[ri].0 == line {
+            let (_, t, idx, content) = ranges[ri];
+            let start = out.len();
+            if let Some(c) = content {
+                out.extend(content_lines(c));
+            }
+            regions.push((idx, start, out.len()));
+            ri += 1;
+            line = t + 1;
+            continue;
+        }
+        out.push(lines[(line - 1) as usize].to_vec());
+        line += 1;
+    }
+    // A line that lost its place at the end (the original unterminated last line, now
+    // followed by something) gets its terminator.
+    let last = out.len().saturating_sub(1);
+    for (i, l) in out.iter_mut().enumerate() {
+        if i < last && !l.ends_with(b"\n") {
+            l.push(b'\n');
+        }
+    }
+    let mut echoes = Echoes::default();
+    regions.sort_by_key(|r| r.0);
+    for (idx, start, end) in regions {
+        echoes.line_op(idx, &out, start, end);
+    }
+    let mut body: Vec<u8> = out.concat();
+    drop(out);
+
+    // Replace ops, in request order, over the whole body.
+    for r in replaces {
+        let mut next = Vec::with_capacity(body.len());
+        let mut sites: Vec<(usize, usize)> = Vec::new();
+        let mut count: u64 = 0;
+        let mut last_end = 0;
+        for caps in r.re.captures_iter(&body) {
+            let Some(m) = caps.get(0) else { continue };
+            next.extend_from_slice(&body[last_end..m.start()]);
+            let s = next.len();
+            caps.expand(&r.replacement, &mut next);
+            if sites.len() < ECHO_MAX_REPLACE_SITES {
+                sites.push((s, next.len()));
+            }
+            last_end = m.end();
+            count += 1;
+        }
+        if let Some(e) = r.expect {
+            if e != count {
+                return Err(CErr::invalid(format!(
+                    "op {} (replace): expected {e} matches of {:?}, found {count}; nothing was written",
+                    r.idx, r.pattern
+                )));
+            }
+        }
+        if count == 0 {
+            continue;
+        }
+        next.extend_from_slice(&body[last_end..]);
+        body = next;
+        echoes.replace_sites(r.idx, &body, &sites, count);
+    }
+    Ok(Applied {
+        line_count: count_lines(&body),
+        body,
+        echoes: echoes.list,
+        echoes_truncated: echoes.truncated,
+    })
+}
+
+/// Echoes under the shared byte budget.
+#[derive(Default)]
+struct Echoes {
+    list: Vec<OpEcho>,
+    bytes: usize,
+    truncated: bool,
+}
+
+impl Echoes {
+    fn push(&mut self, e: OpEcho) {
+        if self.truncated {
+            return;
+        }
+        let cost: usize = e.lines.iter().map(|l| l.len() + 1).sum();
+        if self.bytes + cost > ECHO_BUDGET_BYTES {
+            self.truncated = true;
+            return;
+        }
+        self.bytes += cost;
+        self.list.push(e);
+    }
+
+    /// The region `start..end` of `out` (post-apply lines) with ±2 lines of context; the
+    /// middle is elided beyond [`ECHO_MAX_LINES`].
+    fn line_op(&mut self, idx: usize, out: &[Vec<u8>], start: usize, end: usize) {
+        let from = start.saturating_sub(ECHO_CONTEXT_LINES);
+        let to = (end + ECHO_CONTEXT_LINES).min(out.len());
+        let all: Vec<String> = out[from..to].iter().map(|l| line_text(l)).collect();
+        let (lines, elided) = if all.len() > ECHO_MAX_LINES {
+            let head = ECHO_MAX_LINES / 2;
+            let tail = ECHO_MAX_LINES - head;
+            let mut v = all[..head].to_vec();
+            v.extend_from_slice(&all[all.len() - tail..]);
+            (v, Some((all.len() - ECHO_MAX_LINES) as u64))
+        } else {
+            (all, None)
+        };
+        self.push(OpEcho {
+            op_index: idx as u32,
+            from_line: from as u64 + 1,
+            lines,
+            elided,
+            total_replacements: None,
+        });
+    }
+
+    /// One echo per match site (its first and last post-replace line, no context).
+    fn replace_sites(&mut self, idx: usize, body: &[u8], sites: &[(usize, usize)], total: u64) {
+        let starts = line_starts(body);
+        let line_of = |off: usize| match starts.binary_search(&off) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        let text = |i: usize| {
+            let s = starts[i];
+            let e = starts.get(i + 1).copied().unwrap_or(body.len());
+            line_text(&body[s..e])
+        };
+        for &(s, e) in sites {
+            let first = line_of(s);
+            let last = if e > s { line_of(e - 1) } else { first };
+            let (lines, elided) = if first == last {
+                (vec![text(first)], None)
+            } else {
+                let span = last - first + 1;
+                (
+                    vec![text(first), text(last)],
+                    (span > 2).then(|| (span - 2) as u64),
+                )
+            };
+            self.push(OpEcho {
+                op_index: idx as u32,
+                from_line: first as u64 + 1,
+                lines,
+                elided,
+                total_replacements: Some(total),
+            });
+        }
+    }
+}
+
+/// Byte offsets where each line of `body` starts (at least one entry).
+fn line_starts(body: &[u8]) -> Vec<usize> {
+    let mut v = vec![0];
+    for (i, &b) in body.iter().enumerate() {
+        if b == b'\n' && i + 1 < body.len() {
+            v.push(i + 1);
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ins(at: u32, c: &str) -> EditOp {
+        EditOp::Insert {
+            at_line: at,
+            content: c.into(),
+        }
+    }
+    fn rm(f: u32, t: u32) -> EditOp {
+        EditOp::Remove {
+            from_line: f,
+            to_line: t,
+        }
+    }
+    fn upd(f: u32, t: u32, c: &str) -> EditOp {
+        EditOp::UpdateLines {
+            from_line: f,
+            to_line: t,
+            content: c.into(),
+        }
+    }
+    fn rep(p: &str, r: &str, expect: Option<u64>, dot: bool) -> EditOp {
+        EditOp::Replace {
+            pattern: p.into(),
+            replacement: r.into(),
+            ignore_case: false,
+            dot_matches_newline: dot,
+            expect_matches: expect,
+        }
+    }
+    fn body(a: &Applied) -> &str {
+        std::str::from_utf8(&a.body).unwrap()
+    }
+
+    #[test]
+    fn line_ops_use_original_numbers() {
+        let src = b"1\n2\n3\n4\n5\n";
+        let a = apply_ops(
+            src,
+            &[
+                ins(1, "top"),
+                rm(2, 3),
+                upd(5, 5, "five\nFIVE"),
+                ins(6, "end\n"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(body(&a), "top\n1\n4\nfive\nFIVE\nend\n");
+        assert_eq!(a.line_count, 6);
+        // Same result whatever the request order.
+        let b = apply_ops(
+            src,
+            &[
+                ins(6, "end\n"),
+                upd(5, 5, "five\nFIVE"),
+                rm(2, 3),
+                ins(1, "top"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(a.body, b.body);
+        // Insert before a replaced range's first line lands before the new content.
+        let c = apply_ops(src, &[upd(2, 2, "two"), ins(2, "before")]).unwrap();
+        assert_eq!(body(&c), "1\nbefore\ntwo\n3\n4\n5\n");
+        // Appending to a file without a final newline.
+        let d = apply_ops(b"a", &[ins(2, "b")]).unwrap();
+        assert_eq!(body(&d), "a\nb\n");
+        let e = apply_ops(b"", &[ins(1, "x")]).unwrap();
+        assert_eq!(body(&e), "x\n");
+    }
+
+    #[test]
+    fn bad_line_ops_are_c210() {
+        let src = b"1\n2\n3\n";
+        for ops in [
+            vec![ins(0, "x")],
+            vec![ins(5, "x")],
+            vec![rm(0, 1)],
+            vec![rm(2, 1)],
+            vec![rm(3, 4)],
+            vec![rm(1, 2), upd(2, 3, "x")],
+            vec![rm(1, 3), ins(2, "x")],
+            vec![rep("(", "x", None, false)],
+            vec![rep("a", "$2", None, false)],
+            vec![rep("(?P<n>a)", "$m", None, false)],
+            vec![rep("a", "x", Some(1), false)],
+        ] {
+            let e = apply_ops(src, &ops).unwrap_err();
+            assert_eq!(e.code, Code::C210, "{ops:?}");
+            assert!(e.message.contains("op"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn replace_ops_and_syntax() {
+        let src = b"let a = 1;\nlet b = 2;\n// BEGIN\nx\ny\n// END\n";
+        let a = apply_ops(
+            src,
+            &[
+                rep(
+                    r"let (?P<v>\w) = (\d)",
+                    "const ${v}: i32 = $2",
+                    Some(2),
+                    false,
+                ),
+                rep("// BEGIN.*?// END", "// gone", Some(1), true),
+                rep("zzz", "q", Some(0), false),
+                rep(r"\$", "$$", None, false),
+            ],
+        )
+        .unwrap();
+        assert_eq!(body(&a), "const a: i32 = 1;\nconst b: i32 = 2;\n// gone\n");
+        type Echo = (u32, u64, Vec<String>, Option<u64>, Option<u64>);
+        let ech: Vec<Echo> = a
+            .echoes
+            .iter()
+            .map(|e| {
+                (
+                    e.op_index,
+                    e.from_line,
+                    e.lines.clone(),
+                    e.elided,
+                    e.total_replacements,
+                )
+            })
+            .collect();
+        assert_eq!(
+            ech,
+            vec![
+                (0, 1, vec!["const a: i32 = 1;".to_string()], None, Some(2)),
+                (0, 2, vec!["const b: i32 = 2;".to_string()], None, Some(2)),
+                (1, 3, vec!["// gone".to_string()], None, Some(1)),
+            ]
+        );
+        // Without dot_matches_newline a multi-line pattern matches nothing.
+        let e = apply_ops(src, &[rep("BEGIN.*END", "", Some(1), false)]).unwrap_err();
+        assert!(e.message.contains("found 0"), "{}", e.message);
+        // A multi-line replacement echoes first and last line, inner lines elided.
+        let a = apply_ops(b"x\n", &[rep("x", "a\nb\nc\nd", None, false)]).unwrap();
+        assert_eq!(a.echoes[0].lines, vec!["a", "d"]);
+        assert_eq!(a.echoes[0].elided, Some(2));
+        // `$0` and `$$`.
+        let a = apply_ops(b"ab\n", &[rep("b", "[$0$$]", None, false)]).unwrap();
+        assert_eq!(body(&a), "a[b$]\n");
+    }
+
+    #[test]
+    fn echo_context_elision_and_budget() {
+        let src: String = (1..=40).map(|i| format!("l{i}\n")).collect();
+        let a = apply_ops(src.as_bytes(), &[upd(10, 10, "X")]).unwrap();
+        assert_eq!(a.echoes[0].from_line, 8);
+        assert_eq!(a.echoes[0].lines, vec!["l8", "l9", "X", "l11", "l12"]);
+        let big: String = (1..=30).map(|i| format!("n{i}\n")).collect();
+        let a = apply_ops(src.as_bytes(), &[upd(5, 5, &big)]).unwrap();
+        assert_eq!(a.echoes[0].lines.len(), ECHO_MAX_LINES);
+        assert_eq!(a.echoes[0].elided, Some((30 + 4 - ECHO_MAX_LINES) as u64));
+        // The budget: many long echoes.
+        let long = "y".repeat(1000);
+        let ops: Vec<EditOp> = (1..=8).map(|i| upd(i * 4, i * 4, &long)).collect();
+        let a = apply_ops(src.as_bytes(), &ops).unwrap();
+        assert!(a.echoes_truncated);
+        let total: usize = a
+            .echoes
+            .iter()
+            .flat_map(|e| &e.lines)
+            .map(|l| l.len() + 1)
+            .sum();
+        assert!(total <= ECHO_BUDGET_BYTES);
+        assert!(!a.echoes.is_empty());
+    }
+}

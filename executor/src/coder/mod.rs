@@ -1,0 +1,45 @@
+//! `coder::*` in the executor: the agent-facing file surface, through the same path policy as
+//! `shell::fs::*` (the jail's `openat2` beneath a root fd, `fs.denylist_paths`,
+//! `code.non_accessible_globs`, existence redaction).
+//!
+//! * [`paths`]: where a caller path anchors (session root, primary root, fallback roots),
+//!   the per-call scope (C220), and the C-coded errors.
+//! * [`read`], [`list`], [`tree`], [`search`]: the read side.
+//! * [`edit`], [`remove`], [`moves`]: the write side; [`atomic`] commits a file; [`changes`]
+//!   keeps the snapshots `coder::change-diff` serves.
+
+pub mod atomic;
+pub mod changes;
+pub mod edit;
+pub mod lines;
+pub mod list;
+pub mod moves;
+pub mod paths;
+pub mod read;
+pub mod remove;
+pub mod search;
+pub mod tree;
+
+use iii_shell_protocol::coder::*;
+use iii_shell_protocol::WireError;
+
+use crate::policy::Policy;
+pub use paths::{CErr, Ctx};
+
+/// Runs one coder call against one policy snapshot (blocking: call it off the runtime).
+pub fn handle(policy: &Policy, call: CoderCall) -> Result<CoderReply, WireError> {
+    let ctx = Ctx::new(policy, &call.scope).map_err(CErr::into_wire)?;
+    let r = match call.op {
+        CoderOp::Info => Ok(CoderReply::Info(ctx.info())),
+        CoderOp::Read(spec) => read::read(&ctx, &spec).map(CoderReply::Read),
+        CoderOp::Search(req) => search::search(&ctx, &req).map(CoderReply::Search),
+        CoderOp::ListFolder(req) => list::list_folder(&ctx, &req).map(CoderReply::ListFolder),
+        CoderOp::Tree(req) => tree::tree(&ctx, &req).map(CoderReply::Tree),
+        CoderOp::Create(req) => Ok(CoderReply::Create(edit::create_files(&ctx, &req))),
+        CoderOp::Update(specs) => Ok(CoderReply::Update(edit::update_files(&ctx, &specs))),
+        CoderOp::Delete(req) => Ok(CoderReply::Delete(remove::delete_files(&ctx, &req))),
+        CoderOp::Move(req) => Ok(CoderReply::Move(moves::move_files(&ctx, &req))),
+        CoderOp::ChangeDiff(req) => changes::diff(&req.change_id).map(CoderReply::ChangeDiff),
+    };
+    r.map_err(CErr::into_wire)
+}

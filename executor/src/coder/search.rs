@@ -1,0 +1,666 @@
+//! `coder::search`: content and path search over a folder, on ripgrep's crates (`ignore`
+//! for the parallel walk, `grep-searcher` + `grep-regex` for the content), the engine of
+//! `shell::fs::grep`.
+//!
+//! * `query` is literal unless `regex: true`; content matching records the FIRST match per
+//!   line, considers only the first `max_line_bytes` of each line, never spans newlines, and
+//!   skips binary files (a NUL byte), non-regular files and files over `max_read_bytes`.
+//!   `line` and `column` are 1-based (`column` counts bytes).
+//! * Walk: symlinks are never followed; `include_hidden: false` skips dot entries;
+//!   `respect_gitignore: true` honours `.gitignore` (inside a Git repository), `.ignore` and
+//!   `.git/info/exclude`, nested ones included. Denied entries are skipped (denied folders
+//!   not entered), and so are `default_exclude_globs` (unless `use_default_excludes: false`)
+//!   and `exclude_globs`. A glob with a `/` matches the root-relative path, one without
+//!   matches the entry's name (ripgrep style; `*` never crosses `/`). `include_globs`
+//!   restrict files (and directories listed as path matches).
+//! * Every file is opened with `openat2(root_fd, rel, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`
+//!   and `O_NOFOLLOW`, so a folder swapped for a symlink mid-walk cannot lead outside.
+//! * Budgets are kept while results are collected: at most `max_matches` per list and at
+//!   most `search_response_budget_bytes` of payload (paths + text + context), dropping from
+//!   the end of the path order, so the answer does not depend on thread scheduling and
+//!   memory never exceeds the budget. `truncated` says something was dropped.
+//! * `fuzzy_paths`: path matches are ranked by [`fuzzy_score`], best first (ties: shorter,
+//!   then lexicographic); with an empty query, shallow then short paths come first.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use grep_matcher::Matcher;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{
+    BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
+};
+use ignore::{WalkBuilder, WalkState};
+use iii_shell_protocol::coder::*;
+
+use super::paths::{display, CErr, Ctx, RootedGlobs};
+use crate::fs::entry::is_file;
+use crate::jail::{fstat, open_beneath, Jail};
+
+/// User globs: name globs (no `/`) and path globs.
+#[derive(Clone)]
+struct Globs {
+    name: GlobSet,
+    path: GlobSet,
+    empty: bool,
+}
+
+impl Globs {
+    fn new(globs: &[String], what: &str) -> Result<Globs, CErr> {
+        let (mut name, mut path) = (GlobSetBuilder::new(), GlobSetBuilder::new());
+        for g in globs {
+            let t = g.trim_start_matches("./");
+            let glob = GlobBuilder::new(t)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| CErr::invalid(format!("{what}: bad glob {g:?}: {e}")))?;
+            if t.contains('/') {
+                path.add(glob);
+            } else {
+                name.add(glob);
+            }
+        }
+        let build =
+            |b: GlobSetBuilder| b.build().map_err(|e| CErr::invalid(format!("{what}: {e}")));
+        Ok(Globs {
+            name: build(name)?,
+            path: build(path)?,
+            empty: globs.is_empty(),
+        })
+    }
+
+    fn is_match(&self, rel: &Path) -> bool {
+        rel.file_name().is_some_and(|n| self.name.is_match(n)) || self.path.is_match(rel)
+    }
+}
+
+/// What the walker prunes before it opens a folder (`'static`: owned copies).
+#[derive(Clone)]
+struct Prune {
+    deny: Option<Arc<Jail>>,
+    noise: Option<RootedGlobs>,
+    exclude: Globs,
+    root_len: usize,
+}
+
+impl Prune {
+    fn prunes_dir(&self, abs: &Path) -> bool {
+        if self.deny.as_ref().is_some_and(|j| j.is_denied(abs)) {
+            return true;
+        }
+        if self.noise.as_ref().is_some_and(|n| n.is_match_dir(abs)) {
+            return true;
+        }
+        rel_of(abs, self.root_len).is_some_and(|rel| self.exclude.is_match(rel))
+    }
+}
+
+fn rel_of(abs: &Path, root_len: usize) -> Option<&Path> {
+    let rel = abs.as_os_str().as_bytes().get(root_len..)?;
+    Some(Path::new(OsStr::from_bytes(rel)))
+}
+
+fn sort_key(path: &Path) -> Vec<u8> {
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&b| if b == b'/' { 0 } else { b })
+        .collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Cuts a line (without its terminator) to at most `max` bytes on a char boundary, as text.
+fn cut(line: &[u8], max: usize) -> String {
+    let l = line.strip_suffix(b"\n").unwrap_or(line);
+    let l = l.strip_suffix(b"\r").unwrap_or(l);
+    let mut end = l.len().min(max);
+    // Step back over a split UTF-8 sequence (continuation bytes 0b10xxxxxx).
+    while end > 0 && end < l.len() && (l[end] & 0xC0) == 0x80 {
+        end -= 1;
+    }
+    String::from_utf8_lossy(&l[..end]).into_owned()
+}
+
+fn match_cost(m: &ContentMatch) -> u64 {
+    let ctx = |v: &Option<Vec<String>>| v.iter().flatten().map(|s| s.len()).sum::<usize>();
+    (m.path.len() + m.text.len() + ctx(&m.before) + ctx(&m.after)) as u64
+}
+
+/// Content matches per file, in path order, within `limit` matches and `budget` bytes.
+struct ContentSet {
+    files: BTreeMap<Vec<u8>, Vec<ContentMatch>>,
+    count: usize,
+    bytes: u64,
+    limit: usize,
+    budget: u64,
+    truncated: bool,
+}
+
+impl ContentSet {
+    fn full(&self) -> bool {
+        self.count >= self.limit || self.bytes >= self.budget
+    }
+    fn beyond(&self, key: &[u8]) -> bool {
+        self.full()
+            && self
+                .files
+                .last_key_value()
+                .is_none_or(|(k, _)| key > k.as_slice())
+    }
+    fn add(&mut self, key: Vec<u8>, matches: Vec<ContentMatch>, more: bool) {
+        self.truncated |= more;
+        if matches.is_empty() {
+            return;
+        }
+        self.count += matches.len();
+        self.bytes += matches.iter().map(match_cost).sum::<u64>();
+        self.files.insert(key, matches);
+        while self.count > self.limit || self.bytes > self.budget {
+            let Some(mut last) = self.files.last_entry() else {
+                break;
+            };
+            if let Some(m) = last.get_mut().pop() {
+                self.count -= 1;
+                self.bytes -= match_cost(&m);
+                self.truncated = true;
+            }
+            if last.get().is_empty() {
+                last.remove();
+            }
+        }
+    }
+}
+
+/// Path matches: in path order (or ranked, fuzzy), within `limit` and `budget`.
+struct PathSet {
+    by_path: BTreeMap<Vec<u8>, PathMatch>,
+    ranked: Vec<(i64, usize, PathMatch)>,
+    fuzzy: bool,
+    bytes: u64,
+    limit: usize,
+    budget: u64,
+    truncated: bool,
+}
+
+fn rank_order(a: &(i64, usize, PathMatch), b: &(i64, usize, PathMatch)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0)
+        .then(a.1.cmp(&b.1))
+        .then(a.2.path.len().cmp(&b.2.path.len()))
+        .then(a.2.path.cmp(&b.2.path))
+}
+
+impl PathSet {
+    fn add(&mut self, score: i64, depth: usize, m: PathMatch) {
+        if self.fuzzy {
+            self.ranked.push((score, depth, m));
+            if self.ranked.len() >= self.limit.saturating_mul(2).max(1024) {
+                self.trim_ranked();
+            }
+            return;
+        }
+        self.bytes += m.path.len() as u64;
+        self.by_path.insert(sort_key(Path::new(&m.path)), m);
+        while self.by_path.len() > self.limit || self.bytes > self.budget {
+            match self.by_path.pop_last() {
+                Some((_, m)) => {
+                    self.bytes -= m.path.len() as u64;
+                    self.truncated = true;
+                }
+                None => break,
+            }
+        }
+    }
+    fn trim_ranked(&mut self) {
+        self.ranked.sort_by(rank_order);
+        let mut bytes = 0u64;
+        let mut keep = 0;
+        for (_, _, m) in &self.ranked {
+            if keep >= self.limit || bytes + m.path.len() as u64 > self.budget {
+                break;
+            }
+            bytes += m.path.len() as u64;
+            keep += 1;
+        }
+        if keep < self.ranked.len() {
+            self.truncated = true;
+            self.ranked.truncate(keep);
+        }
+    }
+    fn into_list(mut self) -> (Vec<PathMatch>, bool) {
+        if self.fuzzy {
+            self.trim_ranked();
+            let t = self.truncated;
+            return (self.ranked.into_iter().map(|r| r.2).collect(), t);
+        }
+        (self.by_path.into_values().collect(), self.truncated)
+    }
+}
+
+/// Collects one file's matches.
+struct FileSink<'a> {
+    matcher: &'a RegexMatcher,
+    path: &'a str,
+    max_line: usize,
+    cap: usize,
+    before: Vec<String>,
+    out: Vec<ContentMatch>,
+    more: bool,
+}
+
+impl Sink for FileSink<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _s: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        let line = m.bytes();
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        let considered = &body[..body.len().min(self.max_line)];
+        let found = self
+            .matcher
+            .find(considered)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let Some(found) = found else {
+            // The match lies past max_line_bytes: not a match for coder::search.
+            self.before.clear();
+            return Ok(true);
+        };
+        if self.out.len() >= self.cap {
+            self.more = true;
+            return Ok(false);
+        }
+        let before = std::mem::take(&mut self.before);
+        self.out.push(ContentMatch {
+            path: self.path.to_string(),
+            line: u32::try_from(m.line_number().unwrap_or(0)).unwrap_or(u32::MAX),
+            column: u32::try_from(found.start() + 1).unwrap_or(u32::MAX),
+            text: cut(body, self.max_line),
+            before: (!before.is_empty()).then_some(before),
+            after: None,
+        });
+        Ok(true)
+    }
+
+    fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, std::io::Error> {
+        let text = cut(c.bytes(), self.max_line);
+        match c.kind() {
+            SinkContextKind::Before => self.before.push(text),
+            SinkContextKind::After => {
+                if let Some(last) = self.out.last_mut() {
+                    last.after.get_or_insert_with(Vec::new).push(text);
+                }
+            }
+            SinkContextKind::Other => {}
+        }
+        Ok(true)
+    }
+
+    fn context_break(&mut self, _s: &Searcher) -> Result<bool, std::io::Error> {
+        self.before.clear();
+        Ok(true)
+    }
+}
+
+/// Opens a regular file `rel` beneath `root` without following any symlink.
+fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<File> {
+    let fd = open_beneath(
+        Some(root),
+        rel,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
+    .ok()?;
+    let st = fstat(&fd).ok()?;
+    if !is_file(&st) || st.st_size as u64 > max {
+        return None;
+    }
+    Some(File::from(fd))
+}
+
+/// Quick-open score of `cand` (a root-relative path) for `query`: `None` when the query's
+/// characters do not all appear in order (case-insensitively). Consecutive runs, matches at
+/// the start of a path segment or word, and matches in the file name score higher; long
+/// paths score a little lower.
+pub fn fuzzy_score(query: &str, cand: &str) -> Option<i64> {
+    let q: Vec<u8> = query.bytes().map(|b| b.to_ascii_lowercase()).collect();
+    if q.is_empty() {
+        return Some(0);
+    }
+    let c = cand.as_bytes();
+    // Greedy from every place the first character occurs; the best alignment wins.
+    (0..c.len())
+        .filter(|&i| c[i].to_ascii_lowercase() == q[0])
+        .filter_map(|start| align(&q, c, start))
+        .max()
+        .map(|s| s * 4 - c.len() as i64)
+}
+
+fn align(q: &[u8], c: &[u8], start: usize) -> Option<i64> {
+    let base_start = c.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    let mut score: i64 = 0;
+    let mut qi = 0;
+    let mut prev: Option<usize> = None;
+    for (i, &b) in c.iter().enumerate().skip(start) {
+        if qi == q.len() {
+            break;
+        }
+        if b.to_ascii_lowercase() != q[qi] {
+            continue;
+        }
+        score += 10;
+        if prev.is_some_and(|p| p + 1 == i) {
+            score += 15;
+        }
+        let boundary = i == 0
+            || matches!(c[i - 1], b'/' | b'_' | b'-' | b'.' | b' ')
+            || (c[i - 1].is_ascii_lowercase() && b.is_ascii_uppercase());
+        if boundary {
+            score += 20;
+        }
+        if i >= base_start {
+            score += 5;
+        }
+        if let Some(p) = prev {
+            score -= ((i - p - 1) as i64).min(10);
+        }
+        prev = Some(i);
+        qi += 1;
+    }
+    (qi == q.len()).then_some(score)
+}
+
+pub fn search(ctx: &Ctx<'_>, req: &SearchInput) -> Result<SearchOutput, CErr> {
+    search_with_threads(ctx, req, 0)
+}
+
+/// [`search`] with an explicit number of walker threads (0 = the `ignore` default).
+pub fn search_with_threads(
+    ctx: &Ctx<'_>,
+    req: &SearchInput,
+    threads: usize,
+) -> Result<SearchOutput, CErr> {
+    let before = req.context_lines_before.unwrap_or(0);
+    let after = req.context_lines_after.unwrap_or(0);
+    if before > SEARCH_MAX_CONTEXT_LINES || after > SEARCH_MAX_CONTEXT_LINES {
+        return Err(CErr::invalid(format!(
+            "context_lines_before/after allow at most {SEARCH_MAX_CONTEXT_LINES} lines (got {before}/{after})"
+        )));
+    }
+    if req.query.is_empty() && req.search_content {
+        return Err(CErr::invalid(
+            "query is empty: pass a query, or search_content: false to list paths",
+        ));
+    }
+    if !req.search_content && !req.search_paths {
+        return Ok(SearchOutput::default());
+    }
+    let pattern = if req.regex {
+        req.query.clone()
+    } else {
+        regex::escape(&req.query)
+    };
+    let content = if req.search_content {
+        Some(
+            RegexMatcherBuilder::new()
+                .case_insensitive(req.ignore_case)
+                .line_terminator(Some(b'\n'))
+                .build(&pattern)
+                .map_err(|e| CErr::invalid(format!("invalid regex: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let path_re = if req.search_paths && !req.fuzzy_paths && !req.query.is_empty() {
+        Some(
+            regex::RegexBuilder::new(&pattern)
+                .case_insensitive(req.ignore_case)
+                .build()
+                .map_err(|e| CErr::invalid(format!("invalid regex: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let include = Globs::new(&req.include_globs, "include_globs")?;
+    let exclude = Globs::new(&req.exclude_globs, "exclude_globs")?;
+    let limit = req.max_matches.unwrap_or(SEARCH_DEFAULT_MAX_MATCHES) as usize;
+    let max_line = req
+        .max_line_bytes
+        .unwrap_or(SEARCH_DEFAULT_MAX_LINE_BYTES)
+        .max(1) as usize;
+    let budget = SEARCH_RESPONSE_BUDGET_BYTES;
+    let max_read = ctx.max_read();
+
+    let root = ctx.resolve(&req.path, libc::O_RDONLY | libc::O_NONBLOCK)?;
+    let root_st = fstat(&root.fd).map_err(|e| CErr::io(format!("stat {}: {e}", req.path)))?;
+    let (walk_root, root_fd) = if is_file(&root_st) {
+        // A single file: search it (its parent is the walk's anchor).
+        let parent = root
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let pfd = ctx.resolve(&display(&parent), libc::O_PATH | libc::O_DIRECTORY)?;
+        (parent, pfd.fd)
+    } else {
+        (root.path.clone(), root.fd)
+    };
+    let root_len = walk_root.as_os_str().len()
+        + usize::from(!walk_root.as_os_str().as_bytes().ends_with(b"/"));
+    let noise = req.use_default_excludes.then(|| ctx.excludes());
+    let c = &ctx.policy.config;
+    let prune = Prune {
+        deny: Jail::new(
+            &c.fs.host_roots,
+            &c.fs.denylist_paths,
+            &c.code.non_accessible_globs,
+        )
+        .ok()
+        .map(Arc::new),
+        noise: noise.clone(),
+        exclude: exclude.clone(),
+        root_len,
+    };
+    let contents = Mutex::new(ContentSet {
+        files: BTreeMap::new(),
+        count: 0,
+        bytes: 0,
+        limit,
+        budget,
+        truncated: false,
+    });
+    let paths = Mutex::new(PathSet {
+        by_path: BTreeMap::new(),
+        ranked: Vec::new(),
+        fuzzy: req.fuzzy_paths,
+        bytes: 0,
+        limit,
+        budget,
+        truncated: false,
+    });
+
+    let mut b = WalkBuilder::new(&root.path);
+    b.standard_filters(false)
+        .hidden(!req.include_hidden)
+        .git_ignore(req.respect_gitignore)
+        .git_exclude(req.respect_gitignore)
+        .ignore(req.respect_gitignore)
+        .parents(req.respect_gitignore)
+        .require_git(true)
+        .follow_links(false)
+        .threads(threads);
+    let p2 = prune.clone();
+    b.filter_entry(move |e| {
+        e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) || !p2.prunes_dir(e.path())
+    });
+    let single_file = is_file(&root_st);
+    b.build_parallel().run(|| {
+        let mut searcher: Searcher = SearcherBuilder::new()
+            .line_number(true)
+            .binary_detection(BinaryDetection::quit(b'\0'))
+            .before_context(before as usize)
+            .after_context(after as usize)
+            .build();
+        let (content, path_re, include, exclude, noise) =
+            (&content, &path_re, &include, &exclude, &noise);
+        let (contents, paths, root_fd, policy) = (&contents, &paths, &root_fd, ctx.policy);
+        Box::new(move |entry| {
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            if entry.depth() == 0 && !single_file {
+                return WalkState::Continue;
+            }
+            let Some(ft) = entry.file_type() else {
+                return WalkState::Continue;
+            };
+            let abs = entry.path();
+            let Some(rel) = rel_of(abs, root_len) else {
+                return WalkState::Continue;
+            };
+            let is_dir = ft.is_dir();
+            if !is_dir && !ft.is_file() {
+                return WalkState::Continue;
+            }
+            // Folders reaching here passed `Prune` (the same rules); files are checked here,
+            // against the policy itself.
+            if !is_dir && policy.jail.is_denied(abs) {
+                return WalkState::Continue;
+            }
+            if !is_dir
+                && (noise.as_ref().is_some_and(|n| n.is_match(abs))
+                    || (!exclude.empty && exclude.is_match(rel))
+                    || (!include.empty && !include.is_match(rel)))
+            {
+                return WalkState::Continue;
+            }
+            let abs_s = display(abs);
+            if req.search_paths && (!is_dir || include.empty || include.is_match(rel)) {
+                let rel_s = rel.to_string_lossy();
+                let subject: &str = if is_dir && !req.fuzzy_paths {
+                    abs.file_name().and_then(|n| n.to_str()).unwrap_or(&rel_s)
+                } else {
+                    &rel_s
+                };
+                let hit = if req.fuzzy_paths {
+                    fuzzy_score(&req.query, subject)
+                } else if let Some(re) = path_re {
+                    re.is_match(subject).then_some(0)
+                } else {
+                    Some(0)
+                };
+                if let Some(score) = hit {
+                    let depth = rel.components().count();
+                    lock(paths).add(
+                        score,
+                        depth,
+                        PathMatch {
+                            path: abs_s.clone(),
+                            kind: if is_dir {
+                                PathMatchKind::Dir
+                            } else {
+                                PathMatchKind::File
+                            },
+                        },
+                    );
+                }
+            }
+            if is_dir {
+                return WalkState::Continue;
+            }
+            let Some(matcher) = content else {
+                return WalkState::Continue;
+            };
+            let key = sort_key(abs);
+            let beyond = lock(contents).beyond(&key);
+            let Some(file) = open_regular(root_fd, rel, max_read) else {
+                return WalkState::Continue;
+            };
+            let mut sink = FileSink {
+                matcher,
+                path: &abs_s,
+                max_line,
+                cap: if beyond { 0 } else { limit },
+                before: Vec::new(),
+                out: Vec::new(),
+                more: false,
+            };
+            if searcher.search_file(matcher, &file, &mut sink).is_ok() {
+                let (out, more) = (std::mem::take(&mut sink.out), sink.more);
+                lock(contents).add(key, out, more);
+            }
+            WalkState::Continue
+        })
+    });
+    let contents = contents.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (mut path_list, paths_truncated) = paths
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_list();
+    let mut truncated = contents.truncated || paths_truncated;
+    // One budget for the whole response: content first, then paths with what is left.
+    let mut left = budget;
+    let mut content_list = Vec::with_capacity(contents.count);
+    'outer: for (_, ms) in contents.files {
+        for m in ms {
+            let cost = match_cost(&m);
+            if cost > left {
+                truncated = true;
+                break 'outer;
+            }
+            left -= cost;
+            content_list.push(m);
+        }
+    }
+    let mut keep = 0;
+    for p in &path_list {
+        let cost = p.path.len() as u64;
+        if cost > left {
+            break;
+        }
+        left -= cost;
+        keep += 1;
+    }
+    if keep < path_list.len() {
+        truncated = true;
+        path_list.truncate(keep);
+    }
+    Ok(SearchOutput {
+        content_matches: content_list,
+        path_matches: path_list,
+        truncated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fuzzy_ranks_quick_open_style() {
+        assert_eq!(fuzzy_score("xyz", "src/main.rs"), None);
+        assert!(fuzzy_score("main", "src/main.rs").is_some());
+        let a = fuzzy_score("mr", "src/main.rs").unwrap();
+        let b = fuzzy_score("mr", "src/my_very_long_module/thing/array.rs").unwrap();
+        assert!(a > b, "{a} {b}");
+        // Consecutive and boundary matches beat scattered ones.
+        let c = fuzzy_score("conf", "src/config.rs").unwrap();
+        let d = fuzzy_score("conf", "src/cold_online_fix.rs").unwrap();
+        assert!(c > d, "{c} {d}");
+        assert_eq!(fuzzy_score("", "anything"), Some(0));
+        assert!(fuzzy_score("MAIN", "src/main.rs").is_some());
+    }
+
+    #[test]
+    fn cut_respects_char_boundaries() {
+        assert_eq!(cut(b"abc\r\n", 10), "abc");
+        assert_eq!(cut("ééé\n".as_bytes(), 5), "éé");
+        assert_eq!(cut(b"abcdef", 3), "abc");
+    }
+}
