@@ -17,6 +17,7 @@ pub mod executor_source;
 pub mod functions;
 pub mod lifecycle;
 pub mod logging;
+pub mod pty_delivery;
 pub mod runtime;
 pub mod sandbox_jobs;
 pub mod schema;

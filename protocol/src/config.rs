@@ -48,6 +48,30 @@ pub struct Config {
     pub working_dir: Option<String>,
     /// Kernel confinement of commands and of the executor: Landlock, seccomp, capabilities, resource limits.
     pub confinement: ConfinementConfig,
+    /// Limits of terminal sessions (`shell::pty::*`).
+    pub pty: PtyConfig,
+}
+
+/// Terminal-session limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PtyConfig {
+    /// Sessions (running or exited but not yet closed) allowed at once; `shell::pty::open` past it is refused.
+    pub max_sessions: u32,
+    /// An exited session (its output still replayable) is removed this many seconds after its program exited, unless closed first.
+    pub exited_retention_secs: u64,
+    /// A live session nobody is attached to is killed and removed after this many seconds detached.
+    pub detached_retention_secs: u64,
+}
+
+impl Default for PtyConfig {
+    fn default() -> Self {
+        PtyConfig {
+            max_sessions: 32,
+            exited_retention_secs: 3600,
+            detached_retention_secs: 86_400,
+        }
+    }
 }
 
 /// How strictly configured confinement layers must be enforced.
@@ -322,6 +346,7 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             working_dir: None,
             confinement: ConfinementConfig::default(),
+            pty: PtyConfig::default(),
         }
     }
 }

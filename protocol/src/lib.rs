@@ -14,6 +14,7 @@ pub mod exec;
 pub mod frame;
 pub mod fs;
 pub mod messages;
+pub mod pty;
 pub mod sink;
 
 pub use error::{Code, WireError};

@@ -124,6 +124,8 @@ pub enum Request {
     Fs(FsOp),
     Doctor,
     Ping,
+    /// A terminal-session operation (`shell::pty::*`).
+    Pty(crate::pty::PtyOp),
 }
 
 impl Request {
@@ -139,6 +141,7 @@ impl Request {
             Request::Fs(_) => "fs",
             Request::Doctor => "doctor",
             Request::Ping => "ping",
+            Request::Pty(op) => op.kind(),
         }
     }
 }
@@ -155,6 +158,7 @@ pub enum Reply {
     Fs(FsReply),
     Doctor(Box<crate::doctor::DoctorReport>),
     Pong,
+    Pty(crate::pty::PtyReply),
 }
 
 /// Pushed by the executor without a request.
@@ -166,4 +170,6 @@ pub enum Event {
         status: crate::exec::JobStatus,
         exit_code: Option<i32>,
     },
+    /// Terminal-session output, pushed only to the subscribed connection (never broadcast).
+    Pty(crate::pty::PtyEvent),
 }

@@ -1,0 +1,609 @@
+//! Terminal sessions end to end: the real `iii-shell serve` against the test engine, a real
+//! shell on a real PTY, and a consumer function on another engine connection standing in
+//! for the console page that receives the output.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use iii_test_engine::{TestClient, TestEngine};
+use serde_json::{json, Value};
+use support::*;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A console page: an output function that records every payload it is sent.
+struct Page {
+    id: String,
+    got: Arc<Mutex<Vec<Value>>>,
+    _client: TestClient,
+}
+
+impl Page {
+    async fn new(engine: &TestEngine, ui: &str) -> Page {
+        Self::with_delay(engine, ui, Duration::ZERO).await
+    }
+
+    /// A page whose handler takes `delay` per frame (a slow consumer).
+    async fn with_delay(engine: &TestEngine, ui: &str, delay: Duration) -> Page {
+        let client = engine.client().await;
+        let id = format!("iii::{ui}-ui::pty-output::console-{}", uuid::Uuid::new_v4());
+        let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let sink = got.clone();
+        client
+            .register_function(&id, move |data, _| {
+                let sink = sink.clone();
+                async move {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    sink.lock().unwrap().push(data);
+                    Ok(json!({}))
+                }
+            })
+            .await
+            .expect("register the output function");
+        Page {
+            id,
+            got,
+            _client: client,
+        }
+    }
+
+    fn payloads(&self) -> Vec<Value> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Everything delivered so far for `session`, in order.
+    fn bytes(&self, session: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in self.payloads() {
+            if p["session_id"] == session {
+                if let Some(d) = p["data"].as_str() {
+                    out.extend(B64.decode(d).expect("data is base64"));
+                }
+            }
+        }
+        out
+    }
+
+    fn text(&self, session: &str) -> String {
+        String::from_utf8_lossy(&self.bytes(session)).into_owned()
+    }
+
+    async fn wait_text(&self, session: &str, needle: &str) {
+        let ok = eventually(WAIT, || self.text(session).contains(needle)).await;
+        assert!(ok, "{needle:?} never arrived; got {:?}", self.text(session));
+    }
+
+    /// The last sequence delivered for `session`.
+    fn last_sequence(&self, session: &str) -> u64 {
+        self.payloads()
+            .iter()
+            .filter(|p| p["session_id"] == session)
+            .filter_map(|p| p["sequence"].as_u64())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+struct Session {
+    id: String,
+    key: String,
+    token: String,
+    pid: i32,
+}
+
+fn session_of(r: &Value) -> Session {
+    Session {
+        id: r["session_id"].as_str().unwrap().to_string(),
+        key: r["access_key"].as_str().unwrap().to_string(),
+        token: r["reconnect_token"].as_str().unwrap().to_string(),
+        pid: r["pid"].as_i64().unwrap_or(0) as i32,
+    }
+}
+
+async fn open(caller: &TestClient, page: &Page, extra: Value) -> Session {
+    let mut req = json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                         "program": "sh"});
+    for (k, v) in extra.as_object().unwrap() {
+        req[k] = v.clone();
+    }
+    let r = caller
+        .call("shell::pty::open", req)
+        .await
+        .expect("shell::pty::open");
+    session_of(&r)
+}
+
+async fn write(caller: &TestClient, s: &Session, text: &str) -> Value {
+    caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": B64.encode(text)}),
+        )
+        .await
+        .expect("shell::pty::write")
+}
+
+async fn summary(caller: &TestClient, id: &str) -> Option<Value> {
+    let r = caller
+        .call("shell::pty::sessions", json!({}))
+        .await
+        .unwrap();
+    r["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == id)
+        .cloned()
+}
+
+async fn wait_exited(caller: &TestClient, id: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = summary(caller, id).await.expect("session listed");
+        if s["status"].get("exited").is_some() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "never exited: {s}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn decode_frames(frames: &Value) -> Vec<u8> {
+    frames
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| B64.decode(f["data"].as_str().unwrap()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_input_is_echoed_and_resize_changes_stty_size() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+
+    let w = write(&caller, &s, "echo hel''lo-from-pty\n").await;
+    assert_eq!(w["written"], 22);
+    page.wait_text(&s.id, "hello-from-pty").await;
+
+    write(&caller, &s, "stty size\n").await;
+    page.wait_text(&s.id, "24 80").await;
+    let r = caller
+        .call(
+            "shell::pty::resize",
+            json!({"session_id": s.id, "access_key": s.key, "cols": 132, "rows": 43}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"cols": 132, "rows": 43}));
+    write(&caller, &s, "stty size\n").await;
+    page.wait_text(&s.id, "43 132").await;
+
+    // Every payload carries a strictly increasing sequence.
+    let seqs: Vec<u64> = page
+        .payloads()
+        .iter()
+        .map(|p| p["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    // A wrong key is refused, like an unknown session.
+    let bad = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": "0".repeat(64), "data": "eA=="}),
+        )
+        .await;
+    assert_code(&bad, "S211");
+    let unknown = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": "nope", "access_key": s.key, "data": "eA=="}),
+        )
+        .await;
+    assert_code(&unknown, "S211");
+    assert_eq!(
+        bad.unwrap_err().message.replace(&s.id, "nope"),
+        unknown.unwrap_err().message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detach_then_attach_replays_what_was_missed_byte_for_byte() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo before\n").await;
+    page.wait_text(&s.id, "before").await;
+    let seen = page.last_sequence(&s.id);
+    let live_before = page.bytes(&s.id);
+
+    let d = caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d, json!({"status": "detached"}));
+    let listed = summary(&caller, &s.id).await.unwrap();
+    assert_eq!(listed["status"], "detached");
+    assert_eq!(listed["output_function_id"], Value::Null);
+    assert_eq!(listed["ui"], "shell");
+
+    write(&caller, &s, "for i in 1 2 3; do echo while-away-$i; done\n").await;
+    // Wait until the program is done producing it (the ring stops growing).
+    let before_bytes = summary(&caller, &s.id).await.unwrap()["frame_bytes"]
+        .as_u64()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut last = (0, 0);
+    let mut stable = 0;
+    while stable < 4 {
+        assert!(Instant::now() < deadline, "output never settled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = summary(&caller, &s.id).await.unwrap();
+        let cur = (
+            now["frame_bytes"].as_u64().unwrap(),
+            now["sequence"].as_u64().unwrap(),
+        );
+        if cur == last && cur.0 > before_bytes + 40 {
+            stable += 1;
+        } else {
+            stable = 0;
+            last = cur;
+        }
+    }
+    let replay = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&decode_frames(&replay["frames"])).contains("while-away-3\r\n"));
+    // Nothing was delivered live while detached.
+    assert_eq!(page.bytes(&s.id), live_before);
+    assert!(!String::from_utf8_lossy(&live_before).contains("while-away"));
+    assert_eq!(replay["truncated"], false);
+    assert_eq!(replay["status"], "attached");
+    assert_eq!(
+        replay["access_key"],
+        s.key.as_str(),
+        "attach does not rotate"
+    );
+    let full = decode_frames(&replay["frames"]);
+
+    // From what the page had seen: exactly the rest, no gap, no duplicate.
+    let rest = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": seen,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    let rest_bytes = decode_frames(&rest["frames"]);
+    let mut joined = live_before.clone();
+    joined.extend_from_slice(&rest_bytes);
+    assert_eq!(joined, full, "live + replay after {seen} == full replay");
+    assert!(rest["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["sequence"].as_u64().unwrap() > seen));
+    let next = rest["next_sequence"].as_u64().unwrap();
+
+    // Live output resumes after the replay, starting at next_sequence.
+    write(&caller, &s, "echo after-attach\n").await;
+    page.wait_text(&s.id, "after-attach").await;
+    let live_after: Vec<u64> = page
+        .payloads()
+        .iter()
+        .filter_map(|p| p["sequence"].as_u64())
+        .filter(|&q| q > seen)
+        .collect();
+    assert!(
+        live_after.iter().all(|&q| q >= next),
+        "{live_after:?} vs {next}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopt_rotates_credentials_and_keeps_to_its_rules() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "claude").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo one\n").await;
+    page.wait_text(&s.id, "one").await;
+
+    let other_browser = Page::new(&engine, "claude").await;
+    let other_page = Page::new(&engine, "pi").await;
+    let adopt = |target: &str| json!({"session_id": s.id, "output_function_id": target, "cols": 80, "rows": 24});
+    // Someone is attached: refused.
+    let r = caller
+        .call("shell::pty::adopt", adopt(&other_browser.id))
+        .await;
+    assert_code(&r, "S210");
+    assert!(r.unwrap_err().message.contains("attached"));
+
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    // Another page family: refused.
+    let r = caller
+        .call("shell::pty::adopt", adopt(&other_page.id))
+        .await;
+    assert_code(&r, "S210");
+    // The same page from another browser: adopted, with fresh credentials and the replay.
+    let a = caller
+        .call("shell::pty::adopt", adopt(&other_browser.id))
+        .await
+        .unwrap();
+    assert_ne!(a["access_key"], s.key.as_str());
+    assert_ne!(a["reconnect_token"], s.token.as_str());
+    assert_eq!(a["access_key"].as_str().unwrap().len(), 64);
+    assert!(String::from_utf8_lossy(&decode_frames(&a["frames"])).contains("one"));
+    assert_eq!(a["status"], "attached");
+
+    // The old credentials stop working at once; the new ones work.
+    let old_write = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": "eA=="}),
+        )
+        .await;
+    assert_code(&old_write, "S211");
+    let old_attach = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&old_attach, "S211");
+    let new = Session {
+        id: s.id.clone(),
+        key: a["access_key"].as_str().unwrap().into(),
+        token: a["reconnect_token"].as_str().unwrap().into(),
+        pid: s.pid,
+    };
+    write(&caller, &new, "echo two\n").await;
+    other_browser.wait_text(&s.id, "two").await;
+    assert!(
+        !page.text(&s.id).contains("two"),
+        "the old page gets nothing"
+    );
+
+    // `sessions` shows the page family, never a credential.
+    let listing = caller
+        .call("shell::pty::sessions", json!({}))
+        .await
+        .unwrap()
+        .to_string();
+    for secret in [&s.key, &s.token, &new.key, &new.token] {
+        assert!(!listing.contains(secret.as_str()), "{listing}");
+    }
+    let mine = summary(&caller, &s.id).await.unwrap();
+    assert_eq!(mine["ui"], "claude");
+    assert_eq!(mine["output_function_id"], other_browser.id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_status_after_exit_3_and_after_kill_9() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo bye; exit 3\n").await;
+    let listed = wait_exited(&caller, &s.id).await;
+    assert_eq!(
+        listed["status"],
+        json!({"exited": {"exit_code": 3, "signal": null, "error": null}})
+    );
+    // The exit is delivered after the output, as the last event.
+    assert!(
+        eventually(WAIT, || page
+            .payloads()
+            .iter()
+            .any(|p| p["session_id"] == s.id && p["eof"] == true))
+        .await
+    );
+    let last = page
+        .payloads()
+        .into_iter()
+        .rfind(|p| p["session_id"] == s.id)
+        .unwrap();
+    assert_eq!(last["eof"], true);
+    assert_eq!(last["exit_code"], 3);
+    assert!(page.text(&s.id).contains("bye"));
+    // Still replayable after the exit.
+    let r = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&decode_frames(&r["frames"])).contains("bye"));
+    assert_eq!(r["status"]["exited"]["exit_code"], 3);
+
+    let k = open(&caller, &page, json!({})).await;
+    assert!(k.pid > 0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(k.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let listed = wait_exited(&caller, &k.id).await;
+    assert_eq!(
+        listed["status"],
+        json!({"exited": {"exit_code": null, "signal": "SIGKILL", "error": null}})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_leaves_no_process_behind() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    let m = w.marker(600);
+    // A background child and a child that left the session (setsid).
+    write(
+        &caller,
+        &s,
+        &format!("sleep {m} & setsid sleep {m} & echo started\n"),
+    )
+    .await;
+    page.wait_text(&s.id, "started").await;
+    let needle = format!("sleep {m}");
+    assert!(eventually(WAIT, || procs_with(&needle).len() == 2).await);
+    let r = caller
+        .call(
+            "shell::pty::close",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"closed": true}));
+    assert!(!alive(s.pid), "the shell is still there");
+    assert!(
+        eventually(Duration::from_secs(5), || procs_with(&needle).is_empty()).await,
+        "left behind: {:?}",
+        procs_with(&needle)
+    );
+    assert!(summary(&caller, &s.id).await.is_none());
+    let again = caller
+        .call(
+            "shell::pty::close",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await;
+    assert_code(&again, "S211");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_targets_of_the_wrong_shape_are_refused() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    for bad in [
+        "shell::exec",
+        "iii::shell-ui::pty-output::console-",
+        "iii::shell::pty-output::console-abc",
+        "iii::shell-ui::pty-output::console-a::b",
+    ] {
+        let r = caller
+            .call(
+                "shell::pty::open",
+                json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": bad}),
+            )
+            .await;
+        assert_code(&r, "S210");
+        assert!(r
+            .unwrap_err()
+            .message
+            .contains("iii::<name>-ui::pty-output::console-<browser-id>"));
+    }
+    let s = open(&caller, &page, json!({})).await;
+    let r = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": "shell::exec"}),
+        )
+        .await;
+    assert_code(&r, "S210");
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    let r = caller
+        .call(
+            "shell::pty::adopt",
+            json!({"session_id": s.id, "output_function_id": "engine::functions::list",
+                   "cols": 80, "rows": 24}),
+        )
+        .await;
+    assert_code(&r, "S210");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_is_deny_only_and_the_default_is_a_login_shell() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    for (key, code) in [
+        ("PATH", "S210"),
+        ("PATH=/tmp/evil", "S210"),
+        ("LD_PRELOAD", "S210"),
+    ] {
+        let r = caller
+            .call(
+                "shell::pty::open",
+                json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                       "env": {key: "x"}}),
+            )
+            .await;
+        assert_code(&r, code);
+    }
+    let s = open(
+        &caller,
+        &page,
+        json!({"program": "sh", "args": ["-c", "echo foo=$FOO term=$TERM; sleep 30"], "env": {"FOO": "bar"}}),
+    )
+    .await;
+    page.wait_text(&s.id, "foo=bar term=").await;
+
+    // No program: the login shell, told so by a leading '-' in argv[0].
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "args": ["ignored"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["program"], Value::Null);
+    let pid = r["pid"].as_i64().unwrap() as i32;
+    assert!(
+        cmdline(pid).is_some_and(|c| c.starts_with('-') && !c.contains("ignored")),
+        "{:?}",
+        cmdline(pid)
+    );
+    // cwd goes through the jail: a missing directory reads as missing.
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/nonexistent/dir", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "S211");
+}
