@@ -241,11 +241,11 @@ async fn detach_then_attach_replays_what_was_missed_byte_for_byte() {
     assert_eq!(listed["output_function_id"], Value::Null);
     assert_eq!(listed["ui"], "shell");
 
-    write(&caller, &s, "for i in 1 2 3; do echo while-away-$i; done\n").await;
-    // Wait until the program is done producing it (the ring stops growing).
     let before_bytes = summary(&caller, &s.id).await.unwrap()["frame_bytes"]
         .as_u64()
         .unwrap();
+    write(&caller, &s, "for i in 1 2 3; do echo while-away-$i; done\n").await;
+    // Wait until the program is done producing it (the ring stops growing).
     let deadline = Instant::now() + WAIT;
     let mut last = (0, 0);
     let mut stable = 0;
@@ -606,4 +606,193 @@ async fn env_is_deny_only_and_the_default_is_a_login_shell() {
         )
         .await;
     assert_code(&r, "S211");
+}
+
+/// `sh -c` that waits for a line, then writes `n` copies of `c` and `\nEND\n`, and exits.
+fn flood(n: usize, c: char) -> Value {
+    json!({"program": "sh", "args": ["-c", format!("read x; head -c {n} /dev/zero | tr '\\0' {c}; printf '\\nEND\\n'")]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_ring_replays_its_tail_and_says_truncated() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, flood(3_000_000, 'x')).await;
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    write(&caller, &s, "\n").await;
+    let listed = wait_exited(&caller, &s.id).await;
+    assert_eq!(listed["status"]["exited"]["exit_code"], 0);
+    assert_eq!(listed["truncated"], true);
+    let attach = |after: u64| {
+        json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": after,
+               "cols": 80, "rows": 24, "output_function_id": page.id})
+    };
+    let r = caller.call("shell::pty::attach", attach(0)).await.unwrap();
+    assert_eq!(r["truncated"], true);
+    let data = decode_frames(&r["frames"]);
+    assert_eq!(data.len() as u64, listed["frame_bytes"].as_u64().unwrap());
+    assert!(data.len() <= 2 * 1024 * 1024 && data.len() > 2 * 1024 * 1024 - 70 * 1024);
+    let body = data.strip_suffix(b"\r\nEND\r\n").expect("ends with END");
+    assert!(body.iter().all(|&b| b == b'x'), "only the flood's tail");
+    // From just before the oldest frame held, nothing is missing; from earlier, it is.
+    let first = r["frames"][0]["sequence"].as_u64().unwrap();
+    assert!(first >= 2);
+    let r2 = caller
+        .call("shell::pty::attach", attach(first - 1))
+        .await
+        .unwrap();
+    assert_eq!(r2["truncated"], false);
+    assert_eq!(decode_frames(&r2["frames"]), data);
+    let r3 = caller
+        .call("shell::pty::attach", attach(first - 2))
+        .await
+        .unwrap();
+    assert_eq!(r3["truncated"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_loses_nothing_the_ring_holds_and_never_stalls_the_program() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::with_delay(&engine, "shell", Duration::from_millis(300)).await;
+    let n = 1_500_000;
+    let s = open(&caller, &page, flood(n, 'y')).await;
+    write(&caller, &s, "\n").await;
+    wait_exited(&caller, &s.id).await;
+    let mut expected = b"\r\n".to_vec();
+    expected.extend(std::iter::repeat_n(b'y', n));
+    expected.extend_from_slice(b"\r\nEND\r\n");
+    assert!(
+        page.bytes(&s.id).len() < expected.len(),
+        "the program finished before the consumer had it all"
+    );
+    assert!(
+        eventually(WAIT, || page
+            .payloads()
+            .iter()
+            .any(|p| p["session_id"] == s.id && p["eof"] == true))
+        .await
+    );
+    let got = page.bytes(&s.id);
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        got == expected,
+        "delivered bytes differ from the program's output"
+    );
+    let payloads = page.payloads();
+    assert!(payloads.iter().all(|p| p["truncated"] == false));
+    let seqs: Vec<u64> = payloads
+        .iter()
+        .map(|p| p["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    // Coalesced: far fewer invocations than reads.
+    assert!(payloads.len() < 20, "{} invocations", payloads.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_flood_of_several_mib_is_delivered_in_order_and_truncation_is_reported() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let n = 6 * 1024 * 1024;
+    let s = open(&caller, &page, flood(n, 'z')).await;
+    write(&caller, &s, "\n").await;
+    assert!(
+        eventually(Duration::from_secs(60), || page
+            .payloads()
+            .iter()
+            .any(|p| p["session_id"] == s.id && p["eof"] == true))
+        .await
+    );
+    let got = page.bytes(&s.id);
+    let body = got.strip_suffix(b"\r\nEND\r\n").expect("ends with END");
+    let body = body.strip_prefix(b"\r\n").unwrap_or(body);
+    assert!(body.iter().all(|&b| b == b'z'));
+    let truncated = page.payloads().iter().any(|p| p["truncated"] == true);
+    if truncated {
+        assert!(body.len() < n, "a gap was reported but nothing is missing");
+    } else {
+        assert_eq!(body.len(), n, "bytes lost without a gap being reported");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_survive_an_engine_reconnect() {
+    let engine = TestEngine::start().await;
+    let w = Worker::builder().engine(&engine).fast_keepalive().start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo first\n").await;
+    page.wait_text(&s.id, "first").await;
+    let before = w.connections(&engine).len();
+    engine.drop_connections().await;
+    assert!(
+        eventually(WAIT, || w.connections(&engine).len() > before
+            && w.info(&engine).is_some_and(|i| i.connected))
+        .await
+    );
+    engine
+        .wait_for_function("shell::pty::write", WAIT)
+        .await
+        .expect("re-registered");
+    // The page's own connection was dropped too: it registers again.
+    let page2 = Page::new(&engine, "shell").await;
+    let caller = engine.client().await;
+    let r = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page2.id}),
+        )
+        .await
+        .expect("the session outlived the reconnect");
+    assert!(String::from_utf8_lossy(&decode_frames(&r["frames"])).contains("first"));
+    write(&caller, &s, "echo second\n").await;
+    page2.wait_text(&s.id, "second").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_configuration_keys() {
+    let engine = TestEngine::start().await;
+    let mut cfg = iii_shell_protocol::config::Config::builtin_default();
+    cfg.pty.max_sessions = 1;
+    cfg.pty.exited_retention_secs = 1;
+    let w = Worker::builder().engine(&engine).seed(&cfg).start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "invocation_failed");
+    assert!(r.unwrap_err().message.contains("max pty sessions reached"));
+    // An exited session is dropped once its retention ran out, which frees the slot.
+    write(&caller, &s, "exit 0\n").await;
+    wait_exited(&caller, &s.id).await;
+    let deadline = Instant::now() + WAIT;
+    while summary(&caller, &s.id).await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the exited session was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    open(&caller, &page, json!({})).await;
 }
