@@ -796,3 +796,150 @@ async fn limits_are_configuration_keys() {
     }
     open(&caller, &page, json!({})).await;
 }
+
+/// A child process killed (with its session) on drop.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_in(dir: &std::path::Path, args: &[&str], engine: &TestEngine, log: &str) -> Proc {
+    let child = std::process::Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env("III_URL", engine.url())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env_remove("III_WORKER_NAME")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join(log)).unwrap())
+        .spawn()
+        .expect("spawn iii-shell");
+    Proc(child)
+}
+
+/// Two-unit deployment: the broker is killed and a new one started while the executor stays
+/// up. The session is still there, and its output reaches the page through the new broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_survive_a_broker_restart_while_the_executor_stays_up() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!(
+            "this test needs root (the broker drops to `nobody`, the executor hands it the socket)"
+        );
+    }
+    let engine = TestEngine::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("executor.sock");
+    let sock_s = sock.to_string_lossy().into_owned();
+    let _executor = spawn_in(
+        dir.path(),
+        &["executor", "--socket", &sock_s, "--peer-uid", "65534"],
+        &engine,
+        "executor.log",
+    );
+    assert!(
+        eventually(WAIT, || sock.exists()).await,
+        "executor never listened"
+    );
+    let mut broker = spawn_in(
+        dir.path(),
+        &["broker", "--executor-socket", &sock_s],
+        &engine,
+        "broker1.log",
+    );
+    let log = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    assert!(
+        engine
+            .wait_for_function("shell::pty::open", WAIT)
+            .await
+            .is_some(),
+        "broker never registered; log:\n{}",
+        log("broker1.log")
+    );
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo first\n").await;
+    page.wait_text(&s.id, "first").await;
+
+    // The broker dies; output the program produces meanwhile waits in the ring.
+    let _ = broker.0.kill();
+    let _ = broker.0.wait();
+    assert!(
+        engine
+            .wait_until(WAIT, |e| e.function("shell::pty::write").is_none())
+            .await
+    );
+    drop(broker);
+    let _broker2 = spawn_in(
+        dir.path(),
+        &["broker", "--executor-socket", &sock_s],
+        &engine,
+        "broker2.log",
+    );
+    assert!(
+        engine
+            .wait_for_function("shell::pty::write", WAIT)
+            .await
+            .is_some(),
+        "the new broker never registered; log:\n{}",
+        log("broker2.log")
+    );
+    let listed = summary(&caller, &s.id)
+        .await
+        .expect("the session outlived its broker");
+    assert_eq!(listed["status"], "attached");
+    write(&caller, &s, "echo second\n").await;
+    page.wait_text(&s.id, "second").await;
+    let text = page.text(&s.id);
+    assert_eq!(
+        text.matches("first\r\n").count(),
+        2,
+        "echo line + output, once: {text:?}"
+    );
+}
+
+/// A page that went away (its output function is gone) leaves the session unattached, its
+/// output waiting in the ring, so the same page from another browser can adopt it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_output_function_detaches_the_session_and_its_output_waits() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "pi").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo one-before\n").await;
+    page.wait_text(&s.id, "one-before").await;
+    page._client.unregister_function(&page.id);
+    assert!(
+        engine
+            .wait_until(WAIT, |e| e.function(&page.id).is_none())
+            .await
+    );
+    write(&caller, &s, "echo two-while-gone\n").await;
+    let deadline = Instant::now() + WAIT;
+    while summary(&caller, &s.id).await.unwrap()["status"] != "detached" {
+        assert!(Instant::now() < deadline, "never detached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other = Page::new(&engine, "pi").await;
+    let a = caller
+        .call(
+            "shell::pty::adopt",
+            json!({"session_id": s.id, "output_function_id": other.id, "cols": 80, "rows": 24,
+                   "after_sequence": page.last_sequence(&s.id)}),
+        )
+        .await
+        .unwrap();
+    let replay = String::from_utf8_lossy(&decode_frames(&a["frames"])).into_owned();
+    assert!(replay.contains("two-while-gone\r\n"), "{replay:?}");
+    assert!(
+        !replay.contains("one-before"),
+        "only what the page missed: {replay:?}"
+    );
+}

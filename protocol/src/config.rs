@@ -654,6 +654,11 @@ impl Config {
                 n.max_concurrent_jobs as u64,
                 e.max_concurrent_jobs as u64,
             ),
+            (
+                "pty.max_sessions",
+                n.pty.max_sessions as u64,
+                e.pty.max_sessions as u64,
+            ),
         ] {
             if new > env {
                 why.push(format!("{name} {new} exceeds the envelope's {env}"));
@@ -733,6 +738,30 @@ mod tests {
         let shipped = Config::from_yaml(SHIPPED_CONFIG_YAML).expect("shipped config parses");
         assert_eq!(shipped, Config::builtin_default());
         assert_eq!(shipped.denylist_patterns.len(), 7);
+    }
+
+    #[test]
+    fn pty_limits_have_code_defaults_and_older_configs_still_load() {
+        // A configuration written before the `pty` section existed.
+        let old = Config::from_value(&json!({"fs": {"allow_unjailed": true}})).unwrap();
+        assert_eq!(
+            old.pty,
+            PtyConfig {
+                max_sessions: 32,
+                exited_retention_secs: 3600,
+                detached_retention_secs: 86_400
+            }
+        );
+        let part = Config::from_value(
+            &json!({"fs": {"allow_unjailed": true}, "pty": {"max_sessions": 2}}),
+        )
+        .unwrap();
+        assert_eq!(part.pty.max_sessions, 2);
+        assert_eq!(part.pty.exited_retention_secs, 3600);
+        let e =
+            Config::from_value(&json!({"fs": {"allow_unjailed": true}, "pty": {"max_session": 2}}))
+                .unwrap_err();
+        assert!(e.0.contains("max_session"), "{e}");
     }
 
     #[test]
