@@ -943,3 +943,114 @@ async fn a_vanished_output_function_detaches_the_session_and_its_output_waits() 
         "only what the page missed: {replay:?}"
     );
 }
+
+/// A session is confined like a command: jailed `cwd` (relative to the primary root, escapes
+/// refused), the command Landlock domain (no writes outside the roots and scratch paths),
+/// its own job cgroup and no_new_privs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_jailed_and_confined_like_commands() {
+    let engine = TestEngine::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::fs::create_dir(root_path.join("sub")).unwrap();
+    let w = Worker::builder()
+        .engine(&engine)
+        .seed(&jailed(&root_path))
+        .start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/etc", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "S215");
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "sub/../..", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "S215");
+
+    let outside = format!("/root/iii-pty-probe-{}", uuid::Uuid::new_v4());
+    let script = format!(
+        "pwd; echo x > {outside}; echo write-rc=$?; grep NoNewPrivs /proc/self/status; cat /proc/self/cgroup; echo done-probing"
+    );
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "sub", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "program": "sh", "args": ["-c", script]}),
+        )
+        .await
+        .unwrap();
+    let expected_cwd = root_path.join("sub").to_string_lossy().into_owned();
+    assert_eq!(r["cwd"], expected_cwd.as_str(), "the canonical cwd");
+    let s = session_of(&r);
+    page.wait_text(&s.id, "done-probing").await;
+    let text = page.text(&s.id);
+    assert!(text.contains(&format!("{expected_cwd}\r\n")), "{text}");
+    assert!(
+        !text.contains("write-rc=0"),
+        "wrote outside the jail: {text}"
+    );
+    assert!(!std::path::Path::new(&outside).exists());
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    assert!(text.contains("/job-"), "not in a job cgroup: {text}");
+}
+
+/// A program that never reads its input cannot wedge a write: the call returns what went in.
+/// Oversized and malformed writes are refused before they reach the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_does_not_read_cannot_wedge_a_write() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    // Raw mode: the line discipline keeps what it cannot hand on, until it is full.
+    let s = open(
+        &caller,
+        &page,
+        json!({"program": "sh", "args": ["-c", "stty raw -echo; echo raw-now; sleep 60"]}),
+    )
+    .await;
+    page.wait_text(&s.id, "raw-now").await;
+    let big = vec![b'q'; 1024 * 1024];
+    let t = Instant::now();
+    let r = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": B64.encode(&big)}),
+        )
+        .await
+        .unwrap();
+    let written = r["written"].as_u64().unwrap();
+    assert!(written < big.len() as u64, "{written}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    let too_big = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key,
+                   "data": B64.encode(vec![0u8; 1024 * 1024 + 1])}),
+        )
+        .await;
+    assert_code(&too_big, "S218");
+    let not_b64 = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": "%%%"}),
+        )
+        .await;
+    assert_code(&not_b64, "S210");
+    let zero = caller
+        .call(
+            "shell::pty::resize",
+            json!({"session_id": s.id, "access_key": s.key, "cols": 0, "rows": 10}),
+        )
+        .await;
+    assert_code(&zero, "S210");
+}
