@@ -20,6 +20,42 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// Resolves with the seconds from `t` until `session` is listed as exited.
+fn watch_exit(
+    client: iii_test_engine::TestClient,
+    session: Value,
+    t: Instant,
+) -> tokio::task::JoinHandle<f64> {
+    tokio::spawn(async move {
+        loop {
+            let r = client
+                .call("shell::pty::sessions", json!({}))
+                .await
+                .unwrap();
+            let done = r["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["session_id"] == session && s["status"].get("exited").is_some());
+            if done {
+                return t.elapsed().as_secs_f64();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+}
+
+/// CPU seconds (user + system) `pid` has used.
+fn cpu_s(pid: i32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = s.rsplit_once(')').map(|r| r.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no memory effects.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 fn rss_kib(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -35,6 +71,14 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(500);
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "host: {} CPUs, load average at start: {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        load().trim()
+    );
     let engine = TestEngine::start().await;
     let mut cfg = iii_shell_protocol::config::Config::builtin_default();
     cfg.pty.max_sessions = 200;
@@ -130,6 +174,12 @@ async fn main() {
     let pipe_s = t.elapsed().as_secs_f64();
     assert!(String::from_utf8_lossy(&out.stdout).trim() == (64 * 1024 * 1024).to_string());
     while rx.try_recv().is_ok() {}
+    let exec = w.executor_pid().expect("executor pid");
+    let broker = children_of(w.pid)
+        .into_iter()
+        .find(|p| cmdline(*p).is_some_and(|c| c.contains(" broker")))
+        .expect("broker pid");
+    let (e0, b0) = (cpu_s(exec), cpu_s(broker));
     let t = Instant::now();
     let f = caller
         .call(
@@ -139,6 +189,7 @@ async fn main() {
         .await
         .unwrap();
     let fid = f["session_id"].clone();
+    let exited_in = watch_exit(engine.client().await, fid.clone(), t);
     let (mut bytes, mut gaps, mut invocations) = (0usize, 0, 0);
     let session_s = loop {
         let p = rx.recv().await.unwrap();
@@ -161,13 +212,58 @@ async fn main() {
         "flood: cat 64 MiB in a session -> consumer: {session_s:.2} s ({:.0} MiB/s), {bytes} bytes delivered in {invocations} invocations, {gaps} gaps (ring overflow while the consumer lagged)",
         mib / session_s
     );
+    let program_s = exited_in.await.unwrap();
+    println!(
+        "flood (attached): executor used {:.2} s CPU, broker {:.2} s",
+        cpu_s(exec) - e0,
+        cpu_s(broker) - b0
+    );
+    println!(
+        "flood: the program itself (cat into the PTY) exited after {program_s:.2} s ({:.0} MiB/s), while delivery went on",
+        mib / program_s
+    );
+    // The same with nobody attached: the program against the ring alone.
+    let d = caller
+        .call(
+            "shell::pty::open",
+            open(
+                "sh",
+                json!(["-c", format!("read x; cat {}", file.display())]),
+            ),
+        )
+        .await
+        .unwrap();
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": d["session_id"], "access_key": d["access_key"]}),
+        )
+        .await
+        .unwrap();
+    let (e0, b0) = (cpu_s(exec), cpu_s(broker));
+    let t0 = Instant::now();
+    caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": d["session_id"], "access_key": d["access_key"], "data": "Cg=="}),
+        )
+        .await
+        .unwrap();
+    let detached_s = watch_exit(engine.client().await, d["session_id"].clone(), t0)
+        .await
+        .unwrap();
+    println!(
+        "flood: cat 64 MiB in a detached session (ring only): {detached_s:.2} s ({:.0} MiB/s); executor used {:.2} s CPU, broker {:.2} s",
+        mib / detached_s,
+        cpu_s(exec) - e0,
+        cpu_s(broker) - b0
+    );
     println!(
         "flood reference: cat 64 MiB | wc -c: {pipe_s:.3} s ({:.0} MiB/s)",
         mib / pipe_s
     );
 
     // RSS of 100 idle sessions.
-    let exec = w.executor_pid().expect("executor pid");
     let before = rss_kib(exec);
     for _ in 0..100 {
         caller
@@ -177,6 +273,7 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(exec);
+    println!("load average at the end: {}", load().trim());
     println!(
         "executor RSS: {before} KiB -> {after} KiB with 100 more idle sessions: {:.1} KiB per session (rings are empty: idle)",
         (after.saturating_sub(before)) as f64 / 100.0

@@ -44,6 +44,10 @@ use ring::Ring;
 pub const WINDOW: usize = 1024 * 1024;
 /// Largest single push.
 pub const PUSH_BYTES: usize = 256 * 1024;
+/// Pushes per session not acknowledged yet, at most. The first output after a quiet spell
+/// goes out at once (a keystroke's echo); under a flood, output waits in the ring while a
+/// few pushes are in flight and leaves in large pieces, instead of one event per read.
+pub const MAX_UNACKED_PUSHES: usize = 4;
 /// How long a write waits for a program that does not read its input.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the exit waits for output the program wrote just before it.
@@ -250,7 +254,11 @@ impl Inner {
             if !st.released {
                 continue;
             }
-            let room = WINDOW.saturating_sub(st.in_flight());
+            let room = if st.unacked.len() >= MAX_UNACKED_PUSHES {
+                0
+            } else {
+                WINDOW.saturating_sub(st.in_flight())
+            };
             let mut ev = None;
             if room > 0 {
                 let after = st.pushed;
