@@ -43,9 +43,15 @@ struct Batch {
     data: Vec<u8>,
     gap: bool,
     exit: Option<PtyExit>,
+    /// A push repeated after a reconnect: delivered alone, with its original bounds.
+    repeat: bool,
 }
 
 impl Batch {
+    fn mergeable(&self, later: &Batch) -> bool {
+        self.epoch == later.epoch && self.target == later.target && !self.repeat && !later.repeat
+    }
+
     /// Takes in a later push of the same attachment.
     fn absorb(&mut self, later: Batch) {
         self.last = later.last.max(self.last);
@@ -61,7 +67,8 @@ impl Batch {
 struct LaneState {
     /// Pushes of older attachments are dropped (the session was detached or re-attached).
     floor: u64,
-    pending: Option<Batch>,
+    /// Batches waiting, oldest first (only repeats keep their own entry).
+    pending: std::collections::VecDeque<Batch>,
     running: bool,
     /// The newest `(epoch, sequence, with exit)` taken in: a push the executor repeats
     /// (after a reconnect, with the same bounds) is recognised by it and not delivered twice.
@@ -87,6 +94,7 @@ fn payload(session_id: &str, b: &Batch) -> Value {
         "signal": exit.and_then(|e| e.signal.clone()),
         "error": exit.and_then(|e| e.error.clone()),
         "truncated": b.gap,
+        "repeat": b.repeat,
     })
 }
 
@@ -100,16 +108,15 @@ impl Delivery {
         let lane = self.lane(session_id);
         let mut l = lock(&lane);
         l.floor = l.floor.max(epoch);
-        if l.pending.as_ref().is_some_and(|p| p.epoch < l.floor) {
-            l.pending = None;
-        }
+        let floor = l.floor;
+        l.pending.retain(|p| p.epoch >= floor);
     }
 
     /// The session is gone.
     pub fn remove(&self, session_id: &str) {
         if let Some(lane) = lock(&self.lanes).remove(session_id) {
             let mut l = lock(&lane);
-            l.pending = None;
+            l.pending.clear();
             l.floor = u64::MAX;
         }
     }
@@ -123,6 +130,7 @@ impl Delivery {
             data,
             gap,
             exit,
+            repeat,
             ..
         } = ev;
         let batch = Batch {
@@ -132,6 +140,7 @@ impl Delivery {
             data,
             gap,
             exit,
+            repeat,
         };
         let lane = self.lane(&session_id);
         let spawn = {
@@ -149,9 +158,11 @@ impl Delivery {
                 batch.exit.is_some() || (e == epoch && exited),
             );
             l.floor = epoch;
-            match &mut l.pending {
-                Some(p) if p.epoch == epoch && p.target == batch.target => p.absorb(batch),
-                slot => *slot = Some(batch),
+            let floor = l.floor;
+            l.pending.retain(|p| p.epoch >= floor);
+            match l.pending.back_mut() {
+                Some(p) if p.mergeable(&batch) => p.absorb(batch),
+                _ => l.pending.push_back(batch),
             }
             !std::mem::replace(&mut l.running, true)
         };
@@ -166,9 +177,11 @@ async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<L
     loop {
         let batch = {
             let mut l = lock(&lane);
-            match l.pending.take() {
-                Some(b) if b.epoch >= l.floor => b,
-                _ => {
+            let floor = l.floor;
+            match l.pending.pop_front() {
+                Some(b) if b.epoch >= floor => b,
+                Some(_) => continue,
+                None => {
                     l.running = false;
                     return;
                 }
@@ -191,7 +204,8 @@ async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<L
                 {
                     let mut l = lock(&lane);
                     l.floor = l.floor.max(batch.epoch + 1);
-                    l.pending = None;
+                    let floor = l.floor;
+                    l.pending.retain(|p| p.epoch >= floor);
                 }
                 send(
                     &services,
@@ -233,13 +247,14 @@ fn requeue(lane: &Mutex<LaneState>, mut batch: Batch) {
     if batch.epoch < l.floor {
         return;
     }
-    match l.pending.take() {
-        Some(later) if later.epoch == batch.epoch && later.target == batch.target => {
-            batch.absorb(later);
-            l.pending = Some(batch);
+    match l.pending.front() {
+        Some(later) if batch.mergeable(later) => {
+            if let Some(later) = l.pending.pop_front() {
+                batch.absorb(later);
+            }
+            l.pending.push_front(batch);
         }
-        Some(later) => l.pending = Some(later),
-        None => l.pending = Some(batch),
+        _ => l.pending.push_front(batch),
     }
 }
 
@@ -289,6 +304,7 @@ mod tests {
             data: data.to_vec(),
             gap: false,
             exit: None,
+            repeat: false,
         }
     }
 
@@ -310,7 +326,8 @@ mod tests {
         assert_eq!(
             p,
             json!({"session_id": "s", "sequence": 5, "data": "YWJjZA==", "eof": true,
-                   "exit_code": 3, "signal": null, "error": null, "truncated": true})
+                   "exit_code": 3, "signal": null, "error": null, "truncated": true,
+                   "repeat": false})
         );
         assert_eq!(payload("s", &b(1, 7, b""))["data"], Value::Null);
     }

@@ -407,6 +407,9 @@ pub enum PtyEvent {
         data: Vec<u8>,
         gap: bool,
         exit: Option<PtyExit>,
+        /// Sent before, to a connection that ended without acknowledging it; the same
+        /// bounds and bytes as then (deliver it alone, so its receiver can tell).
+        repeat: bool,
     },
 }
 

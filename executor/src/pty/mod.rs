@@ -260,12 +260,14 @@ impl Inner {
                 WINDOW.saturating_sub(st.in_flight())
             };
             let mut ev = None;
+            let mut repeat = false;
             if room > 0 {
                 let after = st.pushed;
-                let taken = match st.resend.pop_front() {
-                    Some(bound) => st.ring.take_range(after, bound),
-                    None => st.ring.take_after(after, room.min(PUSH_BYTES)),
+                let (taken, again) = match st.resend.pop_front() {
+                    Some(bound) => (st.ring.take_range(after, bound), true),
+                    None => (st.ring.take_after(after, room.min(PUSH_BYTES)), false),
                 };
+                repeat = again && taken.is_some();
                 if let Some((first, last, data, gap)) = taken {
                     st.pushed = last;
                     st.unacked.push_back((last, data.len()));
@@ -293,6 +295,7 @@ impl Inner {
                 data,
                 gap,
                 exit,
+                repeat,
             });
         }
         Some(out)
