@@ -92,9 +92,13 @@ pub struct ExecutorClient {
     events: broadcast::Sender<Event>,
     closed: watch::Receiver<bool>,
     routes: Routes,
+    /// Where terminal-session output goes (see [`ExecutorClient::pty_events`]).
+    pty: PtyRoute,
     /// The executor's pid, from its handshake.
     pub pid: u32,
 }
+
+type PtyRoute = Arc<Mutex<Option<mpsc::UnboundedSender<iii_shell_protocol::pty::PtyEvent>>>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -171,7 +175,8 @@ impl ExecutorClient {
             }
         });
         let routes: Routes = Arc::default();
-        let (p, ev, rt) = (pending.clone(), events.clone(), routes.clone());
+        let pty: PtyRoute = Arc::default();
+        let (p, ev, rt, pty_r) = (pending.clone(), events.clone(), routes.clone(), pty.clone());
         tokio::spawn(async move {
             loop {
                 match read_frame::<_, ServerFrame>(&mut rd).await {
@@ -179,6 +184,13 @@ impl ExecutorClient {
                         let waiter = p.lock().ok().and_then(|mut m| m.remove(&id));
                         if let Some(w) = waiter {
                             let _ = w.send(result);
+                        }
+                    }
+                    // Session output is never broadcast (a lagging receiver would lose it): it
+                    // goes to the one consumer, whose backlog the executor's window bounds.
+                    Ok(ServerFrame::Event(Event::Pty(e))) => {
+                        if let Some(tx) = pty_r.lock().ok().and_then(|g| g.clone()) {
+                            let _ = tx.send(e);
                         }
                     }
                     Ok(ServerFrame::Event(e)) => {
@@ -223,6 +235,9 @@ impl ExecutorClient {
             for (_, w) in waiters {
                 let _ = w.send(Err(executor_lost()));
             }
+            if let Ok(mut g) = pty_r.lock() {
+                g.take();
+            }
             let _ = closed_tx.send(true);
         });
         Ok(ExecutorClient {
@@ -233,6 +248,7 @@ impl ExecutorClient {
             events,
             closed,
             routes,
+            pty,
             pid,
         })
     }
@@ -389,6 +405,16 @@ impl ExecutorClient {
             r.credits.remove(&id);
         }
         result
+    }
+
+    /// Terminal-session output pushed by the executor, from now on (a second call takes the
+    /// stream over). Ends when the connection does.
+    pub fn pty_events(&self) -> mpsc::UnboundedReceiver<iii_shell_protocol::pty::PtyEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut g) = self.pty.lock() {
+            *g = Some(tx);
+        }
+        rx
     }
 
     pub fn events(&self) -> broadcast::Receiver<Event> {

@@ -40,8 +40,9 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 }
 
 /// Installs `client`, then hands it the newest policy.
-async fn install(services: &Services, client: ExecutorClient) {
+async fn install(services: &Arc<Services>, client: ExecutorClient) {
     services.install_executor(client.clone());
+    crate::pty_delivery::subscribe(services, &client);
     if let Some(rt) = services.runtime.get() {
         if let Err(e) = client
             .call(Request::SetPolicy {

@@ -19,6 +19,7 @@ pub mod functions;
 pub mod job_book;
 pub mod lifecycle;
 pub mod logging;
+pub mod pty_delivery;
 pub mod runtime;
 pub mod sandbox_jobs;
 pub mod schema;

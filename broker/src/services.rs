@@ -65,6 +65,8 @@ pub struct Services {
     pub sandbox_jobs: SandboxJobs,
     /// The broker's record of the host jobs it started, which outlives their executor.
     pub job_book: Arc<crate::job_book::JobBook>,
+    /// Delivery of terminal-session output to output functions.
+    pub pty: Arc<crate::pty_delivery::Delivery>,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
     engine: RwLock<Option<EngineLink>>,
 }
@@ -76,6 +78,7 @@ impl Services {
             executor: Arc::default(),
             sandbox_jobs: SandboxJobs::default(),
             job_book: Default::default(),
+            pty: Arc::default(),
             engine: RwLock::new(None),
         })
     }
@@ -121,6 +124,8 @@ impl Services {
                         status,
                         exit_code,
                     }) => book.ended(&job_id, status, exit_code),
+                    // Other events (terminal output, …) have their own subscribers.
+                    Ok(_) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 }

@@ -18,6 +18,7 @@ pub mod jail;
 pub mod jobs;
 pub mod policy;
 pub mod procfs;
+pub mod pty;
 pub mod run;
 pub mod running;
 pub mod server;
@@ -40,6 +41,8 @@ use crate::policy::{Policy, PolicyStore};
 pub struct Executor {
     pub policy: PolicyStore,
     pub jobs: Jobs,
+    /// Terminal sessions.
+    pub pty: pty::Table,
     pub events: broadcast::Sender<Event>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
@@ -61,6 +64,7 @@ impl Executor {
         Executor {
             policy: PolicyStore::default(),
             jobs: Jobs::new(events.clone()),
+            pty: pty::Table::default(),
             events,
             envelope,
         }
@@ -80,6 +84,9 @@ impl Executor {
         cancel: Arc<Notify>,
         io: &mut fs::RequestIo,
     ) -> (Result<Reply, WireError>, Option<fs::Continuation>) {
+        if let Request::Pty(op) = request {
+            return pty::handle(self, op, cancel, io).await;
+        }
         if let Request::Fs(op) = request {
             return match self.current() {
                 Ok(p) => match fs::handle(p, op, io).await {
@@ -147,7 +154,7 @@ impl Executor {
 
     async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Coder(_) => {
+            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Coder(_) | Request::Pty(_) => {
                 Err(ExecError::Internal("unreachable".into()))
             }
             Request::Ping => Ok(Reply::Pong),
@@ -218,6 +225,7 @@ impl Executor {
     /// Kills every job and removes job cgroups (shutdown).
     pub fn shutdown(&self) {
         self.jobs.kill_all();
+        self.pty.kill_all();
         tree::kill_all_cgroups();
     }
 }

@@ -40,6 +40,9 @@ pub struct SpawnPlan {
     pub cgroup: Option<CgroupTarget>,
     /// Confinement applied in the child just before execve.
     pub confinement: ChildConfinement,
+    /// stdin is a terminal (a PTY slave) that becomes the child's controlling terminal
+    /// (`TIOCSCTTY`, after `setsid`).
+    pub controlling_tty: bool,
 }
 
 /// What the child applies to itself before execve. Built in the parent, per policy.
@@ -121,6 +124,7 @@ impl SpawnPlan {
             cwd: None,
             cgroup: None,
             confinement: ChildConfinement::default(),
+            controlling_tty: false,
         })
     }
 
@@ -237,6 +241,8 @@ struct ChildCtx {
     err: i32,
     /// Set by the child just before execve: tells a child that ran from one killed at birth.
     reached_exec: bool,
+    /// Make fd 0 (a terminal) the controlling terminal.
+    ctty: bool,
 }
 
 /// The kernel's `struct sigaction` (with `sa_restorer`, as on x86_64 and arm64).
@@ -289,6 +295,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
             .unwrap_or(std::ptr::null()),
         err: 0,
         reached_exec: false,
+        ctty: plan.controlling_tty,
     };
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down on every architecture Linux runs this on; align the top to 16.
@@ -427,6 +434,9 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
             if libc::dup2(fd, target as i32) < 0 {
                 return fail(ctx);
             }
+        }
+        if ctx.ctty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return fail(ctx);
         }
         if ctx.cwd >= 0 && libc::fchdir(ctx.cwd) < 0 {
             return fail(ctx);

@@ -48,6 +48,30 @@ pub struct Config {
     pub working_dir: Option<String>,
     /// Kernel confinement of commands and of the executor: Landlock, seccomp, capabilities, resource limits.
     pub confinement: ConfinementConfig,
+    /// Limits of terminal sessions (`shell::pty::*`).
+    pub pty: PtyConfig,
+}
+
+/// Terminal-session limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PtyConfig {
+    /// Sessions (running or exited but not yet closed) allowed at once; `shell::pty::open` past it is refused.
+    pub max_sessions: u32,
+    /// An exited session (its output still replayable) is removed this many seconds after its program exited, unless closed first.
+    pub exited_retention_secs: u64,
+    /// A live session nobody is attached to is killed and removed after this many seconds detached.
+    pub detached_retention_secs: u64,
+}
+
+impl Default for PtyConfig {
+    fn default() -> Self {
+        PtyConfig {
+            max_sessions: 32,
+            exited_retention_secs: 3600,
+            detached_retention_secs: 86_400,
+        }
+    }
 }
 
 /// How strictly configured confinement layers must be enforced.
@@ -391,6 +415,7 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             working_dir: None,
             confinement: ConfinementConfig::default(),
+            pty: PtyConfig::default(),
         }
     }
 }
@@ -749,6 +774,11 @@ impl Config {
                 n.max_concurrent_jobs as u64,
                 e.max_concurrent_jobs as u64,
             ),
+            (
+                "pty.max_sessions",
+                n.pty.max_sessions as u64,
+                e.pty.max_sessions as u64,
+            ),
         ] {
             if new > env {
                 why.push(format!("{name} {new} exceeds the envelope's {env}"));
@@ -841,6 +871,30 @@ mod tests {
         let shipped = Config::from_yaml(SHIPPED_CONFIG_YAML).expect("shipped config parses");
         assert_eq!(shipped, Config::builtin_default());
         assert_eq!(shipped.denylist_patterns.len(), 7);
+    }
+
+    #[test]
+    fn pty_limits_have_code_defaults_and_older_configs_still_load() {
+        // A configuration written before the `pty` section existed.
+        let old = Config::from_value(&json!({"fs": {"allow_unjailed": true}})).unwrap();
+        assert_eq!(
+            old.pty,
+            PtyConfig {
+                max_sessions: 32,
+                exited_retention_secs: 3600,
+                detached_retention_secs: 86_400
+            }
+        );
+        let part = Config::from_value(
+            &json!({"fs": {"allow_unjailed": true}, "pty": {"max_sessions": 2}}),
+        )
+        .unwrap();
+        assert_eq!(part.pty.max_sessions, 2);
+        assert_eq!(part.pty.exited_retention_secs, 3600);
+        let e =
+            Config::from_value(&json!({"fs": {"allow_unjailed": true}, "pty": {"max_session": 2}}))
+                .unwrap_err();
+        assert!(e.0.contains("max_session"), "{e}");
     }
 
     #[test]

@@ -127,6 +127,8 @@ pub enum Request {
     Ping,
     /// A `coder::*` call (added in protocol version 2).
     Coder(Box<CoderCall>),
+    /// A terminal-session operation (`shell::pty::*`; added in protocol version 3).
+    Pty(crate::pty::PtyOp),
 }
 
 impl Request {
@@ -143,6 +145,7 @@ impl Request {
             Request::Doctor => "doctor",
             Request::Ping => "ping",
             Request::Coder(_) => "coder",
+            Request::Pty(op) => op.kind(),
         }
     }
 }
@@ -160,6 +163,7 @@ pub enum Reply {
     Doctor(Box<crate::doctor::DoctorReport>),
     Pong,
     Coder(Box<CoderReply>),
+    Pty(crate::pty::PtyReply),
 }
 
 /// Pushed by the executor without a request.
@@ -171,4 +175,6 @@ pub enum Event {
         status: crate::exec::JobStatus,
         exit_code: Option<i32>,
     },
+    /// Terminal-session output, pushed only to the subscribed connection (never broadcast).
+    Pty(crate::pty::PtyEvent),
 }

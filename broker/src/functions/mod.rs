@@ -4,6 +4,7 @@ pub mod coder;
 pub mod config_status;
 pub mod exec;
 pub mod fs;
+pub mod pty;
 pub mod sandbox;
 pub mod workspace;
 
@@ -31,6 +32,7 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(fs::definitions());
     v.extend(workspace::definitions());
     v.extend(coder::definitions());
+    v.extend(pty::definitions());
     v
 }
 
@@ -56,6 +58,7 @@ pub async fn dispatch(
         "shell::kill" => exec::kill(services, payload).await,
         "shell::config-status" => config_status::status(services),
         id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
+        id if id.starts_with("shell::pty::") => pty::dispatch(services, id, payload).await,
         id if id.starts_with("shell::workspace::") => {
             workspace::dispatch(services, id, payload).await
         }

@@ -1,0 +1,334 @@
+//! Delivering terminal-session output to each session's output function through the engine.
+//!
+//! The executor pushes each attached session's output ([`PtyEvent::Output`], coalesced, at
+//! most its window ahead of our acknowledgements). Here every session has a *lane*: output
+//! that arrives while an invocation is in flight is coalesced into the next one, so a slow
+//! engine or consumer gets fewer, larger frames and the program is never held up (what does
+//! not fit the window waits in the executor's ring). A lane invokes one frame at a time, in
+//! order, and acknowledges it to the executor once the invocation returned.
+//!
+//! Payload of each invocation (the shape the original console page reads):
+//! `{session_id, sequence, data: base64|null, eof, exit_code, signal, error, truncated}`;
+//! `sequence` is the last frame included, `truncated` says frames before these were evicted
+//! from the ring before they could be sent (replay with `attach` reports the same).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use iii_shell_protocol::messages::{Reply, Request};
+use iii_shell_protocol::pty::{PtyEvent, PtyExit, PtyOp};
+use serde_json::{json, Value};
+
+use crate::executor_client::ExecutorClient;
+use crate::services::Services;
+
+/// How long one delivery may take before it counts as done (the consumer can replay what
+/// it missed with `attach`).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause before retrying a delivery the engine connection dropped.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Output waiting for one invocation.
+#[derive(Debug, Clone, PartialEq)]
+struct Batch {
+    epoch: u64,
+    target: String,
+    last: u64,
+    data: Vec<u8>,
+    gap: bool,
+    exit: Option<PtyExit>,
+    /// A push repeated after a reconnect: delivered alone, with its original bounds.
+    repeat: bool,
+}
+
+impl Batch {
+    fn mergeable(&self, later: &Batch) -> bool {
+        self.epoch == later.epoch && self.target == later.target && !self.repeat && !later.repeat
+    }
+
+    /// Takes in a later push of the same attachment.
+    fn absorb(&mut self, later: Batch) {
+        self.last = later.last.max(self.last);
+        self.data.extend_from_slice(&later.data);
+        self.gap |= later.gap;
+        if later.exit.is_some() {
+            self.exit = later.exit;
+        }
+    }
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// Pushes of older attachments are dropped (the session was detached or re-attached).
+    floor: u64,
+    /// Batches waiting, oldest first (only repeats keep their own entry).
+    pending: std::collections::VecDeque<Batch>,
+    running: bool,
+    /// The newest `(epoch, sequence, with exit)` taken in: a push the executor repeats
+    /// (after a reconnect, with the same bounds) is recognised by it and not delivered twice.
+    seen: (u64, u64, bool),
+}
+
+#[derive(Default)]
+pub struct Delivery {
+    lanes: Mutex<HashMap<String, Arc<Mutex<LaneState>>>>,
+}
+
+/// The invocation payload for `batch` of `session_id`.
+fn payload(session_id: &str, b: &Batch) -> Value {
+    let data =
+        (!b.data.is_empty()).then(|| base64::engine::general_purpose::STANDARD.encode(&b.data));
+    let exit = b.exit.as_ref();
+    json!({
+        "session_id": session_id,
+        "sequence": b.last,
+        "data": data,
+        "eof": exit.is_some(),
+        "exit_code": exit.and_then(|e| e.exit_code),
+        "signal": exit.and_then(|e| e.signal.clone()),
+        "error": exit.and_then(|e| e.error.clone()),
+        "truncated": b.gap,
+        "repeat": b.repeat,
+    })
+}
+
+impl Delivery {
+    fn lane(&self, id: &str) -> Arc<Mutex<LaneState>> {
+        lock(&self.lanes).entry(id.to_string()).or_default().clone()
+    }
+
+    /// A new attachment `epoch` of `session_id` started: older output is not delivered.
+    pub fn started(&self, session_id: &str, epoch: u64) {
+        let lane = self.lane(session_id);
+        let mut l = lock(&lane);
+        l.floor = l.floor.max(epoch);
+        let floor = l.floor;
+        l.pending.retain(|p| p.epoch >= floor);
+    }
+
+    /// The session is gone.
+    pub fn remove(&self, session_id: &str) {
+        if let Some(lane) = lock(&self.lanes).remove(session_id) {
+            let mut l = lock(&lane);
+            l.pending.clear();
+            l.floor = u64::MAX;
+        }
+    }
+
+    fn on_event(self: &Arc<Self>, services: &Arc<Services>, ev: PtyEvent) {
+        let PtyEvent::Output {
+            session_id,
+            epoch,
+            target,
+            sequence,
+            data,
+            gap,
+            exit,
+            repeat,
+            ..
+        } = ev;
+        let batch = Batch {
+            epoch,
+            target,
+            last: sequence,
+            data,
+            gap,
+            exit,
+            repeat,
+        };
+        let lane = self.lane(&session_id);
+        let spawn = {
+            let mut l = lock(&lane);
+            if epoch < l.floor {
+                return;
+            }
+            let (e, seq, exited) = l.seen;
+            if e == epoch && batch.last <= seq && (batch.exit.is_none() || exited) {
+                return;
+            }
+            l.seen = (
+                epoch,
+                batch.last,
+                batch.exit.is_some() || (e == epoch && exited),
+            );
+            l.floor = epoch;
+            let floor = l.floor;
+            l.pending.retain(|p| p.epoch >= floor);
+            match l.pending.back_mut() {
+                Some(p) if p.mergeable(&batch) => p.absorb(batch),
+                _ => l.pending.push_back(batch),
+            }
+            !std::mem::replace(&mut l.running, true)
+        };
+        if spawn {
+            tokio::spawn(run_lane(services.clone(), session_id, lane));
+        }
+    }
+}
+
+/// Delivers a lane's output, one invocation at a time, until nothing is pending.
+async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<LaneState>>) {
+    loop {
+        let batch = {
+            let mut l = lock(&lane);
+            let floor = l.floor;
+            match l.pending.pop_front() {
+                Some(b) if b.epoch >= floor => b,
+                Some(_) => continue,
+                None => {
+                    l.running = false;
+                    return;
+                }
+            }
+        };
+        let link = loop {
+            match services.engine() {
+                Ok(link) => break link,
+                Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
+            }
+        };
+        let body = payload(&session_id, &batch);
+        match link
+            .call_with_timeout(&batch.target, body, DELIVERY_TIMEOUT)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.code == "function_not_found" => {
+                tracing::info!(session_id = %session_id, target = %batch.target, "pty output function is gone; detaching the session");
+                {
+                    let mut l = lock(&lane);
+                    l.floor = l.floor.max(batch.epoch + 1);
+                    let floor = l.floor;
+                    l.pending.retain(|p| p.epoch >= floor);
+                }
+                send(
+                    &services,
+                    PtyOp::TargetGone {
+                        session_id: session_id.clone(),
+                        epoch: batch.epoch,
+                    },
+                );
+                continue;
+            }
+            Err(e) if e.code == "connection_lost" => {
+                // Not delivered: put it back in front of whatever came meanwhile.
+                requeue(&lane, batch);
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+            Err(e) => {
+                // The consumer answered with an error or not at all: counted as delivered
+                // (re-sending could loop forever); it can replay with `attach`.
+                tracing::debug!(session_id = %session_id, code = %e.code, "pty output delivery failed: {}", e.message);
+            }
+        }
+        send(
+            &services,
+            PtyOp::Ack {
+                session_id: session_id.clone(),
+                epoch: batch.epoch,
+                sequence: batch.last,
+                exit: batch.exit.is_some(),
+            },
+        );
+    }
+}
+
+/// Puts an undelivered batch back in front of what arrived meanwhile (unless a newer
+/// attachment made it obsolete).
+fn requeue(lane: &Mutex<LaneState>, mut batch: Batch) {
+    let mut l = lock(lane);
+    if batch.epoch < l.floor {
+        return;
+    }
+    match l.pending.front() {
+        Some(later) if batch.mergeable(later) => {
+            if let Some(later) = l.pending.pop_front() {
+                batch.absorb(later);
+            }
+            l.pending.push_front(batch);
+        }
+        _ => l.pending.push_front(batch),
+    }
+}
+
+/// Sends a session operation whose answer nobody waits for.
+pub fn send(services: &Arc<Services>, op: PtyOp) {
+    let services = services.clone();
+    tokio::spawn(async move {
+        if let Err(e) = services.executor.call(Request::Pty(op)).await {
+            tracing::debug!(code = %e.code, "pty notice to the executor failed: {}", e.message);
+        }
+    });
+}
+
+/// Makes `client` push session output to us, and delivers it.
+pub fn subscribe(services: &Arc<Services>, client: &ExecutorClient) {
+    let mut rx = client.pty_events();
+    let services = services.clone();
+    let client = client.clone();
+    tokio::spawn(async move {
+        match client.call(Request::Pty(PtyOp::Subscribe)).await {
+            Ok(Reply::Pty(_)) => {}
+            Ok(_) => {
+                tracing::error!("the executor does not serve terminal sessions (unexpected reply to subscribe); restart it from the same iii-shell release");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(code = %e.code, "subscribing to terminal output failed: {}", e.message);
+                return;
+            }
+        }
+        let delivery = services.pty.clone();
+        while let Some(ev) = rx.recv().await {
+            delivery.on_event(&services, ev);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(epoch: u64, last: u64, data: &[u8]) -> Batch {
+        Batch {
+            epoch,
+            target: "t".into(),
+            last,
+            data: data.to_vec(),
+            gap: false,
+            exit: None,
+            repeat: false,
+        }
+    }
+
+    #[test]
+    fn batches_coalesce_in_order() {
+        let mut a = b(1, 3, b"ab");
+        let mut later = b(1, 5, b"cd");
+        later.gap = true;
+        later.exit = Some(PtyExit {
+            exit_code: Some(3),
+            signal: None,
+            error: None,
+        });
+        a.absorb(later);
+        assert_eq!(a.last, 5);
+        assert_eq!(a.data, b"abcd");
+        assert!(a.gap);
+        let p = payload("s", &a);
+        assert_eq!(
+            p,
+            json!({"session_id": "s", "sequence": 5, "data": "YWJjZA==", "eof": true,
+                   "exit_code": 3, "signal": null, "error": null, "truncated": true,
+                   "repeat": false})
+        );
+        assert_eq!(payload("s", &b(1, 7, b""))["data"], Value::Null);
+    }
+}

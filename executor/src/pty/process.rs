@@ -1,0 +1,216 @@
+//! Starting a session's program on a new PTY, under the same confinement as a command.
+//!
+//! The PTY comes from `openpty(3)` (nix). `portable-pty` was not used: its spawn goes
+//! through `std::process::Command` (fork + exec with a `pre_exec` hook), which cannot start
+//! the child in its job cgroup with `clone3(CLONE_INTO_CGROUP)` or apply the per-command
+//! Landlock domain and seccomp program the way [`crate::spawn`] does; all we need from a PTY
+//! library is the master/slave pair, and `openpty` gives exactly that. The program is then
+//! started by the ordinary spawn routine with the slave as its stdin, stdout and stderr and
+//! `TIOCSCTTY` after `setsid`, so it gets the PTY as its controlling terminal.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
+
+use crate::command;
+use crate::denylist::denied_message;
+use crate::env_policy;
+use crate::error::ExecError;
+use crate::jail::fstat;
+use crate::policy::Policy;
+use crate::spawn::{self, Child, SpawnPlan};
+use crate::tree::{JobCgroup, ROOTS};
+
+/// A started session program.
+pub struct Started {
+    pub child: Child,
+    pub cgroup: Option<JobCgroup>,
+    pub master: OwnedFd,
+    /// The canonical directory it started in.
+    pub cwd: String,
+    /// The program as the caller named it (`None`: the login shell).
+    pub program: Option<String>,
+}
+
+/// The TERM a session gets when the forwarded environment has none.
+pub const DEFAULT_TERM: &str = "xterm-256color";
+
+/// Checks what the executor must not trust from the broker: sizes, output target, env keys
+/// and values, argv, the denylist.
+pub fn check(policy: &Policy, spec: &OpenSpec) -> Result<(), ExecError> {
+    check_size(spec.cols, spec.rows)?;
+    if parse_output_target(&spec.output_function_id).is_none() {
+        return Err(ExecError::Invalid(
+            iii_shell_protocol::pty::bad_output_target(&spec.output_function_id),
+        ));
+    }
+    env_policy::check_overrides(spec.env.iter().map(|(k, _)| k.as_str()))?;
+    for (k, v) in &spec.env {
+        if v.contains('\0') {
+            return Err(ExecError::Invalid(format!(
+                "env value of '{k}' contains a NUL byte"
+            )));
+        }
+    }
+    if let Some(argv) = &spec.argv {
+        command::check_argv(argv)?;
+        if let Some(p) = policy.denylist.matches(argv) {
+            return Err(ExecError::Plain(denied_message(p)));
+        }
+    }
+    Ok(())
+}
+
+pub fn check_size(cols: u16, rows: u16) -> Result<(), ExecError> {
+    if cols == 0 || rows == 0 {
+        return Err(ExecError::Invalid(format!(
+            "cols and rows must be at least 1 (got {cols}x{rows})"
+        )));
+    }
+    Ok(())
+}
+
+/// The login shell of the user the executor runs as: the passwd entry, else `$SHELL` of the
+/// forwarded environment, else `/bin/sh`.
+pub fn login_shell(policy: &Policy) -> String {
+    let usable = |p: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        p.starts_with('/')
+            && std::fs::metadata(p)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if let Ok(Some(u)) = nix::unistd::User::from_uid(nix::unistd::geteuid()) {
+        let s = u.shell.to_string_lossy().into_owned();
+        if usable(&s) {
+            return s;
+        }
+    }
+    if let Some(s) = policy.base_env.get("SHELL").filter(|s| usable(s)) {
+        return s.clone();
+    }
+    "/bin/sh".to_string()
+}
+
+/// Opens the PTY and starts the program on it.
+pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
+    check(policy, spec)?;
+    let resolved = policy.jail.resolve(&spec.cwd)?;
+    let st = fstat(&resolved.fd).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(ExecError::Invalid(format!(
+            "cwd is not a directory: {}",
+            spec.cwd
+        )));
+    }
+    let cwd = resolved.path.to_string_lossy().into_owned();
+    let (path, argv, program) = match &spec.argv {
+        Some(argv) => {
+            let path = command::lookup(&argv[0], policy.base_env.get("PATH").map(String::as_str))
+                .map_err(|e| command::spawn_error(&argv[0], &e))?;
+            (path, argv.clone(), Some(argv[0].clone()))
+        }
+        None => {
+            let shell = login_shell(policy);
+            // A leading '-' in argv[0] is how a shell learns it is a login shell.
+            let name = Path::new(&shell)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "sh".into());
+            (shell, vec![format!("-{name}")], None)
+        }
+    };
+    let mut env = spec.env.clone();
+    if !policy.base_env.contains_key("TERM") && !env.iter().any(|(k, _)| k == "TERM") {
+        env.push(("TERM".into(), DEFAULT_TERM.into()));
+    }
+
+    let size = nix::pty::Winsize {
+        ws_row: spec.rows,
+        ws_col: spec.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None)
+        .map_err(|e| ExecError::Internal(format!("cannot open a pty: {e}")))?;
+    let (master, slave) = (pty.master, pty.slave);
+    for fd in [&master, &slave] {
+        set_cloexec(fd).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
+    }
+    spawn::set_nonblocking(&master).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
+    let dup = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|e| ExecError::Internal(format!("pty: {e}")))
+    };
+    let mut plan = SpawnPlan::with_env(
+        &path,
+        &argv,
+        policy.base_envp.clone(),
+        &env,
+        dup(&slave)?,
+        dup(&slave)?,
+        slave,
+    )
+    .map_err(|e| ExecError::Internal(format!("spawn setup: {e}")))?;
+    plan.cwd = Some(resolved.fd);
+    plan.confinement = policy.commands.child();
+    plan.controlling_tty = true;
+    let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
+    let child = {
+        // As for commands: the root is registered under the lock the orphan reaper checks.
+        let mut roots = ROOTS
+            .lock()
+            .map_err(|_| ExecError::Internal("job table poisoned".into()))?;
+        match spawn::spawn(&plan) {
+            Ok(c) => {
+                roots.push(c.pid);
+                c
+            }
+            Err(e) => {
+                drop(roots);
+                if let Some(cg) = cgroup {
+                    let _ = cg.recycle();
+                }
+                return Err(command::spawn_error(&path, &e));
+            }
+        }
+    };
+    // Closes our copies of the slave: from now on only the program's side holds it, so the
+    // master reads EIO once every process of the session has let go of it.
+    drop(plan);
+    if child.cgroup_refused_clone3 {
+        if let Some(cg) = &cgroup {
+            cg.retire();
+        }
+    }
+    Ok(Started {
+        child,
+        cgroup,
+        master,
+        cwd,
+        program,
+    })
+}
+
+fn set_cloexec(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: F_SETFD on a descriptor we own.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Applies a window size to the PTY (the kernel sends SIGWINCH to its foreground group).
+pub fn resize(master: &OwnedFd, cols: u16, rows: u16) -> std::io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize from the pointer, which is valid for the call.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
