@@ -40,7 +40,7 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 }
 
 /// Installs `client`, then hands it the newest policy.
-async fn install(services: &Services, client: ExecutorClient) {
+async fn install(services: &Arc<Services>, client: ExecutorClient) {
     services.executor.set(client.clone());
     if let Some(rt) = services.runtime.get() {
         if let Err(e) = client
@@ -53,6 +53,8 @@ async fn install(services: &Services, client: ExecutorClient) {
             tracing::error!(error = %e, "the executor refused the current policy");
         }
     }
+    // The change feed's watchers live in the executor: start them on this one.
+    crate::changed::ChangedFeed::attach(services, &client);
     tracing::info!(pid = client.pid, "executor running");
 }
 

@@ -261,6 +261,10 @@ impl Lifecycle {
             );
             self.link.register_function(f.id, frame);
         }
+        self.link.register_trigger_type(
+            crate::changed::TRIGGER_TYPE,
+            crate::changed::trigger_type_frame(),
+        );
         let mut trigger = frames::register_trigger(
             &self.trigger_id,
             "configuration",

@@ -63,6 +63,8 @@ pub struct Services {
     pub executor: Arc<ExecutorSlot>,
     /// Background jobs on sandbox targets (host jobs live in the executor).
     pub sandbox_jobs: SandboxJobs,
+    /// The `shell::changed` bindings this worker serves.
+    pub changed: crate::changed::ChangedFeed,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
     engine: RwLock<Option<EngineLink>>,
 }
@@ -73,6 +75,7 @@ impl Services {
             runtime: Arc::default(),
             executor: Arc::default(),
             sandbox_jobs: SandboxJobs::default(),
+            changed: Default::default(),
             engine: RwLock::new(None),
         })
     }

@@ -23,6 +23,7 @@ pub mod server;
 pub mod spawn;
 pub mod tree;
 pub mod warm;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub struct Executor {
     pub policy: PolicyStore,
     pub jobs: Jobs,
     pub events: broadcast::Sender<Event>,
+    /// The `shell::changed` watchers, by binding id.
+    pub watches: watch::Watches,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
 }
@@ -60,6 +63,7 @@ impl Executor {
         Executor {
             policy: PolicyStore::default(),
             jobs: Jobs::new(events.clone()),
+            watches: watch::Watches::new(events.clone()),
             events,
             envelope,
         }
@@ -130,6 +134,22 @@ impl Executor {
             Request::Fs(_) | Request::Doctor | Request::Exec(_) => {
                 Err(ExecError::Internal("unreachable".into()))
             }
+            Request::Watch(op) => match op {
+                iii_shell_protocol::watch::WatchOp::Start {
+                    binding_id,
+                    path,
+                    include_ignored,
+                } => match self.current() {
+                    Ok(p) => self
+                        .watches
+                        .start(p, &binding_id, &path, include_ignored)
+                        .map(Reply::Watch),
+                    Err(e) => Err(e),
+                },
+                iii_shell_protocol::watch::WatchOp::Stop { binding_id } => {
+                    Ok(Reply::Watch(self.watches.stop(&binding_id)))
+                }
+            },
             Request::Ping => Ok(Reply::Pong),
             Request::SetPolicy { generation, .. }
                 if self.policy.get().is_some_and(|p| p.generation > generation) =>

@@ -124,6 +124,8 @@ pub enum Request {
     Fs(FsOp),
     Doctor,
     Ping,
+    /// The change feed: start or stop a binding's watcher.
+    Watch(crate::watch::WatchOp),
 }
 
 impl Request {
@@ -139,6 +141,7 @@ impl Request {
             Request::Fs(_) => "fs",
             Request::Doctor => "doctor",
             Request::Ping => "ping",
+            Request::Watch(_) => "watch",
         }
     }
 }
@@ -155,6 +158,7 @@ pub enum Reply {
     Fs(FsReply),
     Doctor(Box<crate::doctor::DoctorReport>),
     Pong,
+    Watch(crate::watch::WatchReply),
 }
 
 /// Pushed by the executor without a request.
@@ -166,4 +170,12 @@ pub enum Event {
         status: crate::exec::JobStatus,
         exit_code: Option<i32>,
     },
+    /// Coalesced changes of one binding's watched tree (one window's worth).
+    Changed {
+        binding_id: String,
+        changes: Vec<crate::watch::Change>,
+    },
+    /// The executor dropped `count` events it could not hand to the broker in time: every
+    /// binding may have missed changes (the broker sends each an overflow signal).
+    EventsLost { count: u64 },
 }
