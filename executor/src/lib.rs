@@ -22,6 +22,7 @@ pub mod running;
 pub mod server;
 pub mod spawn;
 pub mod tree;
+pub mod turns;
 pub mod warm;
 pub mod watch;
 
@@ -43,6 +44,8 @@ pub struct Executor {
     pub events: broadcast::Sender<Event>,
     /// The `shell::changed` watchers, by binding id.
     pub watches: watch::Watches,
+    /// The turn history store and its in-memory links.
+    pub turns: Arc<turns::Turns>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
 }
@@ -64,6 +67,7 @@ impl Executor {
             policy: PolicyStore::default(),
             jobs: Jobs::new(events.clone()),
             watches: watch::Watches::new(events.clone()),
+            turns: Arc::default(),
             events,
             envelope,
         }
@@ -107,6 +111,26 @@ impl Executor {
             }));
             return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
         }
+        if let Request::Turns(call) = request {
+            let p = match self.current() {
+                Ok(p) => p,
+                Err(e) => return (Err(e.to_wire()), None),
+            };
+            // Store I/O (fsyncs) runs on the blocking pool, off the request path's thread.
+            let turns = self.turns.clone();
+            let out = tokio::task::spawn_blocking(move || {
+                turns.call(&p, &call.function, &call.payload_json)
+            })
+            .await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("turns call failed: {e}"))))
+            .map(|v| {
+                Reply::Turns(iii_shell_protocol::turns::TurnsReply {
+                    json: v.to_string(),
+                })
+            })
+            .map_err(|e| e.to_wire());
+            return (out, None);
+        }
         if let Request::Doctor = request {
             let envelope = self.envelope.as_ref().map(|e| {
                 let roots = if e.fs.host_roots.is_empty() {
@@ -131,7 +155,7 @@ impl Executor {
 
     async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) | Request::Doctor | Request::Exec(_) => {
+            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Turns(_) => {
                 Err(ExecError::Internal("unreachable".into()))
             }
             Request::Watch(op) => match op {

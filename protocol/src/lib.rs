@@ -15,6 +15,7 @@ pub mod frame;
 pub mod fs;
 pub mod messages;
 pub mod sink;
+pub mod turns;
 pub mod watch;
 
 pub use error::{Code, WireError};

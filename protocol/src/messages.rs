@@ -126,6 +126,8 @@ pub enum Request {
     Ping,
     /// The change feed: start or stop a binding's watcher.
     Watch(crate::watch::WatchOp),
+    /// Turn history: one `shell::turns::*` call.
+    Turns(crate::turns::TurnsCall),
 }
 
 impl Request {
@@ -142,6 +144,7 @@ impl Request {
             Request::Doctor => "doctor",
             Request::Ping => "ping",
             Request::Watch(_) => "watch",
+            Request::Turns(_) => "turns",
         }
     }
 }
@@ -159,6 +162,7 @@ pub enum Reply {
     Doctor(Box<crate::doctor::DoctorReport>),
     Pong,
     Watch(crate::watch::WatchReply),
+    Turns(crate::turns::TurnsReply),
 }
 
 /// Pushed by the executor without a request.
