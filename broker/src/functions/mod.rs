@@ -4,6 +4,7 @@ pub mod config_status;
 pub mod exec;
 pub mod fs;
 pub mod sandbox;
+pub mod turns;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(config_status::definitions());
     v.extend(fs::definitions());
     v.extend(workspace::definitions());
+    v.extend(turns::definitions());
     v
 }
 
@@ -55,6 +57,7 @@ pub async fn dispatch(
         "shell::kill" => exec::kill(services, payload).await,
         "shell::config-status" => config_status::status(services),
         id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
+        id if id.starts_with("shell::turns::") => turns::dispatch(services, id, payload).await,
         id if id.starts_with("shell::workspace::") => {
             workspace::dispatch(services, id, payload).await
         }
