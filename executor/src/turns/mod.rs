@@ -13,6 +13,10 @@
 //! Records (one JSON line each, `store.rs`): `start`, `end`, `pre`, `post`, `drop`. Loading
 //! folds them into [`model::TurnRecord`]s; a `pre` with no `post` (the executor died mid-call)
 //! still lists, with no after-revision.
+//!
+//! **`coder::change-diff`** (for the `coder::*` module): keep each side with
+//! [`Turns::keep_body`], map the change id to the two revisions, answer with
+//! [`Turns::change_diff`]. Bodies share the blob cap and eviction with the pre-images.
 
 pub mod model;
 pub mod store;
@@ -491,6 +495,68 @@ impl Turns {
     }
 }
 
+/// `coder::change-diff`'s answer for two bodies (CODER-72): both contents when both sides are
+/// UTF-8 (a missing side is the empty body), neither and `is_binary: true` otherwise.
+pub fn change_diff_output(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Value {
+    let o = std::str::from_utf8(old.unwrap_or_default());
+    let n = std::str::from_utf8(new.unwrap_or_default());
+    match (o, n) {
+        (Ok(o), Ok(n)) => {
+            json!({"path": path, "is_binary": false, "old_contents": o, "new_contents": n})
+        }
+        _ => json!({"path": path, "is_binary": true}),
+    }
+}
+
+impl Turns {
+    /// For `coder::change-diff` from the same store: keeps `body` as a blob and returns its
+    /// revision (`None` when it is over `turns.max_blob_bytes` or cannot be written). A coder
+    /// mutation keeps its before and after bodies this way and maps its `change_id` to the
+    /// two revisions.
+    pub fn keep_body(&self, policy: &Policy, body: &[u8]) -> Option<String> {
+        let rev = revision(body);
+        self.with_store(policy, |s| s.put_blob(&rev, body))
+            .ok()
+            .filter(|kept| *kept)
+            .map(|_| rev)
+    }
+
+    /// The `coder::change-diff` response for a change whose bodies were kept with
+    /// [`Self::keep_body`] (`None` revision = the path did not exist on that side). An evicted
+    /// body is an error: the diff is no longer available (C211 for the caller).
+    pub fn change_diff(
+        &self,
+        policy: &Policy,
+        path: &str,
+        old_revision: Option<&str>,
+        new_revision: Option<&str>,
+    ) -> Result<Value, ExecError> {
+        let gone = || {
+            ExecError::Missing(
+                "change diff is no longer available; the body was evicted from the turn store"
+                    .into(),
+            )
+        };
+        let (old, new) = self.with_store(policy, |s| {
+            (
+                old_revision.map(|r| s.read_blob(r)),
+                new_revision.map(|r| s.read_blob(r)),
+            )
+        })?;
+        let old = match old {
+            Some(Some(b)) => Some(b),
+            Some(None) => return Err(gone()),
+            None => None,
+        };
+        let new = match new {
+            Some(Some(b)) => Some(b),
+            Some(None) => return Err(gone()),
+            None => None,
+        };
+        Ok(change_diff_output(path, old.as_deref(), new.as_deref()))
+    }
+}
+
 fn req_str(v: &Value, k: &str) -> Result<String, ExecError> {
     v.get(k)
         .and_then(Value::as_str)
@@ -883,6 +949,37 @@ mod tests {
         assert_eq!(rv["failed"], 0, "{rv}");
         assert_eq!(rv["reverted"], 5, "{rv}");
         assert_eq!(tree(&root), before, "{rv}");
+    }
+
+    #[test]
+    fn change_diffs_come_from_the_same_store() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        let p = policy(&base.join("root"), &base.join("data"), 1 << 20);
+        let t = Turns::default();
+        let old = t.keep_body(&p, b"a\n").unwrap();
+        let new = t.keep_body(&p, b"b\n").unwrap();
+        assert_eq!(
+            t.change_diff(&p, "/x", Some(&old), Some(&new)).unwrap(),
+            json!({"path": "/x", "is_binary": false, "old_contents": "a\n", "new_contents": "b\n"})
+        );
+        assert_eq!(
+            t.change_diff(&p, "/x", None, Some(&new)).unwrap()["old_contents"],
+            ""
+        );
+        let bin = t.keep_body(&p, &[0xff, 0xfe]).unwrap();
+        assert_eq!(
+            t.change_diff(&p, "/x", Some(&bin), Some(&new)).unwrap(),
+            json!({"path": "/x", "is_binary": true})
+        );
+        let missing = revision(b"never kept");
+        assert_eq!(
+            t.change_diff(&p, "/x", Some(&missing), None)
+                .unwrap_err()
+                .code(),
+            iii_shell_protocol::Code::S211
+        );
     }
 
     #[test]
