@@ -177,6 +177,7 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
         opts.pid = unsafe { libc::getppid() } as u32;
     }
     let link = EngineLink::start(opts, invoker);
+    link.set_trigger_provider(Arc::new(crate::changed::Provider(services.clone())));
     services.set_engine(link.clone());
     let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed, config_id);
     let _ = lifecycle_slot.set(lifecycle.clone());

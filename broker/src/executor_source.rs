@@ -54,6 +54,8 @@ async fn install(services: &Arc<Services>, client: ExecutorClient) {
             tracing::error!(error = %e, "the executor refused the current policy; it exceeds the pinned envelope or names a missing root: fix the configuration entry or widen /etc/iii-shell/envelope.yaml (shell::config-status shows the reason)");
         }
     }
+    // The change feed's watchers live in the executor: start them on this one.
+    crate::changed::ChangedFeed::attach(services, &client);
     tracing::info!(pid = client.pid, "executor running");
 }
 

@@ -3,6 +3,7 @@
 //! It validates every request into a typed value and forwards it to the executor over a Unix
 //! socket. It never touches the host filesystem or runs programs itself.
 
+pub mod changed;
 pub mod cli;
 pub mod cmd_broker;
 pub mod cmd_call;

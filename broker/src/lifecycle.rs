@@ -261,6 +261,23 @@ impl Lifecycle {
             );
             self.link.register_function(f.id, frame);
         }
+        self.link.register_trigger_type(
+            crate::changed::TRIGGER_TYPE,
+            crate::changed::trigger_type_frame(),
+        );
+        // The harness hooks and turn events (hyphenated type ids). Without a harness they
+        // stay parked and nothing fires.
+        for (i, (ty, function, config)) in crate::functions::turns::hook_bindings()
+            .into_iter()
+            .enumerate()
+        {
+            let id = format!("{}-turns-{i}", self.trigger_id);
+            let mut frame = frames::register_trigger(&id, ty, function, config);
+            if let Some(ns) = &self.link.options().namespace {
+                frame["namespace"] = json!(ns);
+            }
+            self.link.register_trigger(&id, frame);
+        }
         let mut trigger = frames::register_trigger(
             &self.trigger_id,
             "configuration",

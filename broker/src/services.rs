@@ -67,6 +67,8 @@ pub struct Services {
     pub job_book: Arc<crate::job_book::JobBook>,
     /// Delivery of terminal-session output to output functions.
     pub pty: Arc<crate::pty_delivery::Delivery>,
+    /// The `shell::changed` bindings this worker serves.
+    pub changed: crate::changed::ChangedFeed,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
     engine: RwLock<Option<EngineLink>>,
 }
@@ -79,6 +81,7 @@ impl Services {
             sandbox_jobs: SandboxJobs::default(),
             job_book: Default::default(),
             pty: Arc::default(),
+            changed: Default::default(),
             engine: RwLock::new(None),
         })
     }

@@ -24,7 +24,9 @@ pub mod running;
 pub mod server;
 pub mod spawn;
 pub mod tree;
+pub mod turns;
 pub mod warm;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -44,6 +46,10 @@ pub struct Executor {
     /// Terminal sessions.
     pub pty: pty::Table,
     pub events: broadcast::Sender<Event>,
+    /// The `shell::changed` watchers, by binding id.
+    pub watches: watch::Watches,
+    /// The turn history store and its in-memory links.
+    pub turns: Arc<turns::Turns>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
 }
@@ -65,6 +71,8 @@ impl Executor {
             policy: PolicyStore::default(),
             jobs: Jobs::new(events.clone()),
             pty: pty::Table::default(),
+            watches: watch::Watches::new(events.clone()),
+            turns: Arc::default(),
             events,
             envelope,
         }
@@ -125,6 +133,26 @@ impl Executor {
             }));
             return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
         }
+        if let Request::Turns(call) = request {
+            let p = match self.current() {
+                Ok(p) => p,
+                Err(e) => return (Err(e.to_wire()), None),
+            };
+            // Store I/O (fsyncs) runs on the blocking pool, off the request path's thread.
+            let turns = self.turns.clone();
+            let out = tokio::task::spawn_blocking(move || {
+                turns.call(&p, &call.function, &call.payload_json)
+            })
+            .await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("turns call failed: {e}"))))
+            .map(|v| {
+                Reply::Turns(iii_shell_protocol::turns::TurnsReply {
+                    json: v.to_string(),
+                })
+            })
+            .map_err(|e| e.to_wire());
+            return (out, None);
+        }
         if let Request::Doctor = request {
             let envelope = self.envelope.as_ref().map(|e| {
                 let roots = if e.fs.host_roots.is_empty() {
@@ -154,9 +182,25 @@ impl Executor {
 
     async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Coder(_) | Request::Pty(_) => {
+            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Coder(_) | Request::Pty(_) | Request::Turns(_) => {
                 Err(ExecError::Internal("unreachable".into()))
             }
+            Request::Watch(op) => match op {
+                iii_shell_protocol::watch::WatchOp::Start {
+                    binding_id,
+                    path,
+                    include_ignored,
+                } => match self.current() {
+                    Ok(p) => self
+                        .watches
+                        .start(p, &binding_id, &path, include_ignored)
+                        .map(Reply::Watch),
+                    Err(e) => Err(e),
+                },
+                iii_shell_protocol::watch::WatchOp::Stop { binding_id } => {
+                    Ok(Reply::Watch(self.watches.stop(&binding_id)))
+                }
+            },
             Request::Ping => Ok(Reply::Pong),
             Request::SetPolicy { generation, .. }
                 if self.policy.get().is_some_and(|p| p.generation > generation) =>

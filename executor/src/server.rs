@@ -116,7 +116,11 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                 f = rx.recv() => match f { Some(f) => f, None => break },
                 ev = events.recv() => match ev {
                     Ok(ev) => ServerFrame::Event(ev),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    // Never a silent gap: the broker tells every change-feed binding.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::error!(lost = n, "events to the broker fell behind and {n} were dropped; change-feed subscribers get an overflow signal");
+                        ServerFrame::Event(iii_shell_protocol::messages::Event::EventsLost { count: n })
+                    }
                     Err(_) => break,
                 },
             };
@@ -250,6 +254,8 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
             c.close();
         }
     }
+    // Watchers serve the broker that asked for them; a reconnecting broker starts them again.
+    exec.watches.clear();
     drop(tx);
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
 }

@@ -42,6 +42,8 @@ pub struct Config {
     pub code: CodeConfig,
     /// Per-session change history of the turns module.
     pub turns: TurnsConfig,
+    /// Limits of the `shell::changed` change feed (its OS watchers).
+    pub watch: WatchConfig,
     /// Sandbox-target forwarding.
     pub sandbox: SandboxConfig,
     /// Default working directory of commands when a call gives no `cwd`; null = the executor's own working directory.
@@ -267,6 +269,25 @@ pub struct TurnsConfig {
     pub max_blob_bytes: u64,
 }
 
+/// Limits of the `shell::changed` watchers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchConfig {
+    /// Most `shell::changed` bindings (one recursive watcher each) this worker serves at once; a binding past it is refused. Default 64.
+    pub max_watchers: u32,
+    /// Most distinct paths one watcher holds in its 200 ms coalescing window; past it the window collapses into one overflow signal (the root, kind `modified`, `overflow: true`). Default 4096.
+    pub max_pending_paths: u32,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            max_watchers: 64,
+            max_pending_paths: 4096,
+        }
+    }
+}
+
 /// Sandbox forwarding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -412,6 +433,7 @@ impl Default for Config {
             fs: FsConfig::default(),
             code: CodeConfig::default(),
             turns: TurnsConfig::default(),
+            watch: WatchConfig::default(),
             sandbox: SandboxConfig::default(),
             working_dir: None,
             confinement: ConfinementConfig::default(),

@@ -18,12 +18,14 @@ pub mod fs;
 pub mod messages;
 pub mod pty;
 pub mod sink;
+pub mod turns;
+pub mod watch;
 
 pub use error::{Code, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Package version, reported by `--version` and registered with the engine.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

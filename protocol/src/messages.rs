@@ -129,6 +129,10 @@ pub enum Request {
     Coder(Box<CoderCall>),
     /// A terminal-session operation (`shell::pty::*`; added in protocol version 3).
     Pty(crate::pty::PtyOp),
+    /// The change feed: start or stop a binding's watcher (added in protocol version 4).
+    Watch(crate::watch::WatchOp),
+    /// Turn history: one `shell::turns::*` call (added in protocol version 4).
+    Turns(crate::turns::TurnsCall),
 }
 
 impl Request {
@@ -146,6 +150,8 @@ impl Request {
             Request::Ping => "ping",
             Request::Coder(_) => "coder",
             Request::Pty(op) => op.kind(),
+            Request::Watch(_) => "watch",
+            Request::Turns(_) => "turns",
         }
     }
 }
@@ -164,6 +170,8 @@ pub enum Reply {
     Pong,
     Coder(Box<CoderReply>),
     Pty(crate::pty::PtyReply),
+    Watch(crate::watch::WatchReply),
+    Turns(crate::turns::TurnsReply),
 }
 
 /// Pushed by the executor without a request.
@@ -177,4 +185,12 @@ pub enum Event {
     },
     /// Terminal-session output, pushed only to the subscribed connection (never broadcast).
     Pty(crate::pty::PtyEvent),
+    /// Coalesced changes of one binding's watched tree (one window's worth).
+    Changed {
+        binding_id: String,
+        changes: Vec<crate::watch::Change>,
+    },
+    /// The executor dropped `count` events it could not hand to the broker in time: every
+    /// binding may have missed changes (the broker sends each an overflow signal).
+    EventsLost { count: u64 },
 }

@@ -74,6 +74,33 @@ impl LinkOptions {
     }
 }
 
+/// A binding of a trigger type this worker provides, as the engine delivered it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferedBinding {
+    pub id: String,
+    pub trigger_type: String,
+    pub function_id: String,
+    pub config: Value,
+    pub metadata: Option<Value>,
+    /// The target function's namespace (`None` = `default`).
+    pub namespace: Option<String>,
+}
+
+/// Serves the trigger types this worker registers with `registertriggertype`.
+pub trait TriggerProvider: Send + Sync {
+    /// True for a type this provider serves.
+    fn provides(&self, trigger_type: &str) -> bool;
+    /// A binding was offered (or offered again): accept it or refuse it with an error.
+    fn register(
+        &self,
+        binding: OfferedBinding,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ErrorBody>> + Send>>;
+    /// The binding is gone (`unregistertrigger`).
+    fn unregister(&self, id: &str);
+    /// A new engine connection (epoch) was established and everything replayed on it.
+    fn connected(&self, epoch: u64);
+}
+
 type PendingCalls = HashMap<String, oneshot::Sender<Result<Value, ErrorBody>>>;
 
 #[derive(Default)]
@@ -82,6 +109,9 @@ struct State {
     functions: Vec<(String, Value)>,
     /// `registertrigger` frames by binding id.
     triggers: Vec<(String, Value)>,
+    /// `registertriggertype` frames by type id.
+    trigger_types: Vec<(String, Value)>,
+    provider: Option<Arc<dyn TriggerProvider>>,
     worker_id: Option<String>,
     reattach_token: Option<String>,
     out: Option<mpsc::UnboundedSender<Message>>,
@@ -201,6 +231,45 @@ impl EngineLink {
             None => st.triggers.push((id.to_string(), frame.clone())),
         }
         send_locked(&st, frame);
+    }
+
+    /// Declares a trigger type this worker provides; replayed on every reconnect (after the
+    /// functions, before our own bindings).
+    pub fn register_trigger_type(&self, id: &str, frame: Value) {
+        let mut st = lock(&self.inner.state);
+        match st.trigger_types.iter_mut().find(|(i, _)| i == id) {
+            Some(slot) => slot.1 = frame.clone(),
+            None => st.trigger_types.push((id.to_string(), frame.clone())),
+        }
+        send_locked(&st, frame);
+    }
+
+    /// Installs the provider of our trigger types (set before they are registered).
+    pub fn set_trigger_provider(&self, provider: Arc<dyn TriggerProvider>) {
+        lock(&self.inner.state).provider = Some(provider);
+    }
+
+    /// Fires a trigger: a fire-and-forget invocation of `function_id` carrying the
+    /// binding's `metadata` and `namespace` (§5.4). Dropped when not connected; never waits.
+    pub fn fire(
+        &self,
+        function_id: &str,
+        data: Value,
+        metadata: Option<&Value>,
+        namespace: Option<&str>,
+    ) -> bool {
+        let mut frame = json!({"type": "invokefunction", "invocation_id": null, "function_id": function_id, "data": data, "action": {"type": "void"}});
+        if let Some(m) = metadata.filter(|m| !m.is_null()) {
+            frame["metadata"] = m.clone();
+        }
+        if let Some(ns) = namespace {
+            frame["namespace"] = json!(ns);
+        }
+        let st = lock(&self.inner.state);
+        match &st.out {
+            Some(out) => out.send(Message::Text(frame.to_string().into())).is_ok(),
+            None => false,
+        }
     }
 
     /// Calls a function through the engine and waits for its result (waiting for a
@@ -395,12 +464,20 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
         let _ = tx.send(Message::Text(
             worker_metadata(&inner.opts).to_string().into(),
         ));
-        for (_, f) in st.functions.iter().chain(st.triggers.iter()) {
+        for (_, f) in st
+            .functions
+            .iter()
+            .chain(st.trigger_types.iter())
+            .chain(st.triggers.iter())
+        {
             let _ = tx.send(Message::Text(f.to_string().into()));
         }
         st.out = Some(tx.clone());
     }
-    inner.connections.fetch_add(1, Ordering::SeqCst);
+    let epoch = inner.connections.fetch_add(1, Ordering::SeqCst) + 1;
+    if let Some(p) = lock(&inner.state).provider.clone() {
+        p.connected(epoch);
+    }
     inner.connected.send_replace(true);
     tracing::info!(url = %inner.opts.url, "connected to the engine");
 
@@ -544,15 +621,47 @@ fn handle_frame(
             id,
             trigger_type,
             function_id,
-            ..
+            config,
+            metadata,
+            namespace,
         } => {
-            let frame = json!({
-                "type": "triggerregistrationresult", "id": id, "trigger_type": trigger_type, "function_id": function_id,
-                "error": {"code": "trigger_type_not_found", "message": format!("this worker provides no trigger type {trigger_type}")},
+            let provider = lock(&inner.state)
+                .provider
+                .clone()
+                .filter(|p| p.provides(&trigger_type));
+            let Some(provider) = provider else {
+                let frame = json!({
+                    "type": "triggerregistrationresult", "id": id, "trigger_type": trigger_type, "function_id": function_id,
+                    "error": {"code": "trigger_type_not_found", "message": format!("this worker provides no trigger type {trigger_type}")},
+                });
+                let _ = tx.send(Message::Text(frame.to_string().into()));
+                return None;
+            };
+            let offered = OfferedBinding {
+                id: id.clone(),
+                trigger_type: trigger_type.clone(),
+                function_id: function_id.clone(),
+                config,
+                metadata,
+                namespace,
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let outcome = provider.register(offered).await;
+                let mut frame = json!({"type": "triggerregistrationresult", "id": id, "trigger_type": trigger_type, "function_id": function_id});
+                if let Err(e) = outcome {
+                    tracing::warn!(binding = %id, %trigger_type, "refused a trigger binding: {}", e.message);
+                    frame["error"] = json!(e);
+                }
+                let _ = tx.send(Message::Text(frame.to_string().into()));
             });
-            let _ = tx.send(Message::Text(frame.to_string().into()));
         }
-        Inbound::UnregisterTrigger { .. } | Inbound::Pong => {}
+        Inbound::UnregisterTrigger { id } => {
+            if let Some(p) = lock(&inner.state).provider.clone() {
+                p.unregister(&id);
+            }
+        }
+        Inbound::Pong => {}
         Inbound::Ping => {
             let _ = tx.send(Message::Text(json!({"type": "pong"}).to_string().into()));
         }

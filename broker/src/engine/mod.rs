@@ -10,4 +10,4 @@ pub mod endpoint;
 pub mod frames;
 pub mod link;
 
-pub use link::{EngineLink, Invoker, LinkOptions};
+pub use link::{EngineLink, Invoker, LinkOptions, OfferedBinding, TriggerProvider};

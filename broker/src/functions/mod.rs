@@ -6,6 +6,7 @@ pub mod exec;
 pub mod fs;
 pub mod pty;
 pub mod sandbox;
+pub mod turns;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(workspace::definitions());
     v.extend(coder::definitions());
     v.extend(pty::definitions());
+    v.extend(turns::definitions());
     v
 }
 
@@ -59,6 +61,7 @@ pub async fn dispatch(
         "shell::config-status" => config_status::status(services),
         id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
         id if id.starts_with("shell::pty::") => pty::dispatch(services, id, payload).await,
+        id if id.starts_with("shell::turns::") => turns::dispatch(services, id, payload).await,
         id if id.starts_with("shell::workspace::") => {
             workspace::dispatch(services, id, payload).await
         }

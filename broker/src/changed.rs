@@ -1,0 +1,403 @@
+//! The `shell::changed` trigger type: the broker's half of the change feed.
+//!
+//! The engine offers bindings (`registertrigger`); each is checked and handed to the executor
+//! as a [`WatchOp::Start`] keyed by the binding id — the executor applies the path policy and
+//! runs the watcher — and answered with `triggerregistrationresult` (an error for a path
+//! outside policy, a denied path or a non-directory; a binding offered again is answered
+//! again). The executor's [`Event::Changed`] batches are fired, fire-and-forget, to each
+//! binding's function with its `metadata` and `namespace`.
+//!
+//! * `unregistertrigger` stops the watcher. The engine unregisters a binding whose owner
+//!   disconnects, so that tears it down too.
+//! * Reconnect: the engine replays every live binding when we register the type again; a
+//!   replay of a binding we already serve keeps its watcher (one watcher per binding id). A
+//!   binding not replayed within [`REPLAY_GRACE`] of a new connection is dropped.
+//! * A new executor (respawn): every binding is started on it again and gets an overflow
+//!   signal, since changes made while no watcher ran are unknown.
+//! * Events the executor or the broker could not deliver (a lagging queue) become an overflow
+//!   signal for every binding: never a silent gap.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use iii_shell_protocol::messages::{Event, Reply, Request};
+use iii_shell_protocol::watch::{Change, WatchOp, WatchReply};
+use serde_json::{json, Value};
+
+use crate::engine::frames::ErrorBody;
+use crate::engine::{OfferedBinding, TriggerProvider};
+use crate::executor_client::ExecutorClient;
+use crate::services::Services;
+
+/// The trigger type id.
+pub const TRIGGER_TYPE: &str = "shell::changed";
+/// The seed's description of the type.
+pub const DESCRIPTION: &str = "Fires when anything under the watched directory changes, whoever changed it — bind with config: { path } naming the directory (jail-checked like every coder::* path). Ignored paths (git-ignored; outside a repository data/, config/, .iii/, node_modules/) are skipped unless config also sets include_ignored: true.";
+/// How long after a reconnect a binding may take to be replayed before it is dropped.
+pub const REPLAY_GRACE: Duration = Duration::from_secs(10);
+
+/// The `registertriggertype` frame. The seed publishes empty invocation/return schemas.
+pub fn trigger_type_frame() -> Value {
+    json!({
+        "type": "registertriggertype",
+        "id": TRIGGER_TYPE,
+        "description": DESCRIPTION,
+        "trigger_request_format": {},
+        "call_request_format": {},
+    })
+}
+
+/// The binding config `{path*: string, include_ignored?: bool = false}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingConfig {
+    pub path: String,
+    pub include_ignored: bool,
+}
+
+/// Parses a binding config (a pure function: exact-value tests below).
+pub fn parse_config(config: &Value) -> Result<BindingConfig, String> {
+    let Some(obj) = config.as_object() else {
+        return Err("shell::changed config must be an object {path, include_ignored?}".into());
+    };
+    let path = match obj.get("path") {
+        Some(Value::String(p)) if !p.is_empty() => p.clone(),
+        Some(Value::String(_)) => return Err("shell::changed config.path is empty".into()),
+        Some(_) => return Err("shell::changed config.path must be a string".into()),
+        None => return Err("shell::changed config.path is required".into()),
+    };
+    let include_ignored = match obj.get("include_ignored") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("shell::changed config.include_ignored must be a boolean".into()),
+    };
+    Ok(BindingConfig {
+        path,
+        include_ignored,
+    })
+}
+
+/// The payload fired for one change: `{path, kind, root, dir}` (plus `overflow: true` on the
+/// overflow signal).
+pub fn payload(root: &str, c: &Change) -> Value {
+    let mut v = json!({"path": c.path, "kind": c.kind.as_str(), "root": root, "dir": c.dir});
+    if c.overflow {
+        v["overflow"] = json!(true);
+    }
+    v
+}
+
+#[derive(Debug, Clone)]
+struct Bound {
+    offer: OfferedBinding,
+    config: BindingConfig,
+    root: String,
+    /// Connection epoch of the last delivery.
+    epoch: u64,
+}
+
+#[derive(Default)]
+struct FeedState {
+    bound: HashMap<String, Bound>,
+    /// Per binding id, the number of the latest offer (a register racing an unregister).
+    offers: HashMap<String, u64>,
+    next_offer: u64,
+}
+
+/// The broker's registry of `shell::changed` bindings.
+#[derive(Default)]
+pub struct ChangedFeed {
+    state: Mutex<FeedState>,
+}
+
+fn lock(m: &Mutex<FeedState>) -> std::sync::MutexGuard<'_, FeedState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn refused(message: impl Into<String>) -> ErrorBody {
+    ErrorBody::new("trigger_registration_failed", message)
+}
+
+impl ChangedFeed {
+    /// Binding ids served now.
+    pub fn binding_ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.state).bound.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    async fn register(services: &Services, offer: OfferedBinding) -> Result<(), ErrorBody> {
+        let feed = &services.changed;
+        let config = parse_config(&offer.config).map_err(refused)?;
+        let number = {
+            let mut st = lock(&feed.state);
+            st.next_offer += 1;
+            let n = st.next_offer;
+            st.offers.insert(offer.id.clone(), n);
+            n
+        };
+        let epoch = services.engine().map(|l| l.connection_epoch()).unwrap_or(0);
+        let reply = services
+            .executor
+            .call(Request::Watch(WatchOp::Start {
+                binding_id: offer.id.clone(),
+                path: config.path.clone(),
+                include_ignored: config.include_ignored,
+            }))
+            .await
+            .map_err(|e| refused(format!("{} {}", e.code, e.message)))?;
+        let Reply::Watch(WatchReply::Started { root, .. }) = reply else {
+            return Err(refused("unexpected reply from the executor"));
+        };
+        let stale = {
+            let mut st = lock(&feed.state);
+            if st.offers.get(&offer.id) == Some(&number) {
+                let id = offer.id.clone();
+                st.bound.insert(
+                    id,
+                    Bound {
+                        offer,
+                        config,
+                        root,
+                        epoch,
+                    },
+                );
+                None
+            } else if !st.offers.contains_key(&offer.id) {
+                Some(offer.id.clone())
+            } else {
+                None
+            }
+        };
+        // Unregistered while the executor was starting it.
+        if let Some(id) = stale {
+            let _ = services
+                .executor
+                .call(Request::Watch(WatchOp::Stop { binding_id: id }))
+                .await;
+        }
+        Ok(())
+    }
+
+    fn unregister(services: &Arc<Services>, id: &str) {
+        let existed = {
+            let mut st = lock(&services.changed.state);
+            st.offers.remove(id);
+            st.bound.remove(id).is_some()
+        };
+        let services = services.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            let _ = services
+                .executor
+                .call(Request::Watch(WatchOp::Stop {
+                    binding_id: id.clone(),
+                }))
+                .await;
+            if existed {
+                tracing::info!(binding = %id, "shell::changed binding removed");
+            }
+        });
+    }
+
+    /// After a reconnect: drop the bindings the engine did not replay within the grace.
+    fn sweep_after(services: &Arc<Services>, epoch: u64) {
+        let weak = Arc::downgrade(services);
+        tokio::spawn(async move {
+            tokio::time::sleep(REPLAY_GRACE).await;
+            let Some(services) = weak.upgrade() else {
+                return;
+            };
+            let gone: Vec<String> = lock(&services.changed.state)
+                .bound
+                .values()
+                .filter(|b| b.epoch < epoch)
+                .map(|b| b.offer.id.clone())
+                .collect();
+            for id in gone {
+                tracing::info!(binding = %id, "shell::changed binding not replayed after a reconnect; stopping its watcher");
+                ChangedFeed::unregister(&services, &id);
+            }
+        });
+    }
+
+    fn fire_all_overflow(services: &Services) {
+        let Ok(link) = services.engine() else { return };
+        let bound: Vec<Bound> = lock(&services.changed.state)
+            .bound
+            .values()
+            .cloned()
+            .collect();
+        for b in bound {
+            let c = Change {
+                path: ".".into(),
+                kind: iii_shell_protocol::watch::ChangeKind::Modified,
+                dir: true,
+                overflow: true,
+            };
+            link.fire(
+                &b.offer.function_id,
+                payload(&b.root, &c),
+                b.offer.metadata.as_ref(),
+                b.offer.namespace.as_deref(),
+            );
+        }
+    }
+
+    fn deliver(services: &Services, binding_id: &str, changes: &[Change]) {
+        let Ok(link) = services.engine() else { return };
+        let Some(b) = lock(&services.changed.state).bound.get(binding_id).cloned() else {
+            return;
+        };
+        for c in changes {
+            link.fire(
+                &b.offer.function_id,
+                payload(&b.root, c),
+                b.offer.metadata.as_ref(),
+                b.offer.namespace.as_deref(),
+            );
+        }
+    }
+
+    /// A new executor connection: pump its events, then start every binding on it again.
+    pub fn attach(services: &Arc<Services>, client: &ExecutorClient) {
+        let mut rx = client.events();
+        let weak: Weak<Services> = Arc::downgrade(services);
+        tokio::spawn(async move {
+            loop {
+                let ev = rx.recv().await;
+                let Some(services) = weak.upgrade() else {
+                    return;
+                };
+                match ev {
+                    Ok(Event::Changed {
+                        binding_id,
+                        changes,
+                    }) => ChangedFeed::deliver(&services, &binding_id, &changes),
+                    Ok(Event::EventsLost { .. }) => ChangedFeed::fire_all_overflow(&services),
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::error!(lost = n, "executor events fell behind in the broker; change-feed subscribers get an overflow signal");
+                        ChangedFeed::fire_all_overflow(&services);
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        let bound: Vec<Bound> = lock(&services.changed.state)
+            .bound
+            .values()
+            .cloned()
+            .collect();
+        if bound.is_empty() {
+            return;
+        }
+        let client = client.clone();
+        let services = services.clone();
+        tokio::spawn(async move {
+            for b in &bound {
+                let r = client
+                    .call(Request::Watch(WatchOp::Start {
+                        binding_id: b.offer.id.clone(),
+                        path: b.config.path.clone(),
+                        include_ignored: b.config.include_ignored,
+                    }))
+                    .await;
+                if let Err(e) = r {
+                    tracing::error!(binding = %b.offer.id, "the new executor refused a shell::changed watcher ({}); the binding gets no more events until it is bound again", e.message);
+                }
+            }
+            ChangedFeed::fire_all_overflow(&services);
+        });
+    }
+}
+
+/// The link's view of the feed.
+pub struct Provider(pub Arc<Services>);
+
+impl TriggerProvider for Provider {
+    fn provides(&self, trigger_type: &str) -> bool {
+        trigger_type == TRIGGER_TYPE
+    }
+
+    fn register(
+        &self,
+        binding: OfferedBinding,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ErrorBody>> + Send>> {
+        let services = self.0.clone();
+        Box::pin(async move { ChangedFeed::register(&services, binding).await })
+    }
+
+    fn unregister(&self, id: &str) {
+        ChangedFeed::unregister(&self.0, id);
+    }
+
+    fn connected(&self, epoch: u64) {
+        if epoch > 1 {
+            ChangedFeed::sweep_after(&self.0, epoch);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iii_shell_protocol::watch::ChangeKind;
+
+    #[test]
+    fn binding_configs_parse_exactly() {
+        assert_eq!(
+            parse_config(&json!({"path": "/w"})),
+            Ok(BindingConfig {
+                path: "/w".into(),
+                include_ignored: false
+            })
+        );
+        assert_eq!(
+            parse_config(&json!({"path": "/w", "include_ignored": true})),
+            Ok(BindingConfig {
+                path: "/w".into(),
+                include_ignored: true
+            })
+        );
+        assert_eq!(
+            parse_config(&json!({})),
+            Err("shell::changed config.path is required".into())
+        );
+        assert_eq!(
+            parse_config(&json!({"path": 3})),
+            Err("shell::changed config.path must be a string".into())
+        );
+        assert_eq!(
+            parse_config(&json!({"path": "/w", "include_ignored": "yes"})),
+            Err("shell::changed config.include_ignored must be a boolean".into())
+        );
+        assert!(parse_config(&Value::Null).is_err());
+    }
+
+    #[test]
+    fn the_payload_is_path_kind_root_dir() {
+        let c = Change {
+            path: "src/a.rs".into(),
+            kind: ChangeKind::Created,
+            dir: false,
+            overflow: false,
+        };
+        assert_eq!(
+            payload("/w", &c),
+            json!({"path": "src/a.rs", "kind": "created", "root": "/w", "dir": false})
+        );
+        let o = Change {
+            path: ".".into(),
+            kind: ChangeKind::Modified,
+            dir: true,
+            overflow: true,
+        };
+        assert_eq!(
+            payload("/w", &o),
+            json!({"path": ".", "kind": "modified", "root": "/w", "dir": true, "overflow": true})
+        );
+    }
+}

@@ -1,0 +1,374 @@
+//! The `shell::changed` trigger type end to end: `iii-shell serve` against the test engine,
+//! a second engine connection binding the trigger and serving the bound function. Writes
+//! through `shell::exec`, through an fs call and from outside the engine each arrive as one
+//! coalesced event carrying the binding's metadata (and reaching the binding's namespace);
+//! bursts stay bounded with no gap; unbinding stops the feed; bad bindings are refused, and
+//! answered again when the engine offers them again.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use iii_shell_protocol::config::Config;
+use iii_test_engine::{TestClient, TestEngine};
+use serde_json::{json, Value};
+use support::*;
+
+type Seen = Arc<Mutex<Vec<(Value, Option<Value>)>>>;
+
+struct Setup {
+    engine: TestEngine,
+    worker: Worker,
+    /// Binds the trigger; its function lives in namespace `ns1`.
+    binder: TestClient,
+    /// Calls shell functions (namespace default).
+    caller: TestClient,
+    seen: Seen,
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+}
+
+const TARGET: &str = "test::on-changed";
+
+async fn setup(tweak: impl FnOnce(&mut Config)) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let root = base.join("root");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(root.join("secrets")).unwrap();
+    std::fs::create_dir_all(root.join("private")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("plain.txt"), "x").unwrap();
+    let mut config = jailed(&root);
+    config
+        .fs
+        .denylist_paths
+        .push(root.join("private").to_string_lossy().into_owned());
+    tweak(&mut config);
+    let engine = TestEngine::start().await;
+    let worker = Worker::builder()
+        .engine(&engine)
+        .fast_keepalive()
+        .seed(&config)
+        .start();
+    wait_ready(&engine, &worker).await;
+    let ok = engine
+        .wait_until(WAIT, |e| {
+            e.trigger_types().iter().any(|t| t.id == "shell::changed")
+        })
+        .await;
+    assert!(ok, "shell::changed never registered; {}", worker.stderr());
+    let binder = engine.client_in_namespace("binder", "ns1").await;
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    binder
+        .register_function(TARGET, move |data, meta| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push((data, meta));
+                Ok(json!({}))
+            }
+        })
+        .await
+        .unwrap();
+    let caller = engine.client().await;
+    Setup {
+        engine,
+        worker,
+        binder,
+        caller,
+        seen,
+        _dir: dir,
+        root,
+        outside,
+    }
+}
+
+impl Setup {
+    fn bind(&self, id: &str, config: Value) {
+        self.binder.send_raw(json!({
+            "type": "registertrigger", "id": id, "trigger_type": "shell::changed",
+            "function_id": TARGET, "config": config,
+            "metadata": {"subscription": id, "owner": "test"}, "namespace": "ns1",
+        }));
+    }
+
+    /// The provider's answers for binding `id`, oldest first.
+    fn results(&self, id: &str) -> Vec<Option<iii_test_engine::ErrorBody>> {
+        self.engine
+            .trigger_registration_results()
+            .into_iter()
+            .filter(|r| r.id == id)
+            .map(|r| r.error)
+            .collect()
+    }
+
+    async fn wait_results(&self, id: &str, n: usize) -> Vec<Option<iii_test_engine::ErrorBody>> {
+        let ok = eventually(WAIT, || self.results(id).len() >= n).await;
+        assert!(
+            ok,
+            "binding {id} answered {:?}; {}",
+            self.results(id),
+            self.worker.stderr()
+        );
+        self.results(id)
+    }
+
+    async fn bind_ok(&self, id: &str) {
+        self.bind(id, json!({"path": self.root.to_string_lossy()}));
+        let r = self.wait_results(id, 1).await;
+        assert_eq!(r[0], None, "binding refused");
+    }
+
+    fn events_for(&self, path: &str) -> Vec<(Value, Option<Value>)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(d, _)| d["path"] == path)
+            .cloned()
+            .collect()
+    }
+
+    /// Waits for a first event of `path`, then for the rest of its window (and more) so that
+    /// any second event would have arrived too.
+    async fn settled_events(&self, path: &str) -> Vec<(Value, Option<Value>)> {
+        let ok = eventually(WAIT, || !self.events_for(path).is_empty()).await;
+        assert!(
+            ok,
+            "no event for {path}; seen {:?}; {}",
+            self.seen.lock().unwrap(),
+            self.worker.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        self.events_for(path)
+    }
+}
+
+fn assert_one_event(
+    events: &[(Value, Option<Value>)],
+    root: &Path,
+    path: &str,
+    kinds: &[&str],
+    id: &str,
+) {
+    assert_eq!(events.len(), 1, "{path}: {events:?}");
+    let (data, meta) = &events[0];
+    assert!(
+        kinds.contains(&data["kind"].as_str().unwrap_or("")),
+        "{data}"
+    );
+    assert_eq!(data["root"], root.to_string_lossy().as_ref(), "{data}");
+    assert_eq!(data["dir"], false, "{data}");
+    assert_eq!(
+        meta.as_ref().unwrap(),
+        &json!({"subscription": id, "owner": "test"}),
+        "the binding's metadata travels with every fire"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_writer_produces_one_coalesced_event_with_the_bindings_metadata() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("b1").await;
+    let types = s.engine.trigger_types();
+    let t = types.iter().find(|t| t.id == "shell::changed").unwrap();
+    assert_eq!(
+        t.frame["description"],
+        iii_shell_broker::changed::DESCRIPTION
+    );
+
+    // A command's side effect: create, then write twice.
+    s.caller
+        .call(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", "echo a > by-exec.txt; echo b >> by-exec.txt"], "cwd": s.root.to_string_lossy()}),
+        )
+        .await
+        .unwrap();
+    let ev = s.settled_events("by-exec.txt").await;
+    assert_one_event(&ev, &s.root, "by-exec.txt", &["created"], "b1");
+
+    // An fs call (an atomic replace: its staging file is not a change of its own).
+    s.caller
+        .call(
+            "shell::fs::write",
+            json!({"path": "by-fs.txt", "content": "hello"}),
+        )
+        .await
+        .unwrap();
+    let ev = s.settled_events("by-fs.txt").await;
+    assert_one_event(&ev, &s.root, "by-fs.txt", &["created", "modified"], "b1");
+
+    // A writer outside the engine: modify an existing file several times.
+    for i in 0..5 {
+        std::fs::write(s.root.join("plain.txt"), format!("v{i}")).unwrap();
+    }
+    let ev = s.settled_events("plain.txt").await;
+    assert_one_event(&ev, &s.root, "plain.txt", &["modified"], "b1");
+
+    // A deletion; a directory is `dir: true`.
+    std::fs::remove_file(s.root.join("by-exec.txt")).unwrap();
+    std::fs::create_dir(s.root.join("newdir")).unwrap();
+    let ev = s.settled_events("newdir").await;
+    assert_eq!(ev[0].0["dir"], true, "{ev:?}");
+    let gone: Vec<_> = s
+        .events_for("by-exec.txt")
+        .into_iter()
+        .map(|(d, _)| d["kind"].clone())
+        .collect();
+    assert_eq!(gone, vec![json!("created"), json!("deleted")]);
+    let all = s.seen.lock().unwrap().clone();
+    assert!(
+        all.iter()
+            .all(|(d, _)| !d["path"].as_str().unwrap().contains(".iii-")),
+        "staging files leaked: {all:?}"
+    );
+    // Nothing from outside the watched root, and nothing the policy denies.
+    std::fs::write(s.outside.join("x"), "x").unwrap();
+    std::fs::write(s.root.join("secrets/k.txt"), "k").unwrap();
+    std::fs::write(s.root.join("private/p.txt"), "p").unwrap();
+    std::fs::write(s.root.join(".env"), "E=1").unwrap();
+    std::fs::write(s.root.join("last.txt"), "l").unwrap();
+    s.settled_events("last.txt").await;
+    let all = s.seen.lock().unwrap().clone();
+    for p in ["x", "secrets/k.txt", "private/p.txt", "private", ".env"] {
+        assert!(
+            all.iter().all(|(d, _)| d["path"] != p),
+            "{p} was delivered: {all:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_ten_thousand_writes_is_bounded_and_leaves_no_gap() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("burst").await;
+    let files = 100;
+    let started = Instant::now();
+    for i in 0..10_000 {
+        std::fs::write(s.root.join(format!("f{}.txt", i % files)), format!("{i}")).unwrap();
+    }
+    let took = started.elapsed();
+    let complete = eventually(WAIT, || {
+        let seen = s.seen.lock().unwrap();
+        seen.iter().any(|(d, _)| d["overflow"] == true)
+            || (0..files).all(|i| {
+                let p = format!("f{i}.txt");
+                seen.iter().any(|(d, _)| d["path"] == p.as_str())
+            })
+    })
+    .await;
+    assert!(
+        complete,
+        "a file was never reported and no overflow signal came"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let n = s.seen.lock().unwrap().len();
+    // At most one event per file per 200 ms window the burst spanned (plus the edges).
+    let windows = (took.as_millis() / 200) as usize + 2;
+    assert!(
+        n <= files * windows,
+        "{n} events for {files} files over {took:?}"
+    );
+    assert!(n < 10_000, "not coalesced: {n} events");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_pending_bound_the_subscriber_gets_the_overflow_signal() {
+    let s = setup(|c| c.watch.max_pending_paths = 50).await;
+    s.bind_ok("ov").await;
+    for i in 0..300 {
+        std::fs::write(s.root.join(format!("g{i}.txt")), "x").unwrap();
+    }
+    let ok = eventually(WAIT, || {
+        s.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(d, _)| d["overflow"] == true && d["path"] == "." && d["kind"] == "modified")
+    })
+    .await;
+    assert!(ok, "no overflow signal: {:?}", s.seen.lock().unwrap());
+    s.worker
+        .expect_log("exceeded watch.max_pending_paths")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_unbinding_nothing_more_arrives() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("u1").await;
+    std::fs::write(s.root.join("before.txt"), "x").unwrap();
+    s.settled_events("before.txt").await;
+    s.binder.send_raw(
+        json!({"type": "unregistertrigger", "id": "u1", "trigger_type": "shell::changed"}),
+    );
+    s.worker.expect_log("shell::changed watcher stopped").await;
+    std::fs::write(s.root.join("after.txt"), "x").unwrap();
+    std::fs::write(s.root.join("before.txt"), "y").unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(s.events_for("after.txt").is_empty());
+    assert_eq!(s.events_for("before.txt").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bindings_are_refused_and_answered_again_when_offered_again_and_a_replay_keeps_one_watcher(
+) {
+    let s = setup(|_| {}).await;
+    s.bind_ok("good").await;
+    let bad = [
+        ("outside", json!({"path": s.outside.to_string_lossy()})),
+        (
+            "denied",
+            json!({"path": s.root.join("private").to_string_lossy()}),
+        ),
+        (
+            "file",
+            json!({"path": s.root.join("plain.txt").to_string_lossy()}),
+        ),
+        (
+            "missing",
+            json!({"path": s.root.join("nope").to_string_lossy()}),
+        ),
+        ("noconfig", json!({})),
+    ];
+    for (id, cfg) in &bad {
+        s.bind(id, cfg.clone());
+    }
+    for (id, _) in &bad {
+        let r = s.wait_results(id, 1).await;
+        let e = r[0].as_ref().unwrap_or_else(|| panic!("{id} was accepted"));
+        assert_eq!(e.code, "trigger_registration_failed", "{id}: {e:?}");
+    }
+    let msg = |id: &str| s.results(id)[0].as_ref().unwrap().message.clone();
+    assert!(msg("outside").contains("S215"), "{}", msg("outside"));
+    assert!(msg("file").contains("S212"), "{}", msg("file"));
+    // A denied path reads exactly like a missing one.
+    assert_eq!(
+        msg("denied").replace(&s.root.join("private").to_string_lossy().to_string(), "P"),
+        msg("missing").replace(&s.root.join("nope").to_string_lossy().to_string(), "P")
+    );
+
+    // The worker reconnects: the engine re-offers every binding; the refused ones are
+    // answered again, the good one keeps a single watcher.
+    let info = s.worker.wait_connected(&s.engine).await;
+    s.engine.drop_worker(info.worker_id).await;
+    for (id, _) in &bad {
+        let r = s.wait_results(id, 2).await;
+        assert!(r[1].is_some(), "{id} accepted on replay");
+    }
+    s.wait_results("good", 2).await;
+    assert_eq!(s.results("good")[1], None);
+    s.seen.lock().unwrap().clear();
+    std::fs::write(s.root.join("after-replay.txt"), "x").unwrap();
+    let ev = s.settled_events("after-replay.txt").await;
+    assert_eq!(
+        ev.len(),
+        1,
+        "one watcher per binding id after the replay: {ev:?}"
+    );
+}

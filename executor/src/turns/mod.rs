@@ -1,0 +1,1112 @@
+//! Turn history: per-session records of the files a harness turn changed through shell or
+//! coder calls, with pre-images, and their revert.
+//!
+//! **The pre-image API** (for `shell::fs::*` and `coder::*` alike): [`Turns::before_call`]
+//! takes a call's function id and arguments, works out the files it is about to change
+//! ([`model::touches`]), resolves each through the jail, keeps its bytes in the blob store and
+//! appends a durable `pre` record; [`Turns::after_call`] appends the `post` record (the
+//! after-revision). The harness hooks `on-pre-trigger`/`on-post-trigger` call exactly these, so
+//! a `coder::*` implementation in the executor can call them around its own mutation too:
+//! `exec.turns.before_call(&policy, &ctx, "coder::update-file", &args)` and then
+//! `exec.turns.after_call(&policy, &ctx, "coder::update-file", &args, is_error)`.
+//!
+//! Records (one JSON line each, `store.rs`): `start`, `end`, `pre`, `post`, `drop`. Loading
+//! folds them into [`model::TurnRecord`]s; a `pre` with no `post` (the executor died mid-call)
+//! still lists, with no after-revision.
+//!
+//! **`coder::change-diff`** (for the `coder::*` module): keep each side with
+//! [`Turns::keep_body`], map the change id to the two revisions, answer with
+//! [`Turns::change_diff`]. Bodies share the blob cap and eviction with the pre-images.
+
+pub mod model;
+pub mod store;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+use crate::error::ExecError;
+use crate::policy::Policy;
+use model::*;
+use store::Store;
+
+/// Bodies up to this size are kept whole in the blob store (UTF-8 or not).
+pub const MAX_STORED_BODY: u64 = 16 * 1024 * 1024;
+/// `get` fills in at most this much of one body (`MAX_PRE_IMAGE_BYTES`)…
+pub const MAX_PRE_IMAGE_BYTES: usize = 64 * 1024;
+/// …and this much across one response.
+pub const MAX_RESPONSE_BODIES: usize = 1024 * 1024;
+/// Sub-agent parent links followed at most this far.
+const MAX_HOPS: usize = 16;
+/// `title` is the first characters of the message preview.
+const TITLE_CHARS: usize = 80;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Who is calling: the top-level session/turn the change is recorded under.
+#[derive(Debug, Clone)]
+pub struct TurnCtx {
+    pub session: String,
+    pub turn: String,
+    pub root: Option<String>,
+    pub agent: Option<AgentRef>,
+}
+
+#[derive(Default)]
+pub struct Turns {
+    store: Mutex<Option<Store>>,
+    /// Sub-agent session → (parent session, parent turn).
+    parents: Mutex<HashMap<String, (String, Option<String>)>>,
+    /// Session → its newest turn.
+    active: Mutex<HashMap<String, String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn invalid(e: serde_json::Error) -> ExecError {
+    ExecError::Invalid(format!("bad request: {e}"))
+}
+
+impl Turns {
+    fn with_store<R>(&self, policy: &Policy, f: impl FnOnce(&Store) -> R) -> Result<R, ExecError> {
+        let dir = PathBuf::from(&policy.config.turns.data_dir);
+        let mut g = lock(&self.store);
+        let reopen = g.as_ref().is_none_or(|s| s.dir() != dir.as_path());
+        if reopen {
+            let s = Store::open(&dir, policy.config.turns.max_blob_bytes).map_err(|e| {
+                ExecError::Internal(format!(
+                    "cannot open the turn store {}: {e}; make turns.data_dir writable",
+                    dir.display()
+                ))
+            })?;
+            *g = Some(s);
+        }
+        match g.as_ref() {
+            Some(s) => Ok(f(s)),
+            None => Err(ExecError::Internal("turn store unavailable".into())),
+        }
+    }
+
+    /// Serves one `shell::turns::*` function.
+    pub fn call(&self, policy: &Policy, function: &str, payload: &str) -> Result<Value, ExecError> {
+        let v: Value = serde_json::from_str(payload).map_err(invalid)?;
+        match function {
+            "shell::turns::on-turn-started" => {
+                let ev: TurnEvent = serde_json::from_value(v).unwrap_or_default();
+                self.turn_started(policy, &ev)?;
+                Ok(json!({"ok": true}))
+            }
+            "shell::turns::on-turn-completed" => {
+                let ev: TurnEvent = serde_json::from_value(v).unwrap_or_default();
+                self.turn_completed(policy, &ev)?;
+                Ok(json!({"ok": true}))
+            }
+            "shell::turns::on-pre-trigger" | "shell::turns::on-post-trigger" => {
+                let h: HookInput = serde_json::from_value(v).unwrap_or_default();
+                let pre = function.ends_with("pre-trigger");
+                if let (Some(ctx), Some(call)) = (self.ctx(&h), h.call.as_ref()) {
+                    if pre {
+                        self.before_call(policy, &ctx, &call.function_id, &call.arguments)?;
+                    } else {
+                        self.after_call(
+                            policy,
+                            &ctx,
+                            &call.function_id,
+                            &call.arguments,
+                            h.is_error(),
+                        )?;
+                    }
+                }
+                Ok(json!({"decision": "continue"}))
+            }
+            "shell::turns::list" => {
+                let session = req_str(&v, "session_id")?;
+                let turns = self.with_store(policy, |s| fold(&s.records(&session)))?;
+                let turns: Vec<Value> = turns
+                    .iter()
+                    .rev()
+                    .map(|t| {
+                        let files: Vec<Value> = t
+                            .files
+                            .iter()
+                            .map(|f| {
+                                let mut h = json!({"path": f.path, "kind": f.kind});
+                                if let Some(r) = &f.root {
+                                    h["root"] = json!(r);
+                                }
+                                if let Some(a) = &f.agent {
+                                    h["agent"] = json!(a);
+                                }
+                                h
+                            })
+                            .collect();
+                        let mut s = json!({"turn_id": t.turn_id, "started_at": t.started_at, "file_count": files.len(), "files": files});
+                        if let Some(e) = t.ended_at {
+                            s["ended_at"] = json!(e);
+                        }
+                        if let Some(x) = &t.title {
+                            s["title"] = json!(x);
+                        }
+                        s
+                    })
+                    .collect();
+                Ok(json!({"session_id": session, "turns": turns}))
+            }
+            "shell::turns::get" => {
+                let session = req_str(&v, "session_id")?;
+                let want = v.get("turn_id").and_then(Value::as_str).map(String::from);
+                let turn = self.with_store(policy, |s| {
+                    let turns = fold(&s.records(&session));
+                    let idx = match &want {
+                        Some(id) => turns.iter().position(|t| &t.turn_id == id),
+                        None => turns.len().checked_sub(1),
+                    };
+                    idx.map(|i| inflate(s, &turns, i))
+                })?;
+                Ok(json!({"session_id": session, "turn": turn}))
+            }
+            "shell::turns::revert" => {
+                let session = req_str(&v, "session_id")?;
+                let turn_id = req_str(&v, "turn_id")?;
+                let paths: Option<Vec<String>> = match v.get("paths") {
+                    None | Some(Value::Null) => None,
+                    Some(p) => Some(serde_json::from_value(p.clone()).map_err(invalid)?),
+                };
+                let force = v.get("force").and_then(Value::as_bool).unwrap_or(false);
+                self.revert(policy, &session, &turn_id, paths.as_deref(), force)
+            }
+            "shell::turns::adopt-root" => {
+                let session = req_str(&v, "session_id")?;
+                let turn_id = req_str(&v, "turn_id")?;
+                let root = req_str(&v, "root")?;
+                let n = self.adopt_root(policy, &session, &turn_id, &root)?;
+                Ok(json!({"recorded": n}))
+            }
+            other => Err(ExecError::Invalid(format!(
+                "unknown turns function {other}"
+            ))),
+        }
+    }
+
+    /// The top-level session/turn a hook input records under (TURNS-03).
+    pub fn ctx(&self, h: &HookInput) -> Option<TurnCtx> {
+        let session = h.session_id.clone()?;
+        if let Some(p) = h.parent() {
+            lock(&self.parents).insert(session.clone(), p);
+        }
+        let (top, top_turn) = self.top_of(&session, h.turn_id.clone());
+        let turn = top_turn.or_else(|| lock(&self.active).get(&top).cloned())?;
+        let agent = (top != session).then(|| AgentRef {
+            session_id: session.clone(),
+            name: h.agent_name(),
+        });
+        Some(TurnCtx {
+            session: top,
+            turn,
+            root: h.scope_root(),
+            agent,
+        })
+    }
+
+    fn top_of(&self, session: &str, turn: Option<String>) -> (String, Option<String>) {
+        let parents = lock(&self.parents);
+        let (mut s, mut t) = (session.to_string(), turn);
+        for _ in 0..MAX_HOPS {
+            match parents.get(&s) {
+                Some((ps, pt)) => {
+                    s = ps.clone();
+                    t = pt.clone().or(t);
+                }
+                None => break,
+            }
+        }
+        (s, t)
+    }
+
+    fn turn_started(&self, policy: &Policy, ev: &TurnEvent) -> Result<(), ExecError> {
+        let (Some(session), Some(turn)) = (ev.session_id.clone(), ev.turn_id.clone()) else {
+            return Ok(());
+        };
+        if let Some(p) = &ev.parent {
+            if let Some(ps) = p.session_id.clone() {
+                lock(&self.parents).insert(session, (ps, p.turn_id.clone()));
+                return Ok(());
+            }
+        }
+        lock(&self.active).insert(session.clone(), turn.clone());
+        let title: Option<String> = ev
+            .message_preview
+            .as_deref()
+            .map(|m| m.trim().chars().take(TITLE_CHARS).collect());
+        self.with_store(policy, |s| {
+            s.append(
+                &session,
+                &json!({"t": "start", "turn_id": turn, "started_at": now_ms(), "title": title}),
+            )
+        })?
+        .map_err(|e| ExecError::Internal(format!("turn store: {e}")))
+    }
+
+    fn turn_completed(&self, policy: &Policy, ev: &TurnEvent) -> Result<(), ExecError> {
+        let (Some(session), Some(turn)) = (ev.session_id.clone(), ev.turn_id.clone()) else {
+            return Ok(());
+        };
+        if ev.parent.as_ref().is_some_and(|p| p.session_id.is_some()) {
+            return Ok(());
+        }
+        self.with_store(policy, |s| {
+            s.append(
+                &session,
+                &json!({"t": "end", "turn_id": turn, "ended_at": now_ms()}),
+            )
+        })?
+        .map_err(|e| ExecError::Internal(format!("turn store: {e}")))
+    }
+
+    fn absolute(policy: &Policy, ctx: &TurnCtx, p: &str) -> String {
+        if p.starts_with('/') {
+            return p.to_string();
+        }
+        let base = ctx
+            .root
+            .clone()
+            .or_else(|| {
+                policy
+                    .jail
+                    .roots()
+                    .first()
+                    .map(|r| r.path.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "/".into());
+        crate::jail::normalize(&Path::new(&base).join(p))
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The pre-image API: keeps the bytes of every file `function_id` is about to change.
+    pub fn before_call(
+        &self,
+        policy: &Policy,
+        ctx: &TurnCtx,
+        function_id: &str,
+        args: &Value,
+    ) -> Result<usize, ExecError> {
+        let mut n = 0;
+        for t in touches(function_id, args) {
+            let path = Self::absolute(policy, ctx, &t.path);
+            let Some(before) = self.capture(policy, &path) else {
+                continue;
+            };
+            let from = t.from.as_deref().map(|f| Self::absolute(policy, ctx, f));
+            let rec = json!({"t": "pre", "turn_id": ctx.turn, "path": path, "kind": t.kind,
+                "cause": function_id, "from": from, "root": ctx.root, "agent": ctx.agent,
+                "before": before, "at": now_ms()});
+            self.with_store(policy, |s| s.append(&ctx.session, &rec))?
+                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The pre-image API, after the call: records each file's after-revision.
+    pub fn after_call(
+        &self,
+        policy: &Policy,
+        ctx: &TurnCtx,
+        function_id: &str,
+        args: &Value,
+        is_error: bool,
+    ) -> Result<usize, ExecError> {
+        let mut n = 0;
+        for t in touches(function_id, args) {
+            let path = Self::absolute(policy, ctx, &t.path);
+            let now = current_revision(policy, &path);
+            let Ok(now) = now else { continue };
+            let rec = if is_error {
+                json!({"t": "drop_if_same", "turn_id": ctx.turn, "path": path, "revision": now})
+            } else {
+                json!({"t": "post", "turn_id": ctx.turn, "path": path, "after_revision": now, "at": now_ms()})
+            };
+            self.with_store(policy, |s| s.append(&ctx.session, &rec))?
+                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Reads `path` through the jail and keeps its body; `None` for a denied path.
+    fn capture(&self, policy: &Policy, path: &str) -> Option<PreImage> {
+        match read_capped(policy, path) {
+            Ok(None) => Some(PreImage {
+                missing: true,
+                ..Default::default()
+            }),
+            Ok(Some((data, complete))) => {
+                let rev = revision(&data);
+                let binary = std::str::from_utf8(&data).is_err();
+                let stored = complete
+                    && self
+                        .with_store(policy, |s| s.put_blob(&rev, &data))
+                        .unwrap_or(false);
+                Some(PreImage {
+                    revision: complete.then_some(rev),
+                    stored,
+                    missing: false,
+                    binary,
+                    truncated: !complete,
+                    content: None,
+                })
+            }
+            Err(()) => None,
+        }
+    }
+
+    fn revert(
+        &self,
+        policy: &Policy,
+        session: &str,
+        turn_id: &str,
+        paths: Option<&[String]>,
+        force: bool,
+    ) -> Result<Value, ExecError> {
+        let (turns, bodies) = self.with_store(policy, |s| {
+            let turns = fold(&s.records(session));
+            let bodies: HashMap<String, Vec<u8>> = turns
+                .iter()
+                .filter(|t| t.turn_id == turn_id)
+                .flat_map(|t| t.files.iter())
+                .filter_map(|f| {
+                    let r = f.before.as_ref()?.revision.clone()?;
+                    Some((r.clone(), s.read_blob(&r)?))
+                })
+                .collect();
+            (turns, bodies)
+        })?;
+        let Some(turn) = turns.iter().find(|t| t.turn_id == turn_id) else {
+            return Err(ExecError::Missing(format!(
+                "turn {turn_id} is not present in session {session}'s history"
+            )));
+        };
+        let mut files: Vec<&FileRecord> = turn
+            .files
+            .iter()
+            .filter(|f| paths.is_none_or(|p| p.iter().any(|x| x == &f.path)))
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.last_seen));
+        let mut results = Vec::new();
+        let (mut ok, mut failed) = (0u64, 0u64);
+        for f in files {
+            let (action, outcome) = revert_one(policy, f, &bodies, force);
+            let mut r = json!({"path": f.path, "kind": f.kind, "action": action, "success": outcome.is_ok()});
+            match outcome {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    failed += 1;
+                    r["error"] = json!(e);
+                }
+            }
+            results.push(r);
+        }
+        Ok(
+            json!({"session_id": session, "turn_id": turn_id, "reverted": ok, "failed": failed, "results": results}),
+        )
+    }
+
+    fn adopt_root(
+        &self,
+        policy: &Policy,
+        session: &str,
+        turn_id: &str,
+        root: &str,
+    ) -> Result<u64, ExecError> {
+        let resolved = policy
+            .jail
+            .resolve_with(root, libc::O_PATH | libc::O_DIRECTORY)?;
+        let started = self.with_store(policy, |s| {
+            fold(&s.records(session))
+                .into_iter()
+                .find(|t| t.turn_id == turn_id)
+                .map(|t| t.started_at)
+        })?;
+        let Some(started) = started else {
+            return Err(ExecError::Missing(format!(
+                "turn {turn_id} is not present in session {session}'s history"
+            )));
+        };
+        const SKIP: &[&str] = &[
+            ".git",
+            "node_modules",
+            "target",
+            "dist",
+            "build",
+            "out",
+            "vendor",
+            "__pycache__",
+        ];
+        let walk = ignore::WalkBuilder::new(&resolved.path)
+            .standard_filters(false)
+            .follow_links(false)
+            .filter_entry(|e| !SKIP.iter().any(|s| e.file_name() == *s))
+            .build();
+        let mut n = 0u64;
+        for e in walk.flatten() {
+            if n >= 400 {
+                break;
+            }
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if !m.is_file() || policy.jail.is_denied(e.path()) {
+                continue;
+            }
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            if mtime + 1000 < started {
+                continue;
+            }
+            let path = e.path().to_string_lossy().into_owned();
+            let after = current_revision(policy, &path).ok().flatten();
+            let at = now_ms();
+            let recs = [
+                json!({"t": "pre", "turn_id": turn_id, "path": path, "kind": "created", "cause": "console::working-directory::propose", "root": resolved.path, "before": {"missing": true}, "at": at}),
+                json!({"t": "post", "turn_id": turn_id, "path": path, "after_revision": after, "at": at}),
+            ];
+            for r in recs {
+                self.with_store(policy, |s| s.append(session, &r))?
+                    .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// `coder::change-diff`'s answer for two bodies (CODER-72): both contents when both sides are
+/// UTF-8 (a missing side is the empty body), neither and `is_binary: true` otherwise.
+pub fn change_diff_output(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Value {
+    let o = std::str::from_utf8(old.unwrap_or_default());
+    let n = std::str::from_utf8(new.unwrap_or_default());
+    match (o, n) {
+        (Ok(o), Ok(n)) => {
+            json!({"path": path, "is_binary": false, "old_contents": o, "new_contents": n})
+        }
+        _ => json!({"path": path, "is_binary": true}),
+    }
+}
+
+impl Turns {
+    /// For `coder::change-diff` from the same store: keeps `body` as a blob and returns its
+    /// revision (`None` when it is over `turns.max_blob_bytes` or cannot be written). A coder
+    /// mutation keeps its before and after bodies this way and maps its `change_id` to the
+    /// two revisions.
+    pub fn keep_body(&self, policy: &Policy, body: &[u8]) -> Option<String> {
+        let rev = revision(body);
+        self.with_store(policy, |s| s.put_blob(&rev, body))
+            .ok()
+            .filter(|kept| *kept)
+            .map(|_| rev)
+    }
+
+    /// The `coder::change-diff` response for a change whose bodies were kept with
+    /// [`Self::keep_body`] (`None` revision = the path did not exist on that side). An evicted
+    /// body is an error: the diff is no longer available (C211 for the caller).
+    pub fn change_diff(
+        &self,
+        policy: &Policy,
+        path: &str,
+        old_revision: Option<&str>,
+        new_revision: Option<&str>,
+    ) -> Result<Value, ExecError> {
+        let gone = || {
+            ExecError::Missing(
+                "change diff is no longer available; the body was evicted from the turn store"
+                    .into(),
+            )
+        };
+        let (old, new) = self.with_store(policy, |s| {
+            (
+                old_revision.map(|r| s.read_blob(r)),
+                new_revision.map(|r| s.read_blob(r)),
+            )
+        })?;
+        let old = match old {
+            Some(Some(b)) => Some(b),
+            Some(None) => return Err(gone()),
+            None => None,
+        };
+        let new = match new {
+            Some(Some(b)) => Some(b),
+            Some(None) => return Err(gone()),
+            None => None,
+        };
+        Ok(change_diff_output(path, old.as_deref(), new.as_deref()))
+    }
+}
+
+fn req_str(v: &Value, k: &str) -> Result<String, ExecError> {
+    v.get(k)
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or_else(|| ExecError::Invalid(format!("{k} (string) is required")))
+}
+
+/// Reads a regular file through the jail: `None` when missing, `(bytes, complete)` where
+/// `complete` is false past [`MAX_STORED_BODY`]. `Err` for a denied or unreadable path.
+fn read_capped(policy: &Policy, path: &str) -> Result<Option<(Vec<u8>, bool)>, ()> {
+    match policy
+        .jail
+        .resolve_with(path, libc::O_RDONLY | libc::O_NOFOLLOW)
+    {
+        Ok(r) => {
+            let st = crate::jail::fstat(&r.fd).map_err(|_| ())?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(());
+            }
+            let mut f = std::fs::File::from(r.fd);
+            let mut data = Vec::new();
+            (&mut f)
+                .take(MAX_STORED_BODY + 1)
+                .read_to_end(&mut data)
+                .map_err(|_| ())?;
+            let complete = data.len() as u64 <= MAX_STORED_BODY;
+            Ok(Some((data, complete)))
+        }
+        Err(ExecError::NotFound(_)) => {
+            // Missing and denied read alike; a denied path is never recorded.
+            if policy.jail.is_denied(Path::new(path)) {
+                Err(())
+            } else {
+                Ok(None)
+            }
+        }
+        Err(_) => Err(()),
+    }
+}
+
+/// The revision of `path` now (`None` when missing).
+fn current_revision(policy: &Policy, path: &str) -> Result<Option<String>, ()> {
+    Ok(read_capped(policy, path)?.map(|(d, _)| revision(&d)))
+}
+
+/// Folds a session's records into its turns, oldest first.
+pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
+    let mut turns: Vec<TurnRecord> = Vec::new();
+    let idx = |turns: &mut Vec<TurnRecord>, id: &str, at: u64| -> usize {
+        match turns.iter().position(|t| t.turn_id == id) {
+            Some(i) => i,
+            None => {
+                turns.push(TurnRecord {
+                    turn_id: id.to_string(),
+                    started_at: at,
+                    ended_at: None,
+                    title: None,
+                    files: Vec::new(),
+                });
+                turns.len() - 1
+            }
+        }
+    };
+    for r in records {
+        let Some(id) = r.get("turn_id").and_then(Value::as_str) else {
+            continue;
+        };
+        let at = r.get("at").and_then(Value::as_u64).unwrap_or(0);
+        match r.get("t").and_then(Value::as_str) {
+            Some("start") => {
+                let i = idx(&mut turns, id, r["started_at"].as_u64().unwrap_or(0));
+                turns[i].started_at = r["started_at"].as_u64().unwrap_or(0);
+                turns[i].title = r["title"].as_str().map(String::from);
+            }
+            Some("end") => {
+                let i = idx(&mut turns, id, 0);
+                turns[i].ended_at = r["ended_at"].as_u64();
+            }
+            Some("pre") => {
+                let i = idx(&mut turns, id, at);
+                let path = r["path"].as_str().unwrap_or_default().to_string();
+                let kind = r["kind"].as_str().unwrap_or("modified");
+                let files = &mut turns[i].files;
+                match files.iter_mut().find(|f| f.path == path) {
+                    Some(f) => {
+                        f.kind = compose(&f.kind, kind).to_string();
+                        f.last_seen = at;
+                        f.cause = r["cause"].as_str().unwrap_or_default().to_string();
+                    }
+                    None => files.push(FileRecord {
+                        path,
+                        kind: kind.to_string(),
+                        cause: r["cause"].as_str().unwrap_or_default().to_string(),
+                        first_seen: at,
+                        last_seen: at,
+                        from: r["from"].as_str().map(String::from),
+                        root: r["root"].as_str().map(String::from),
+                        agent: serde_json::from_value(r["agent"].clone()).ok(),
+                        before: serde_json::from_value(r["before"].clone()).ok(),
+                        after: None,
+                        after_revision: None,
+                    }),
+                }
+            }
+            Some("post") => {
+                let i = idx(&mut turns, id, at);
+                let path = r["path"].as_str().unwrap_or_default();
+                if let Some(f) = turns[i].files.iter_mut().find(|f| f.path == path) {
+                    f.after_revision = r["after_revision"].as_str().map(String::from);
+                    f.last_seen = at.max(f.last_seen);
+                }
+            }
+            Some("drop_if_same") => {
+                // A failed call: forget the path when it did not change (TURNS-05).
+                let i = idx(&mut turns, id, at);
+                let path = r["path"].as_str().unwrap_or_default();
+                let now = r["revision"].as_str();
+                turns[i].files.retain(|f| {
+                    let before = f.before.as_ref().and_then(|b| b.revision.as_deref());
+                    let unchanged = before == now && f.after_revision.is_none();
+                    !(f.path == path && unchanged)
+                });
+            }
+            _ => {}
+        }
+    }
+    turns
+}
+
+/// `get`'s view of turn `i`: bodies filled in from the blob store within the budgets, and
+/// `after` from a later turn that kept this turn's after-body as its own pre-image.
+fn inflate(s: &Store, turns: &[TurnRecord], i: usize) -> TurnRecord {
+    let mut t = turns[i].clone();
+    let mut budget = MAX_RESPONSE_BODIES;
+    let mut fill = |p: &mut PreImage| {
+        p.stored = p.revision.as_deref().is_some_and(|r| s.has_blob(r));
+        if !p.stored || p.binary {
+            return;
+        }
+        let Some(data) = p.revision.as_deref().and_then(|r| s.read_blob(r)) else {
+            p.stored = false;
+            return;
+        };
+        if data.len() > MAX_PRE_IMAGE_BYTES || data.len() > budget {
+            p.truncated = true;
+            return;
+        }
+        budget -= data.len();
+        p.content = String::from_utf8(data).ok();
+    };
+    for f in &mut t.files {
+        if let Some(b) = f.before.as_mut() {
+            fill(b);
+        }
+        let later = turns[i + 1..]
+            .iter()
+            .flat_map(|lt| lt.files.iter())
+            .find(|lf| lf.path == f.path)
+            .and_then(|lf| lf.before.clone())
+            .filter(|b| b.revision.is_some() && b.revision == f.after_revision);
+        if let Some(mut a) = later {
+            fill(&mut a);
+            f.after = Some(a);
+        }
+    }
+    t
+}
+
+/// Undoes one file (TURNS-15, TURNS-17). Refuses a file changed since the turn (its current
+/// revision is not the turn's `after_revision`) unless `force`.
+fn revert_one(
+    policy: &Policy,
+    f: &FileRecord,
+    bodies: &HashMap<String, Vec<u8>>,
+    force: bool,
+) -> (&'static str, Result<(), String>) {
+    let before = f.before.clone().unwrap_or_default();
+    let now = match current_revision(policy, &f.path) {
+        Ok(r) => r,
+        Err(()) => {
+            return (
+                "skipped",
+                Err(format!("{}: not readable under the current policy", f.path)),
+            )
+        }
+    };
+    let changed_since = now != f.after_revision;
+    let guard = |action: &'static str| -> Option<(&'static str, Result<(), String>)> {
+        (changed_since && !force).then(|| {
+            (action, Err(format!(
+                "{} changed since this turn (current revision {} is not the turn's after_revision {}); pass force: true to revert it anyway",
+                f.path,
+                now.as_deref().unwrap_or("none (missing)"),
+                f.after_revision.as_deref().unwrap_or("none (missing)")
+            )))
+        })
+    };
+    let body = |p: &PreImage| -> Result<&Vec<u8>, String> {
+        p.revision
+            .as_ref()
+            .and_then(|r| bodies.get(r))
+            .ok_or_else(|| format!("{}: the body before this turn was not kept (stored: false: too large, evicted or unreadable); not reverting it rather than guessing", f.path))
+    };
+    if let Some(from) = &f.from {
+        if let Some(g) = guard("moved-back") {
+            return g;
+        }
+        let r = crate::fs::ops::mv(policy, &f.path, from, false)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        if r.is_ok() && !before.missing && before.revision.is_some() {
+            if let Ok(b) = body(&before) {
+                let _ = write_back(policy, &f.path, b);
+            }
+        }
+        return ("moved-back", r);
+    }
+    if before.missing {
+        if f.kind == "deleted" {
+            return ("skipped", Ok(()));
+        }
+        if let Some(g) = guard("removed") {
+            return g;
+        }
+        if now.is_none() {
+            return ("removed", Ok(()));
+        }
+        let r = crate::fs::ops::rm(policy, &f.path, false)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        return ("removed", r);
+    }
+    if let Some(g) = guard("restored") {
+        return g;
+    }
+    match body(&before) {
+        Ok(b) => ("restored", write_back(policy, &f.path, b)),
+        Err(e) => ("restored", Err(e)),
+    }
+}
+
+fn write_back(policy: &Policy, path: &str, body: &[u8]) -> Result<(), String> {
+    let mode = policy
+        .jail
+        .resolve(path)
+        .ok()
+        .and_then(|r| crate::jail::fstat(&r.fd).ok())
+        .map(|st| st.st_mode & 0o777)
+        .unwrap_or(0o644);
+    let parent = policy.jail.parent(path, true).map_err(|e| e.to_string())?;
+    crate::fs::atomic::write_atomic(&parent, body, mode)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    fn policy(root: &Path, data: &Path, max_blob: u64) -> Arc<Policy> {
+        let v = json!({"fs": {"host_roots": [root.to_string_lossy()]},
+            "turns": {"data_dir": data.to_string_lossy(), "max_blob_bytes": max_blob}});
+        Arc::new(Policy::build(1, &v.to_string()).expect("policy"))
+    }
+
+    fn tree(root: &Path) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        for e in ignore::WalkBuilder::new(root)
+            .standard_filters(false)
+            .build()
+            .flatten()
+        {
+            if e.path().is_file() {
+                let rel = e
+                    .path()
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                m.insert(rel, revision(&std::fs::read(e.path()).unwrap()));
+            }
+        }
+        m
+    }
+
+    fn call(t: &Turns, p: &Policy, f: &str, v: Value) -> Value {
+        t.call(p, f, &v.to_string()).unwrap()
+    }
+
+    /// Plays the harness: pre-trigger, the call itself (done by `act`), post-trigger.
+    fn hooked(t: &Turns, p: &Policy, function_id: &str, args: Value, act: impl FnOnce()) {
+        let h = json!({"session_id": "s1", "turn_id": "t1", "call": {"function_id": function_id, "arguments": args}});
+        assert_eq!(
+            call(t, p, "shell::turns::on-pre-trigger", h.clone()),
+            json!({"decision": "continue"})
+        );
+        act();
+        let mut post = h;
+        post["result"] = json!({"is_error": false});
+        assert_eq!(
+            call(t, p, "shell::turns::on-post-trigger", post),
+            json!({"decision": "continue"})
+        );
+    }
+
+    #[test]
+    fn create_modify_delete_move_then_revert_leaves_the_tree_byte_identical() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/keep.rs"), "fn keep() {}\n").unwrap();
+        std::fs::write(root.join("src/gone.rs"), "fn gone() {}\n").unwrap();
+        std::fs::write(root.join("old.txt"), "old name\n").unwrap();
+        std::fs::write(root.join("bin.dat"), [0u8, 159, 146, 150, 255]).unwrap();
+        let before = tree(&root);
+        let p = policy(&root, &data, 1 << 20);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1", "message_preview": "  refactor the parser please  "}),
+        );
+        let r = root.clone();
+        hooked(
+            &t,
+            &p,
+            "coder::create-file",
+            json!({"files": [{"path": "src/new.rs", "content": "x"}]}),
+            || std::fs::write(r.join("src/new.rs"), "new\n").unwrap(),
+        );
+        hooked(
+            &t,
+            &p,
+            "shell::fs::write",
+            json!({"path": "src/keep.rs", "content": "y"}),
+            || std::fs::write(r.join("src/keep.rs"), "changed\n").unwrap(),
+        );
+        hooked(
+            &t,
+            &p,
+            "shell::fs::write",
+            json!({"path": "bin.dat", "content": "y"}),
+            || std::fs::write(r.join("bin.dat"), "text now").unwrap(),
+        );
+        hooked(
+            &t,
+            &p,
+            "shell::fs::rm",
+            json!({"path": "src/gone.rs"}),
+            || std::fs::remove_file(r.join("src/gone.rs")).unwrap(),
+        );
+        hooked(
+            &t,
+            &p,
+            "shell::fs::mv",
+            json!({"src": "old.txt", "dst": "new-name.txt"}),
+            || std::fs::rename(r.join("old.txt"), r.join("new-name.txt")).unwrap(),
+        );
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-completed",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_ne!(tree(&root), before);
+
+        let list = call(&t, &p, "shell::turns::list", json!({"session_id": "s1"}));
+        assert_eq!(list["turns"][0]["turn_id"], "t1");
+        assert_eq!(list["turns"][0]["title"], "refactor the parser please");
+        assert_eq!(list["turns"][0]["file_count"], 5);
+        let got = call(&t, &p, "shell::turns::get", json!({"session_id": "s1"}));
+        let files = got["turn"]["files"].as_array().unwrap();
+        let keep = files
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with("keep.rs"))
+            .unwrap();
+        assert_eq!(keep["before"]["content"], "fn keep() {}\n");
+        assert_eq!(keep["before"]["stored"], true);
+
+        let rv = call(
+            &t,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(rv["failed"], 0, "{rv}");
+        assert_eq!(rv["reverted"], 5, "{rv}");
+        assert_eq!(tree(&root), before, "{rv}");
+    }
+
+    #[test]
+    fn change_diffs_come_from_the_same_store() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        let p = policy(&base.join("root"), &base.join("data"), 1 << 20);
+        let t = Turns::default();
+        let old = t.keep_body(&p, b"a\n").unwrap();
+        let new = t.keep_body(&p, b"b\n").unwrap();
+        assert_eq!(
+            t.change_diff(&p, "/x", Some(&old), Some(&new)).unwrap(),
+            json!({"path": "/x", "is_binary": false, "old_contents": "a\n", "new_contents": "b\n"})
+        );
+        assert_eq!(
+            t.change_diff(&p, "/x", None, Some(&new)).unwrap()["old_contents"],
+            ""
+        );
+        let bin = t.keep_body(&p, &[0xff, 0xfe]).unwrap();
+        assert_eq!(
+            t.change_diff(&p, "/x", Some(&bin), Some(&new)).unwrap(),
+            json!({"path": "/x", "is_binary": true})
+        );
+        let missing = revision(b"never kept");
+        assert_eq!(
+            t.change_diff(&p, "/x", Some(&missing), None)
+                .unwrap_err()
+                .code(),
+            iii_shell_protocol::Code::S211
+        );
+    }
+
+    #[test]
+    fn a_file_changed_since_the_turn_is_refused_unless_forced() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a"), "one").unwrap();
+        let p = policy(&root, &data, 1 << 20);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let r = root.clone();
+        hooked(&t, &p, "shell::fs::write", json!({"path": "a"}), || {
+            std::fs::write(r.join("a"), "two").unwrap()
+        });
+        std::fs::write(root.join("a"), "three (someone else)").unwrap();
+        let rv = call(
+            &t,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(rv["failed"], 1);
+        assert!(
+            rv["results"][0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("force: true"),
+            "{rv}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("a")).unwrap(),
+            "three (someone else)"
+        );
+        let rv = call(
+            &t,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1", "force": true}),
+        );
+        assert_eq!(rv["reverted"], 1, "{rv}");
+        assert_eq!(std::fs::read_to_string(root.join("a")).unwrap(), "one");
+    }
+
+    #[test]
+    fn an_evicted_body_fails_its_revert_cleanly_and_a_store_reopened_after_a_crash_lists() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a"), vec![b'a'; 600]).unwrap();
+        std::fs::write(root.join("b"), vec![b'b'; 600]).unwrap();
+        let p = policy(&root, &data, 1000);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let r = root.clone();
+        hooked(&t, &p, "shell::fs::write", json!({"path": "a"}), || {
+            std::fs::write(r.join("a"), "A").unwrap()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t2"}),
+        );
+        let h = json!({"session_id": "s1", "turn_id": "t2", "call": {"function_id": "shell::fs::write", "arguments": {"path": "b"}}});
+        call(&t, &p, "shell::turns::on-pre-trigger", h);
+        std::fs::write(root.join("b"), "B").unwrap();
+        // The executor dies here: no post-trigger, a torn record at the end of the log.
+        let log = data.join("sessions/s1.jsonl");
+        let mut f = std::fs::File::options().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut f, b"{\"t\":\"po").unwrap();
+        let fresh = Turns::default();
+        let list = call(
+            &fresh,
+            &p,
+            "shell::turns::list",
+            json!({"session_id": "s1"}),
+        );
+        assert_eq!(list["turns"].as_array().unwrap().len(), 2, "{list}");
+        // t1's body was evicted to make room for t2's (oldest first).
+        let rv = call(
+            &fresh,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(rv["failed"], 1, "{rv}");
+        assert!(
+            rv["results"][0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("not kept"),
+            "{rv}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("a")).unwrap(),
+            "A",
+            "nothing guessed"
+        );
+        let got = call(
+            &fresh,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(got["turn"]["files"][0]["before"]["stored"], false);
+        // t2, recorded before the crash, reverts (forced: it has no after-revision).
+        let rv = call(
+            &fresh,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t2", "force": true}),
+        );
+        assert_eq!(rv["reverted"], 1, "{rv}");
+        assert_eq!(std::fs::read(root.join("b")).unwrap(), vec![b'b'; 600]);
+    }
+}

@@ -1,0 +1,331 @@
+//! Wire shapes of `shell::turns::*` (the seed schemas) and which calls change which files.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `sha256:<hex>` of some bytes.
+pub fn revision(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(bytes);
+    let mut s = String::with_capacity(71);
+    s.push_str("sha256:");
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentRef {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PreImage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default)]
+    pub stored: bool,
+    #[serde(default)]
+    pub missing: bool,
+    #[serde(default)]
+    pub binary: bool,
+    #[serde(default)]
+    pub truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub path: String,
+    pub kind: String,
+    pub cause: String,
+    pub first_seen: u64,
+    pub last_seen: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<PreImage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<PreImage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_revision: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub turn_id: String,
+    pub started_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub files: Vec<FileRecord>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ParentRef {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+
+/// `TurnEvent` (lenient: every field optional, unknown fields ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TurnEvent {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub message_preview: Option<String>,
+    #[serde(default)]
+    pub parent: Option<ParentRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HookCall {
+    pub function_id: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// `HookInput` (lenient). `result` is read only as `{is_error}`; any other JSON is "not failed".
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HookInput {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub call: Option<HookCall>,
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+impl HookInput {
+    pub fn is_error(&self) -> bool {
+        self.result
+            .as_ref()
+            .and_then(|r| r.get("is_error"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    fn meta_str(&self, pointer: &str) -> Option<String> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.pointer(pointer))
+            .and_then(Value::as_str)
+            .map(String::from)
+    }
+
+    /// `metadata.fs_scope.root`.
+    pub fn scope_root(&self) -> Option<String> {
+        self.meta_str("/fs_scope/root")
+    }
+
+    pub fn parent(&self) -> Option<(String, Option<String>)> {
+        self.meta_str("/parent_session_id")
+            .map(|s| (s, self.meta_str("/parent_turn_id")))
+    }
+
+    pub fn agent_name(&self) -> Option<String> {
+        self.meta_str("/subagent_display/name")
+    }
+}
+
+/// One file a call is about to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touch {
+    /// As the caller wrote it (relative or absolute).
+    pub path: String,
+    pub kind: &'static str,
+    pub from: Option<String>,
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn field(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(String::from)
+}
+
+/// Which files `function_id` called with `args` changes (a pure function; exact-value tests).
+/// Calls not listed (exec, chmod, reads) change nothing that can be pre-imaged.
+pub fn touches(function_id: &str, args: &Value) -> Vec<Touch> {
+    let t = |path: String, kind: &'static str| Touch {
+        path,
+        kind,
+        from: None,
+    };
+    match function_id {
+        "shell::fs::write" => {
+            let mut v: Vec<Touch> = Vec::new();
+            if let Some(p) = field(args, "path") {
+                v.push(t(p, "modified"));
+            }
+            if let Some(files) = args.get("files").and_then(Value::as_array) {
+                v.extend(
+                    files
+                        .iter()
+                        .filter_map(|f| field(f, "path"))
+                        .map(|p| t(p, "modified")),
+                );
+            }
+            v
+        }
+        "shell::fs::rm" => field(args, "path")
+            .map(|p| t(p, "deleted"))
+            .into_iter()
+            .collect(),
+        "shell::fs::mv" => {
+            let from = field(args, "src").or_else(|| field(args, "from"));
+            let to = field(args, "dst").or_else(|| field(args, "to"));
+            match (from, to) {
+                (Some(f), Some(to)) => vec![Touch {
+                    path: to,
+                    kind: "moved",
+                    from: Some(f),
+                }],
+                _ => Vec::new(),
+            }
+        }
+        "shell::fs::sed" => {
+            let files = strs(args.get("files").unwrap_or(&Value::Null));
+            if files.is_empty() {
+                field(args, "path")
+                    .map(|p| t(p, "modified"))
+                    .into_iter()
+                    .collect()
+            } else {
+                files.into_iter().map(|p| t(p, "modified")).collect()
+            }
+        }
+        "coder::create-file" | "coder::update-file" => {
+            let kind = if function_id == "coder::create-file" {
+                "created"
+            } else {
+                "modified"
+            };
+            args.get("files")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|f| field(f, "path"))
+                        .map(|p| t(p, kind))
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+        "coder::delete-file" => strs(args.get("paths").unwrap_or(&Value::Null))
+            .into_iter()
+            .map(|p| t(p, "deleted"))
+            .collect(),
+        "coder::move" => args
+            .get("files")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| {
+                        Some(Touch {
+                            path: field(f, "to")?,
+                            kind: "moved",
+                            from: Some(field(f, "from")?),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// The net kind of a path changed twice in one turn (TURNS-20): a deletion wins; a path the
+/// turn created stays created; a path deleted then written again was modified.
+pub fn compose(earlier: &str, later: &str) -> &'static str {
+    match (earlier, later) {
+        (_, "deleted") => "deleted",
+        ("created", _) => "created",
+        ("deleted", _) => "modified",
+        ("moved", _) => "moved",
+        (_, "moved") => "moved",
+        (_, "created") => "created",
+        _ => "modified",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_files_a_call_changes() {
+        assert_eq!(
+            touches("shell::fs::write", &json!({"path": "a", "content": "x"})),
+            vec![Touch {
+                path: "a".into(),
+                kind: "modified",
+                from: None
+            }]
+        );
+        assert_eq!(
+            touches("shell::fs::mv", &json!({"src": "a", "dst": "b"})),
+            vec![Touch {
+                path: "b".into(),
+                kind: "moved",
+                from: Some("a".into())
+            }]
+        );
+        assert_eq!(
+            touches("coder::delete-file", &json!({"paths": ["x", "y"]})).len(),
+            2
+        );
+        assert_eq!(
+            touches(
+                "coder::create-file",
+                &json!({"files": [{"path": "n", "content": ""}]})
+            )[0]
+            .kind,
+            "created"
+        );
+        assert!(touches("shell::exec", &json!({"command": "rm -rf x"})).is_empty());
+        assert!(touches("shell::fs::chmod", &json!({"path": "a", "mode": "0600"})).is_empty());
+    }
+
+    #[test]
+    fn kinds_compose_within_a_turn() {
+        assert_eq!(compose("created", "modified"), "created");
+        assert_eq!(compose("created", "deleted"), "deleted");
+        assert_eq!(compose("deleted", "created"), "modified");
+        assert_eq!(compose("modified", "modified"), "modified");
+        assert_eq!(compose("modified", "deleted"), "deleted");
+    }
+
+    #[test]
+    fn revisions_are_sha256_hex() {
+        assert_eq!(
+            revision(b""),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! The durable turn store under `turns.data_dir`.
+//!
+//! ```text
+//! <data_dir>/objects/<hh>/<64 hex>   pre-image bodies, content-addressed (sha256)
+//! <data_dir>/sessions/<stem>.jsonl   one append-only log per top-level session
+//! ```
+//!
+//! * A blob is written to a temp file, fsynced, renamed into place and its directory fsynced;
+//!   a blob that exists already only has its mtime refreshed.
+//! * A log record is one JSON line, appended and fsynced before the call is answered. A crash
+//!   at any point leaves at most a torn last line, which loading skips: the store always opens
+//!   and lists what was recorded before.
+//! * `turns.max_blob_bytes` bounds the blob store (the sum of blob sizes). A body larger than
+//!   the cap is not kept (`stored: false`). When a write takes the store past the cap, blobs are
+//!   evicted **oldest first** (by mtime: a blob's mtime is refreshed whenever a later turn keeps
+//!   the same body, so this is the order of the turns that last needed them) down to 90 % of
+//!   the cap; the blob just written is never evicted. An evicted body reads `stored: false`
+//!   and its revert fails with an error; it is never guessed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// `<stem>` of a session's log: the id itself when it is 1-128 of `[A-Za-z0-9_.-]` not
+/// starting with `.`, else `h-<sha256 hex of the id>`.
+pub fn session_stem(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
+    if plain {
+        id.to_string()
+    } else {
+        let r = super::model::revision(id.as_bytes());
+        format!("h-{}", &r["sha256:".len()..])
+    }
+}
+
+pub struct Store {
+    dir: PathBuf,
+    max_blob_bytes: u64,
+}
+
+fn hex_of(rev: &str) -> Option<&str> {
+    let h = rev.strip_prefix("sha256:")?;
+    (h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())).then_some(h)
+}
+
+impl Store {
+    pub fn open(dir: &Path, max_blob_bytes: u64) -> std::io::Result<Store> {
+        std::fs::create_dir_all(dir.join("objects"))?;
+        std::fs::create_dir_all(dir.join("sessions"))?;
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            max_blob_bytes,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn blob_path(&self, rev: &str) -> Option<PathBuf> {
+        let h = hex_of(rev)?;
+        Some(self.dir.join("objects").join(&h[..2]).join(h))
+    }
+
+    pub fn has_blob(&self, rev: &str) -> bool {
+        self.blob_path(rev).is_some_and(|p| p.is_file())
+    }
+
+    pub fn read_blob(&self, rev: &str) -> Option<Vec<u8>> {
+        let data = std::fs::read(self.blob_path(rev)?).ok()?;
+        (super::model::revision(&data) == rev).then_some(data)
+    }
+
+    /// Keeps `data` (whose revision is `rev`). False when it is over the cap or failed.
+    pub fn put_blob(&self, rev: &str, data: &[u8]) -> bool {
+        if data.len() as u64 > self.max_blob_bytes {
+            return false;
+        }
+        let Some(path) = self.blob_path(rev) else {
+            return false;
+        };
+        if path.is_file() {
+            if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
+            return true;
+        }
+        let Some(parent) = path.parent() else {
+            return false;
+        };
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(parent)?;
+            let tmp = parent.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            std::fs::File::open(parent)?.sync_all()
+        };
+        if let Err(e) = write() {
+            tracing::error!(error = %e, dir = %self.dir.display(), "cannot keep a pre-image in the turn store; check that turns.data_dir is writable and has space");
+            return false;
+        }
+        self.evict(&path);
+        true
+    }
+
+    /// Oldest-first eviction down to 90 % of the cap, sparing `keep`.
+    fn evict(&self, keep: &Path) {
+        let mut blobs: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
+        let Ok(dirs) = std::fs::read_dir(self.dir.join("objects")) else {
+            return;
+        };
+        for d in dirs.flatten() {
+            let Ok(files) = std::fs::read_dir(d.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                if let Ok(m) = f.metadata() {
+                    if m.is_file() {
+                        let t = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+                        blobs.push((t, m.len(), f.path()));
+                    }
+                }
+            }
+        }
+        let mut total: u64 = blobs.iter().map(|b| b.1).sum();
+        if total <= self.max_blob_bytes {
+            return;
+        }
+        let target = self.max_blob_bytes / 10 * 9;
+        blobs.sort();
+        for (_, len, p) in blobs {
+            if total <= target {
+                break;
+            }
+            if p == keep {
+                continue;
+            }
+            if std::fs::remove_file(&p).is_ok() {
+                total -= len;
+                tracing::info!(blob = %p.display(), "turn store over turns.max_blob_bytes: evicted the oldest pre-image");
+            }
+        }
+    }
+
+    fn log_path(&self, session: &str) -> PathBuf {
+        self.dir
+            .join("sessions")
+            .join(format!("{}.jsonl", session_stem(session)))
+    }
+
+    /// Appends one record (one line) and fsyncs it.
+    pub fn append(&self, session: &str, record: &serde_json::Value) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        let mut f = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path(session))?;
+        f.write_all(&line)?;
+        f.sync_data()
+    }
+
+    /// Every complete record of a session, oldest first (a torn last line is skipped).
+    pub fn records(&self, session: &str) -> Vec<serde_json::Value> {
+        let Ok(data) = std::fs::read(self.log_path(session)) else {
+            return Vec::new();
+        };
+        data.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| serde_json::from_slice(l).ok())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems() {
+        assert_eq!(session_stem("console-3f2a"), "console-3f2a");
+        assert!(session_stem("../x").starts_with("h-"));
+        assert!(session_stem(".hidden").starts_with("h-"));
+        assert!(session_stem("").starts_with("h-"));
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), 1 << 20).unwrap();
+        s.append("s", &serde_json::json!({"t": "start", "turn_id": "a"}))
+            .unwrap();
+        let mut f = std::fs::File::options()
+            .append(true)
+            .open(d.path().join("sessions/s.jsonl"))
+            .unwrap();
+        f.write_all(b"{\"t\": \"sta").unwrap();
+        assert_eq!(s.records("s").len(), 1);
+    }
+
+    #[test]
+    fn the_blob_cap_evicts_oldest_first_and_refuses_bodies_over_it() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), 100).unwrap();
+        let a = vec![b'a'; 40];
+        let b = vec![b'b'; 40];
+        let c = vec![b'c'; 40];
+        let (ra, rb, rc) = (
+            super::super::model::revision(&a),
+            super::super::model::revision(&b),
+            super::super::model::revision(&c),
+        );
+        assert!(s.put_blob(&ra, &a));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(s.put_blob(&rb, &b));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(s.put_blob(&rc, &c));
+        assert!(!s.has_blob(&ra), "the oldest is evicted");
+        assert!(s.has_blob(&rb) && s.has_blob(&rc));
+        let big = vec![b'x'; 101];
+        assert!(!s.put_blob(&super::super::model::revision(&big), &big));
+    }
+}

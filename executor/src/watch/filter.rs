@@ -1,0 +1,188 @@
+//! Which paths of a watched tree a binding is told about (TRIG-08, TRIG-09).
+//!
+//! `.git` internals are always dropped. Without `include_ignored`, ignored paths are dropped
+//! too: inside a Git repository the git-ignored ones (the repository's top-level
+//! `.gitignore`, `.git/info/exclude`, and the `.gitignore` of every directory from the
+//! repository's top down to the watched root); outside one `/data/`, `/config/`, `/.iii/`,
+//! `node_modules/` and the root's `.gitignore`. `.gitignore` files below the watched root are
+//! not read (a documented limit); the root's own `.gitignore` is re-read when it changes.
+
+use std::path::{Component, Path, PathBuf};
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+/// Patterns that stand in for `.gitignore` outside a repository.
+pub const OUTSIDE_REPO_PATTERNS: &[&str] = &["/data/", "/config/", "/.iii/", "node_modules/"];
+
+/// True when any component of `rel` is `.git`.
+pub fn is_git_internal(rel: &Path) -> bool {
+    rel.components()
+        .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
+}
+
+/// True for the executor's own staging files (`.<name>.iii-<32 hex>.tmp`, `fs/atomic.rs`):
+/// an atomic write's visible outcome is the target's event alone.
+pub fn is_own_temp(rel: &Path) -> bool {
+    let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    match stem.rsplit_once(".iii-") {
+        Some((_, hex)) => hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => false,
+    }
+}
+
+pub struct Filter {
+    include_ignored: bool,
+    /// Matchers with the prefix to put before a root-relative path.
+    matchers: Vec<(Gitignore, PathBuf)>,
+}
+
+impl Filter {
+    /// `root` is the canonical watched directory (used to find the repository); `read_root`
+    /// the path through which its files are read.
+    pub fn build(root: &Path, read_root: &Path, include_ignored: bool) -> Filter {
+        let mut matchers = Vec::new();
+        if include_ignored {
+            return Filter {
+                include_ignored,
+                matchers,
+            };
+        }
+        let repo_top = root.ancestors().find(|a| a.join(".git").exists());
+        match repo_top {
+            Some(top) => {
+                let prefix = root
+                    .strip_prefix(top)
+                    .unwrap_or(Path::new(""))
+                    .to_path_buf();
+                let mut b = GitignoreBuilder::new("");
+                let _ = b.add(top.join(".git/info/exclude"));
+                // Every .gitignore from the top down to the root's parent, with patterns
+                // relative to the top (prefixes applied per file by the builder's root).
+                let mut dir = top.to_path_buf();
+                let _ = b.add(dir.join(".gitignore"));
+                if let Ok(g) = b.build() {
+                    matchers.push((g, prefix.clone()));
+                }
+                for c in prefix.components() {
+                    dir.push(c);
+                    if dir == root {
+                        break;
+                    }
+                    let mut b = GitignoreBuilder::new("");
+                    let _ = b.add(dir.join(".gitignore"));
+                    if let Ok(g) = b.build() {
+                        let sub = root
+                            .strip_prefix(&dir)
+                            .unwrap_or(Path::new(""))
+                            .to_path_buf();
+                        matchers.push((g, sub));
+                    }
+                }
+                if root != top {
+                    let mut b = GitignoreBuilder::new("");
+                    let _ = b.add(read_root.join(".gitignore"));
+                    if let Ok(g) = b.build() {
+                        matchers.push((g, PathBuf::new()));
+                    }
+                }
+            }
+            None => {
+                let mut b = GitignoreBuilder::new("");
+                for p in OUTSIDE_REPO_PATTERNS {
+                    let _ = b.add_line(None, p);
+                }
+                let _ = b.add(read_root.join(".gitignore"));
+                if let Ok(g) = b.build() {
+                    matchers.push((g, PathBuf::new()));
+                }
+            }
+        }
+        Filter {
+            include_ignored,
+            matchers,
+        }
+    }
+
+    /// True when a change of `rel` (relative to the root) is delivered.
+    pub fn delivers(&self, rel: &Path, is_dir: bool) -> bool {
+        if is_git_internal(rel) || is_own_temp(rel) {
+            return false;
+        }
+        if self.include_ignored {
+            return true;
+        }
+        !self.matchers.iter().any(|(g, prefix)| {
+            g.matched_path_or_any_parents(prefix.join(rel), is_dir)
+                .is_ignore()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_internals_are_filtered_even_when_ignored_paths_are_included() {
+        let d = tempfile::tempdir().unwrap();
+        let f = Filter::build(d.path(), d.path(), true);
+        assert!(!f.delivers(Path::new(".git/index"), false));
+        assert!(!f.delivers(Path::new("sub/.git/HEAD"), false));
+        assert!(!f.delivers(Path::new(".git"), true));
+        assert!(f.delivers(Path::new(".gitignore"), false));
+        assert!(f.delivers(Path::new("data/x"), false));
+    }
+
+    #[test]
+    fn the_executors_staging_files_are_not_changes() {
+        let d = tempfile::tempdir().unwrap();
+        let f = Filter::build(d.path(), d.path(), true);
+        assert!(!f.delivers(
+            Path::new("src/.a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
+            false
+        ));
+        assert!(f.delivers(Path::new("src/.a.rs.iii-0123.tmp"), false));
+        assert!(f.delivers(
+            Path::new("src/a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
+            false
+        ));
+    }
+
+    #[test]
+    fn outside_a_repository_the_fixed_list_and_the_root_gitignore_apply() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".gitignore"), "*.log\n").unwrap();
+        let f = Filter::build(d.path(), d.path(), false);
+        assert!(!f.delivers(Path::new("data/observability/x.json"), false));
+        assert!(!f.delivers(Path::new("config/a"), false));
+        assert!(!f.delivers(Path::new(".iii/state"), false));
+        assert!(!f.delivers(Path::new("web/node_modules/x/index.js"), false));
+        assert!(!f.delivers(Path::new("build.log"), false));
+        assert!(f.delivers(Path::new("src/data/x"), false));
+        assert!(f.delivers(Path::new("src/main.rs"), false));
+    }
+
+    #[test]
+    fn inside_a_repository_gitignored_paths_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join(".git/info")).unwrap();
+        std::fs::write(d.path().join(".git/info/exclude"), "secret.txt\n").unwrap();
+        std::fs::write(d.path().join(".gitignore"), "target/\n").unwrap();
+        std::fs::create_dir_all(d.path().join("crate")).unwrap();
+        let f = Filter::build(d.path(), d.path(), false);
+        assert!(!f.delivers(Path::new("target/debug/x"), false));
+        assert!(!f.delivers(Path::new("secret.txt"), false));
+        assert!(
+            f.delivers(Path::new("data/x"), false),
+            "the fixed list is for non-repositories"
+        );
+        let sub = Filter::build(&d.path().join("crate"), &d.path().join("crate"), false);
+        assert!(!sub.delivers(Path::new("target/x"), false));
+        assert!(sub.delivers(Path::new("src/lib.rs"), false));
+    }
+}
