@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod policy;
 pub mod procfs;
 pub mod run;
+pub mod run_as;
 pub mod running;
 pub mod server;
 pub mod spawn;
@@ -149,7 +150,9 @@ impl Executor {
                 generation,
                 config_json,
             } => {
-                match Policy::build(generation, &config_json).and_then(|p| self.within_envelope(p))
+                match Policy::build(generation, &config_json)
+                    .and_then(|p| self.within_envelope(p))
+                    .and_then(|p| run_as::apply(&p.config).map(|()| p))
                 {
                     Ok(p) => {
                         tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
