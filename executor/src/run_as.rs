@@ -185,6 +185,14 @@ pub fn facts(config: &Config, worker: (u32, u32)) -> Result<Facts, String> {
     })
 }
 
+/// The decision for `config` as this process would make it (its own uid): `check-config`
+/// and the supervisor's start-up check.
+pub fn decide_here(config: &Config) -> Result<Decision, String> {
+    // SAFETY: geteuid/getegid cannot fail.
+    let worker = unsafe { (libc::geteuid(), libc::getegid()) };
+    decide(&facts(config, worker)?)
+}
+
 /// Where this executor stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
