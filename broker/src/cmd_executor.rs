@@ -63,6 +63,12 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         Ok(report) => {
             if root {
                 iii_shell_executor::run_as::arm();
+                if args.socket.is_some() {
+                    iii_shell_executor::run_as::set_peer_uid(
+                        args.peer_uid
+                            .unwrap_or_else(|| nix::unistd::getuid().as_raw()),
+                    );
+                }
             }
             for p in &report.problems {
                 tracing::warn!("confinement is best-effort here: {p}");

@@ -80,6 +80,7 @@
 //! | 109 | `/proc/self/status` with run_as unset (root owned by 4242) and `4242:4343` | Uid/Gid exactly those, Groups only the gid, caps 0, NoNewPrivs 1 — root |
 //! | 110 | root-owned primary root, run_as unset                    | uid 65534, jail readable not writable, one WARN naming the fix; strict refuses (also `run_as: root`) — root |
 //! | 111 | the worker itself runs as 4242 (`setpriv`)               | commands as 4242; outside chmod/chown/touch refused; no special bits — root (to set it up) |
+//! | 112 | two units: a policy whose command user is the socket's peer uid | refused (S210 naming the socket); another user runs — root |
 
 mod common;
 mod escape;
@@ -1779,4 +1780,38 @@ async fn escape_111_non_root_worker_runs_commands_as_itself() {
     );
     assert!(out.contains("\"stdout\": \"644\\n\""), "{out}");
     assert_eq!(out.matches("Operation not permitted").count(), 2, "{out}");
+}
+
+#[tokio::test]
+async fn escape_112_commands_never_run_as_the_socket_peer() {
+    require_root!();
+    // Two units: the broker's uid may connect to the executor socket, so no command may run
+    // as it (Landlock ABI <= 7 does not govern connecting to a socket file).
+    let j = user_jail();
+    let mut e = SocketExecutor::start(CMD_UID).await;
+    let run_with = |run_as: &str| {
+        let file = j.base.join(format!("cfg-{run_as}.yaml"));
+        let c = with_run_as(&j, Some(run_as));
+        std::fs::write(&file, serde_norway::to_string(&c).unwrap()).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let payload = json!({"command": "id", "args": ["-u"], "cwd": "."}).to_string();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
+            .arg(bin())
+            .args(["call", "--socket", &s(&e.path), "--config", &s(&file)])
+            .args(["shell::exec", &payload])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run_with("4242");
+    assert!(
+        out.contains("the uid allowed to connect to the executor socket"),
+        "{out}"
+    );
+    // Another user is fine.
+    let out = run_with("4343");
+    assert!(out.contains("\"stdout\": \"4343\\n\""), "{out}");
+    e.assert_alive();
 }

@@ -218,6 +218,26 @@ pub struct Applied {
 
 static STATE: Mutex<State> = Mutex::new(State::Unarmed);
 
+/// The uid allowed to connect to the executor's socket (`--socket --peer-uid`), if it has one.
+static PEER_UID: Mutex<Option<u32>> = Mutex::new(None);
+
+/// Records the socket's peer uid: commands may never run as it (Landlock ABI <= 7 cannot stop
+/// a command from connecting to a socket file its uid may open).
+pub fn set_peer_uid(uid: u32) {
+    *PEER_UID.lock().unwrap_or_else(|p| p.into_inner()) = Some(uid);
+}
+
+/// Refuses a decision whose uid may connect to the executor socket.
+fn not_the_peer(d: Decision) -> Result<Decision, String> {
+    match *PEER_UID.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(peer) if peer == d.uid && peer != 0 => Err(format!(
+            "commands would run as uid {peer} ({}), the uid allowed to connect to the executor socket: a command could talk to the executor; set confinement.run_as to another user",
+            d.why
+        )),
+        _ => Ok(d),
+    }
+}
+
 /// The capabilities a root executor keeps (effective and permitted only, never bounding or
 /// inheritable) until its first policy: the uid/gid switch and handing the job cgroup base
 /// to the command user.
@@ -254,7 +274,7 @@ pub fn apply(config: &Config) -> Result<(), String> {
             Ok(())
         }
         State::Settled(a) => {
-            let d = decide(&facts(config, (0, 0))?)?;
+            let d = not_the_peer(decide(&facts(config, (0, 0))?)?)?;
             if (d.uid, d.gid) != (a.uid, a.gid) {
                 return Err(format!(
                     "this policy runs commands as {}:{} ({}), but the executor already runs them as {}:{}; restart the worker to change the command user",
@@ -264,7 +284,7 @@ pub fn apply(config: &Config) -> Result<(), String> {
             Ok(())
         }
         State::Armed => {
-            let d = decide(&facts(config, (0, 0))?)?;
+            let d = not_the_peer(decide(&facts(config, (0, 0))?)?)?;
             let groups = if d.uid == 0 {
                 Vec::new()
             } else {
@@ -298,7 +318,12 @@ fn switch(d: &Decision, groups: &[u32]) -> Result<(), String> {
                 "commands would run as root, but the retained set-up capabilities cannot be dropped on {threads} threads; run the executor with III_SHELL_EXECUTOR_THREADS=1 or set confinement.run_as to an unprivileged user"
             ));
         }
-        for c in RETAINED {
+        // Those the envelope keeps (`confinement.capabilities`) are in the bounding set,
+        // which was reduced to exactly that list: they stay.
+        for c in RETAINED
+            .into_iter()
+            .filter(|c| !caps::has_cap(None, CapSet::Bounding, *c).unwrap_or(false))
+        {
             caps::drop(None, CapSet::Effective, c).map_err(|e| format!("drop {c}: {e}"))?;
             caps::drop(None, CapSet::Permitted, c).map_err(|e| format!("drop {c}: {e}"))?;
         }
