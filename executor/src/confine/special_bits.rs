@@ -25,13 +25,14 @@ const OFF_ARCH: u32 = 4;
 const fn off_arg(i: u32) -> u32 {
     16 + 8 * i
 }
-const SPECIAL: u32 = (libc::S_ISUID | libc::S_ISGID) as u32;
+const SPECIAL: u32 = libc::S_ISUID | libc::S_ISGID;
 
 fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
 /// The system calls and the argument holding the mode.
+#[allow(clippy::vec_init_then_push)] // the first push depends on the architecture
 fn calls() -> Vec<(i64, u32)> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
