@@ -32,6 +32,15 @@ pub fn check(file: &Path) -> Result<String, String> {
         config.denylist_patterns.len()
     );
     out.push_str(&paths_report(&written, &config));
+    let user = iii_shell_executor::run_as::decide_here(&config)
+        .map_err(|e| format!("the executor would refuse it: {e}"))?;
+    out.push_str(&format!(
+        "  commands as     {}:{} ({})\n",
+        user.uid, user.gid, user.why
+    ));
+    if let Some(w) = &user.warning {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
     for gap in &policy.commands.landlock.gaps {
         out.push_str(&format!("  note: {gap}\n"));
     }

@@ -166,6 +166,16 @@ fn warnings(
         w.push(p.clone());
     }
     w.extend(ex.commands.gaps.iter().cloned());
+    w.extend(ex.commands.run_as_warning.iter().cloned());
+    if ex.commands.foreign_chmod.starts_with("yes") && !config.fs.host_roots.is_empty() {
+        w.push(format!(
+            "a jailed command can change the mode of files it does not own: {}",
+            ex.commands.foreign_chmod
+        ));
+    }
+    if config.fs.host_roots.is_empty() && ex.commands.user.starts_with("0:") {
+        w.push("unjailed as root: commands run as root (the operator's choice; set confinement.run_as to change it)".into());
+    }
     if !ex.commands.cgroups {
         w.push(
             "no writable cgroup v2: a process that calls setsid() can outlive its job's kill"
@@ -296,6 +306,8 @@ fn print_human(
             _ => "no (needs clone3 with CLONE_INTO_CGROUP and job cgroups)",
         }
     );
+    println!("  user               {}", c.user);
+    println!("  chmod of / (root's) {}", c.foreign_chmod);
     println!("  a real command saw {}", c.observed.join(" | "));
     let j = &ex.jobs;
     println!(

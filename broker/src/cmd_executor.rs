@@ -79,8 +79,20 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
             tracing::warn!("{msg}");
         }
     }
-    match iii_shell_executor::confine::harden_executor(&envelope) {
+    // As root, keep what switching to the command user needs (effective and permitted only)
+    // until the first policy says which user that is (`run_as`).
+    let root = nix::unistd::geteuid().is_root();
+    match iii_shell_executor::confine::harden_executor_retaining(&envelope, root) {
         Ok(report) => {
+            if root {
+                iii_shell_executor::run_as::arm();
+                if args.socket.is_some() {
+                    iii_shell_executor::run_as::set_peer_uid(
+                        args.peer_uid
+                            .unwrap_or_else(|| nix::unistd::getuid().as_raw()),
+                    );
+                }
+            }
             for p in &report.problems {
                 tracing::warn!("confinement is best-effort here: {p}");
             }

@@ -29,6 +29,14 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
+    // strict refuses to start when the seed would run jailed commands as root or fall back
+    // to nobody (the executor refuses such a policy too, whichever value the engine holds).
+    if let Err(e) = iii_shell_executor::run_as::decide_here(&seed) {
+        if seed.confinement.mode == ConfinementMode::Strict {
+            tracing::error!("{e}; refusing to start (set confinement.run_as)");
+            return 1;
+        }
+    }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {

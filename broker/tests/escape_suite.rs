@@ -72,8 +72,8 @@
 //! | 100 | jailed: open a character device not in DEVICE_FILES (FIXED) | Permission denied; /dev/null still works |
 //! | 101 | unjailed: open a block device (FIXED)                    | Permission denied |
 //! | 102 | a scratch path under a secret directory (FIXED)          | Permission denied |
-//! | 103 | LIMIT: a jailed command chmods an outside file it owns   | succeeds (Landlock has no chmod right) |
-//! | 104 | LIMIT: a jailed command stats/touches an outside file    | succeeds (metadata and timestamps) |
+//! | 103 | LIMIT: with `run_as: root`, a jailed command chmods an outside root-owned file | succeeds (Landlock has no chmod right; the default is a non-root user, 106) |
+//! | 104 | LIMIT: with `run_as: root`, a jailed command stats/touches an outside file | succeeds (metadata and timestamps) |
 //! | 106 | unjailed default: `id`, `getent passwd daemon`, `ls -l`; every shadow file | users resolve; shadow files Permission denied (FIXED) |
 //! | 107 | jailed default: the same                                 | the same (FIXED) |
 //! | 108 | fs::grep `^root:` over /etc with the shipped default     | no line from a shadow/gshadow file or a backup (FIXED) |
@@ -86,6 +86,13 @@
 //! | 116 | unjailed default: the same                               | the same (FIXED) |
 //! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
 //! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
+//! | 118 | `run_as: 4242:4242`: chmod/chown/chgrp/touch -d on outside files (root's, another user's) | Operation not permitted, all untouched — root |
+//! | 119 | setuid/setgid on the command's own files in the root (`chmod`, python `os.chmod`/`os.fchmod`), as 4242 and as root | EPERM, modes unchanged; control: `fs.allow_special_bits` allows it — root |
+//! | 120 | fs write/mkdir/sed, then a command appends/creates; fs grep/write of the command's file | both ways work; fs files owned by the command user — root |
+//! | 121 | `/proc/self/status` with run_as unset (root owned by 4242) and `4242:4343` | Uid/Gid exactly those, Groups only the gid, caps 0, NoNewPrivs 1 — root |
+//! | 122 | root-owned primary root, run_as unset                    | uid 65534, jail readable not writable, one WARN naming the fix; strict refuses (also `run_as: root`) — root |
+//! | 123 | the worker itself runs as 4242 (`setpriv`)               | commands as 4242; outside chmod/chown/touch refused; no special bits — root (to set it up) |
+//! | 124 | two units: a policy whose command user is the socket's peer uid | refused (S210 naming the socket); another user runs — root |
 //! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
 //! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
 //! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |
@@ -1415,7 +1422,9 @@ async fn escape_102_scratch_path_under_denylisted_dir() {
 #[tokio::test]
 async fn escape_103_limit_chmod_outside() {
     // LIMIT: Landlock (ABI <= 7) has no right for chmod/utimes/xattrs. A command running as
-    // the owner of a file outside the jail (uid 0 owns most of the host) can change its mode.
+    // the owner of a file outside the jail (uid 0 owns most of the host) can change its mode:
+    // that is why commands in a jail run as root only by an explicit `run_as: root` (the
+    // jail helper's), and otherwise as an unprivileged user (118-123).
     let j = Jail::new();
     let h = j.harness().await;
     run(
@@ -2027,4 +2036,374 @@ async fn escape_c05_coder_non_accessible_through_symlinks() {
         "SECRET token\n"
     );
     j.outside_untouched();
+}
+
+// ------------------------------------------------------------------ the command user (run_as)
+
+/// The command user of the `run_as` cases, and another user owning a file outside.
+const CMD_UID: u32 = 4242;
+const OTHER_UID: u32 = 4343;
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+}
+
+/// `j` with the root handed to `CMD_UID`, and `outside/other.txt` owned by `OTHER_UID`.
+fn user_jail() -> Jail {
+    let j = other_file(Jail::new());
+    chown(&j.root, CMD_UID);
+    j
+}
+
+/// `outside/other.txt`, owned by `OTHER_UID`, mode 0644.
+fn other_file(j: Jail) -> Jail {
+    std::fs::write(j.outside.join("other.txt"), "other").unwrap();
+    chown(&j.outside.join("other.txt"), OTHER_UID);
+    std::fs::set_permissions(
+        j.outside.join("other.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    j
+}
+
+fn with_run_as(j: &Jail, run_as: Option<&str>) -> Config {
+    let mut c = j.config();
+    c.confinement.run_as = run_as.map(str::to_string);
+    c
+}
+
+/// Mode, owner and mtime of `p`.
+fn meta(p: &Path) -> (u32, u32, u32, i64) {
+    let m = std::fs::metadata(p).unwrap();
+    (m.mode() & 0o7777, m.uid(), m.gid(), m.mtime())
+}
+
+/// A jailed command cannot change the mode, owner or times of files outside the roots, owned
+/// by root or by another user.
+async fn assert_no_outside_metadata_changes(h: &Harness, j: &Jail) {
+    for name in ["secret.txt", "other.txt"] {
+        let f = j.outside.join(name);
+        let before = meta(&f);
+        for argv in [
+            vec!["chmod", "0666", &s(&f)],
+            vec!["chown", "4242:4242", &s(&f)],
+            vec!["chgrp", "4242", &s(&f)],
+            vec!["touch", "-c", "-d", "@978307200", &s(&f)],
+        ] {
+            let o = run(h, Some("."), &argv).await;
+            assert!(
+                o.code.is_some_and(|c| c != 0)
+                    && (o.stderr.contains("Operation not permitted")
+                        || o.stderr.contains("Permission denied")),
+                "{argv:?} on {name}: {o:?}"
+            );
+        }
+        assert_eq!(meta(&f), before, "{name} changed");
+    }
+}
+
+/// No setuid or setgid bit anywhere, not even on the command's own files inside the roots.
+async fn assert_no_special_bits(h: &Harness, j: &Jail) {
+    let o = sh(
+        h,
+        "rm -rf own ownd; echo x > own && mkdir ownd && chmod 0700 own && echo ok",
+    )
+    .await;
+    assert_eq!(o.ok().stdout, "ok\n");
+    for (mode, target) in [
+        ("4755", "own"),
+        ("2755", "own"),
+        ("6755", "own"),
+        ("u+s", "own"),
+        ("g+s", "ownd"),
+    ] {
+        run(h, Some("."), &["chmod", mode, target])
+            .await
+            .failed_with("Operation not permitted");
+    }
+    assert_eq!(mode_of(&j.root.join("own")), 0o700);
+    assert_eq!(mode_of(&j.root.join("ownd")) & 0o6000, 0);
+    // Through python's os.chmod and os.fchmod too (fchmodat / fchmod).
+    if let Some(py) = python3() {
+        let o = run(
+            h,
+            Some("."),
+            &[
+                py,
+                "-c",
+                "import os\nfor f in (lambda: os.chmod('own', 0o4755), lambda: os.fchmod(os.open('own', os.O_RDONLY), 0o2755)):\n    try:\n        f(); print('changed')\n    except PermissionError as e: print(e.errno)",
+            ],
+        )
+        .await;
+        assert_eq!(o.ok().stdout, "1\n1\n");
+        assert_eq!(mode_of(&j.root.join("own")), 0o700);
+    }
+}
+
+fn status_ids(text: &str) -> (String, String, String) {
+    let f = status_fields(text);
+    (
+        field(&f, "Uid")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        field(&f, "Gid")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        field(&f, "Groups").to_string(),
+    )
+}
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("SKIPPED: run_as cases need root");
+            return;
+        }
+    };
+}
+
+#[tokio::test]
+async fn escape_118_run_as_cannot_touch_outside_metadata() {
+    require_root!();
+    let j = user_jail();
+    let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
+    assert_no_outside_metadata_changes(&h, &j).await;
+    assert_eq!(std::fs::read(j.outside.join("secret.txt")).unwrap(), SECRET);
+}
+
+#[tokio::test]
+async fn escape_119_no_special_bits_whatever_the_uid() {
+    require_root!();
+    let j = user_jail();
+    let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
+    assert_no_special_bits(&h, &j).await;
+    drop(h);
+    // The seccomp rule holds for root commands too (explicit run_as: root).
+    let j = Jail::new();
+    let h = Harness::new(with_run_as(&j, Some("root"))).await;
+    assert_no_special_bits(&h, &j).await;
+    // Control: fs.allow_special_bits lets the command's own file get them.
+    let mut c = with_run_as(&j, Some("root"));
+    c.fs.allow_special_bits = true;
+    drop(h);
+    let h = Harness::new(c).await;
+    run(&h, Some("."), &["chmod", "4755", "own"]).await.ok();
+    assert_eq!(mode_of(&j.root.join("own")), 0o4755);
+}
+
+#[tokio::test]
+async fn escape_120_fs_and_commands_share_files() {
+    require_root!();
+    let j = user_jail();
+    let h = Harness::new(with_run_as(&j, None)).await;
+    h.ok(
+        "shell::fs::write",
+        json!({"path": "made/by/fs.txt", "content": "one\n", "parents": true}),
+    )
+    .await;
+    h.ok("shell::fs::mkdir", json!({"path": "fsdir"})).await;
+    h.ok(
+        "shell::fs::sed",
+        json!({"files": ["made/by/fs.txt"], "pattern": "one", "replacement": "two"}),
+    )
+    .await;
+    assert_eq!(meta(&j.root.join("made/by/fs.txt")).1, CMD_UID);
+    assert_eq!(meta(&j.root.join("fsdir")).1, CMD_UID);
+    let o = sh(
+        &h,
+        "echo three >> made/by/fs.txt && touch fsdir/x && rm fsdir/x && echo cmd > bycmd.txt && cat made/by/fs.txt",
+    )
+    .await;
+    assert_eq!(o.ok().stdout, "two\nthree\n");
+    let r = h
+        .ok("shell::fs::grep", json!({"path": ".", "pattern": "cmd"}))
+        .await;
+    assert!(r.to_string().contains("bycmd.txt"), "{r}");
+    h.ok(
+        "shell::fs::write",
+        json!({"path": "bycmd.txt", "content": "rewritten"}),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("bycmd.txt")).unwrap(),
+        "rewritten"
+    );
+}
+
+#[tokio::test]
+async fn escape_121_status_shows_the_command_user() {
+    require_root!();
+    let j = user_jail();
+    // run_as unset: the owner of the primary root.
+    let h = Harness::new(with_run_as(&j, None)).await;
+    let o = run(&h, Some("."), &["cat", "/proc/self/status"]).await;
+    assert_confined_status(&o.ok().stdout, true);
+    assert_eq!(
+        status_ids(&o.stdout),
+        (
+            "4242 4242 4242 4242".into(),
+            "4242 4242 4242 4242".into(),
+            "4242".into()
+        )
+    );
+    drop(h);
+    // Explicit uid:gid (no user database entry: exactly that group, no root group).
+    let h = Harness::new(with_run_as(&j, Some("4242:4343"))).await;
+    let o = run(&h, Some("."), &["cat", "/proc/self/status"]).await;
+    assert_confined_status(&o.ok().stdout, true);
+    assert_eq!(
+        status_ids(&o.stdout),
+        (
+            "4242 4242 4242 4242".into(),
+            "4343 4343 4343 4343".into(),
+            "4343".into()
+        )
+    );
+}
+
+/// `iii-shell call --config FILE shell::exec` of `argv`, as `setpriv` args say: (stdout, stderr).
+fn call_cli(config: &Config, dir: &Path, setpriv: &[&str], argv: &[&str]) -> (String, String) {
+    let file = dir.join("cfg.yaml");
+    std::fs::write(&file, serde_norway::to_string(config).unwrap()).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let payload = json!({"command": argv[0], "args": &argv[1..], "cwd": "."}).to_string();
+    let mut cmd = if setpriv.is_empty() {
+        std::process::Command::new(bin())
+    } else {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(setpriv).arg(bin());
+        c
+    };
+    let out = cmd
+        .args(["call", "--config", &s(&file), "shell::exec", &payload])
+        .env("RUST_LOG", "warn")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn escape_122_root_owned_root_runs_nobody_and_strict_refuses() {
+    require_root!();
+    let j = other_file(Jail::new());
+    let h = Harness::new(with_run_as(&j, None)).await;
+    let o = run(&h, Some("."), &["cat", "/proc/self/status"]).await;
+    assert_eq!(status_ids(&o.ok().stdout).0, "65534 65534 65534 65534");
+    assert_eq!(status_ids(&o.stdout).1, "65534 65534 65534 65534");
+    sh(&h, "echo x > inside").await.denied();
+    assert!(!j.root.join("inside").exists());
+    // It can read the jail.
+    std::fs::write(j.root.join("readme"), "r").unwrap();
+    assert_eq!(sh(&h, "cat readme").await.ok().stdout, "r");
+    assert_no_outside_metadata_changes(&h, &j).await;
+    drop(h);
+    // The start-up WARN names the fix.
+    let (out, err) = call_cli(&with_run_as(&j, None), &j.base, &[], &["id", "-u"]);
+    assert!(out.contains("\"stdout\": \"65534\\n\""), "{out}");
+    assert_eq!(err.matches("WARN").count(), 1, "{err}");
+    assert!(
+        err.contains("set confinement.run_as")
+            && err.contains(&format!("change the owner of {}", s(&j.root))),
+        "{err}"
+    );
+    // strict refuses.
+    let mut strict = with_run_as(&j, None);
+    strict.confinement.mode = iii_shell_protocol::config::ConfinementMode::Strict;
+    let (out, _) = call_cli(&strict, &j.base, &[], &["id", "-u"]);
+    assert!(
+        out.contains("strict mode refuses to start") && !out.contains("65534\\n"),
+        "{out}"
+    );
+    // And so does an explicit run_as: root in a jail under strict.
+    strict.confinement.run_as = Some("root".into());
+    let (out, _) = call_cli(&strict, &j.base, &[], &["id", "-u"]);
+    assert!(out.contains("run_as is root in a jail"), "{out}");
+}
+
+#[tokio::test]
+async fn escape_123_non_root_worker_runs_commands_as_itself() {
+    require_root!();
+    let j = user_jail();
+    // The worker itself runs as 4242 (run_as is ignored: it cannot switch).
+    let c = with_run_as(&j, Some("root"));
+    let priv_args = ["--reuid", "4242", "--regid", "4242", "--clear-groups"];
+    let (out, _) = call_cli(&c, &j.base, &priv_args, &["id", "-u"]);
+    assert!(out.contains("\"stdout\": \"4242\\n\""), "{out}");
+    for name in ["secret.txt", "other.txt"] {
+        let f = j.outside.join(name);
+        let before = meta(&f);
+        let (out, _) = call_cli(
+            &c,
+            &j.base,
+            &priv_args,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "chmod 0666 {0}; chown 4242 {0}; touch -c -d @978307200 {0}",
+                    q(&f)
+                ),
+            ],
+        );
+        assert_eq!(
+            out.matches("Operation not permitted").count()
+                + out.matches("Permission denied").count(),
+            3,
+            "{out}"
+        );
+        assert_eq!(meta(&f), before);
+    }
+    let (out, _) = call_cli(
+        &c,
+        &j.base,
+        &priv_args,
+        &[
+            "sh",
+            "-c",
+            "echo x > own; chmod 4755 own; chmod 2755 own; stat -c %a own",
+        ],
+    );
+    assert!(out.contains("\"stdout\": \"644\\n\""), "{out}");
+    assert_eq!(out.matches("Operation not permitted").count(), 2, "{out}");
+}
+
+#[tokio::test]
+async fn escape_124_commands_never_run_as_the_socket_peer() {
+    require_root!();
+    // Two units: the broker's uid may connect to the executor socket, so no command may run
+    // as it (Landlock ABI <= 7 does not govern connecting to a socket file).
+    let j = user_jail();
+    let mut e = SocketExecutor::start(CMD_UID).await;
+    let run_with = |run_as: &str| {
+        let file = j.base.join(format!("cfg-{run_as}.yaml"));
+        let c = with_run_as(&j, Some(run_as));
+        std::fs::write(&file, serde_norway::to_string(&c).unwrap()).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let payload = json!({"command": "id", "args": ["-u"], "cwd": "."}).to_string();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
+            .arg(bin())
+            .args(["call", "--socket", &s(&e.path), "--config", &s(&file)])
+            .args(["shell::exec", &payload])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run_with("4242");
+    assert!(
+        out.contains("the uid allowed to connect to the executor socket"),
+        "{out}"
+    );
+    // Another user is fine.
+    let out = run_with("4343");
+    assert!(out.contains("\"stdout\": \"4343\\n\""), "{out}");
+    e.assert_alive();
 }

@@ -515,7 +515,7 @@ async fn the_package_installs_serves_and_uninstalls_cleanly() {
     }
     let (broker_uid, broker_gid) =
         user_in(&r, "iii-shell").unwrap_or_else(|| fail(step, "no iii-shell user"));
-    let (cmd_uid, _) =
+    let (cmd_uid, cmd_gid) =
         user_in(&r, "iii-shell-cmd").unwrap_or_else(|| fail(step, "no iii-shell-cmd user"));
     assert_ne!(broker_uid, 0);
     assert_ne!(cmd_uid, 0);
@@ -523,7 +523,7 @@ async fn the_package_installs_serves_and_uninstalls_cleanly() {
         .unwrap_or_else(|e| fail(step, format!("workspace: {e}")));
     assert_eq!(
         (ws.uid(), ws.gid(), ws.mode() & 0o7777),
-        (cmd_uid, 0, 0o770),
+        (cmd_uid, cmd_gid, 0o750),
         "workspace owner and mode"
     );
     for u in ["iii-shell-executor.service", "iii-shell-broker.service"] {

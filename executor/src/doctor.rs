@@ -98,6 +98,9 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             .lines()
             .filter(|l| {
                 [
+                    "Uid:",
+                    "Gid:",
+                    "Groups:",
                     "NoNewPrivs",
                     "Seccomp:",
                     "CapEff",
@@ -112,6 +115,17 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             .map(|l| l.replace('\t', " "))
             .collect(),
         Err(e) => vec![format!("could not run a probe command: {}", e)],
+    };
+    let foreign_chmod = foreign_chmod(&policy).await;
+    let applied = crate::run_as::applied();
+    let user = match &applied {
+        Some(a) => format!("{}:{} groups {:?} ({})", a.uid, a.gid, a.groups, a.why),
+        // SAFETY: getuid/getgid cannot fail.
+        None => format!(
+            "the executor's own, {}:{}",
+            unsafe { libc::getuid() },
+            unsafe { libc::getgid() }
+        ),
     };
     let commands = CommandReport {
         mode: match c.mode {
@@ -130,23 +144,25 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         },
         seccomp_denied: policy
             .commands
-            .seccomp
-            .as_ref()
-            .map(|f| f.denied.iter().map(|s| s.to_string()).collect())
-            .unwrap_or_default(),
+            .spawn_filter
+            .iter()
+            .flat_map(|f| f.denied.first())
+            .chain(policy.commands.seccomp.iter().flat_map(|f| f.denied.iter()))
+            .map(|s| s.to_string())
+            .collect(),
         rlimits,
-        cgroups: crate::tree::cgroup_base().is_some(),
+        cgroups: crate::tree::cgroups_usable(),
         // Read after the probe command above went through the spawn path.
-        cgroup_entry: match (
-            crate::tree::cgroup_base().is_some(),
-            crate::clone3::available(),
-        ) {
+        cgroup_entry: match (crate::tree::cgroups_usable(), crate::clone3::available()) {
             (false, _) => "none".into(),
             (true, true) => "clone3".into(),
             (true, false) => "cgroup.procs".into(),
         },
         prestart: crate::warm::availability().into(),
         observed,
+        user,
+        foreign_chmod,
+        run_as_warning: applied.and_then(|a| a.warning),
         gaps: ll.gaps.clone(),
     };
     DoctorReport {
@@ -154,5 +170,29 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         commands,
         envelope,
         jobs: Default::default(),
+    }
+}
+
+/// Asks a real command to change the mode of `/` (owned by root) to the mode it already has:
+/// refused (EPERM) unless the command runs as the owner (root). Nothing changes either way.
+async fn foreign_chmod(policy: &Arc<Policy>) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mode = match std::fs::metadata("/") {
+        Ok(m) => m.mode() & 0o7777,
+        Err(e) => return format!("unknown (stat /: {e})"),
+    };
+    let spec = ExecSpec {
+        argv: vec!["chmod".into(), format!("{mode:o}"), "/".into()],
+        cwd: None,
+        env: Vec::new(),
+        stdin: None,
+        timeout_ms: 5000,
+    };
+    match crate::run::run(policy.clone(), spec, Arc::new(Notify::new())).await {
+        Ok(r) if r.exit_code == Some(0) => {
+            "yes: a command changed the mode of / (owned by root); set confinement.run_as to an unprivileged user".into()
+        }
+        Ok(r) => format!("no ({})", r.stderr.trim()),
+        Err(e) => format!("unknown (could not run chmod: {e})"),
     }
 }

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod procfs;
 pub mod pty;
 pub mod run;
+pub mod run_as;
 pub mod running;
 pub mod server;
 pub mod spawn;
@@ -220,7 +221,9 @@ impl Executor {
                 generation,
                 config_json,
             } => {
-                match Policy::build(generation, &config_json).and_then(|p| self.within_envelope(p))
+                match Policy::build(generation, &config_json)
+                    .and_then(|p| self.within_envelope(p))
+                    .and_then(|p| run_as::apply(&p.config).map(|()| p))
                 {
                     Ok(p) => {
                         tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");

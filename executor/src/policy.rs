@@ -40,6 +40,9 @@ pub struct CommandConfinement {
     /// False when the executor's own filter (inherited by every child) is the same one:
     /// loading it again per spawn would only cost time.
     pub seccomp_per_spawn: bool,
+    /// What each command loads: the per-spawn deny filter when there is one, behind the
+    /// special-bits rule unless `fs.allow_special_bits` (see `confine::special_bits`).
+    pub spawn_filter: Option<Arc<seccomp::Filter>>,
     pub rlimits: Rlimits,
 }
 
@@ -59,10 +62,19 @@ impl CommandConfinement {
             (Some(_), None) => true,
             (None, _) => false,
         };
+        let per_spawn = seccomp.as_ref().filter(|_| seccomp_per_spawn);
+        let spawn_filter = if config.confinement.seccomp && !config.fs.allow_special_bits {
+            Some(Arc::new(crate::confine::special_bits::with(
+                per_spawn.map(|f| &**f),
+            )))
+        } else {
+            per_spawn.cloned()
+        };
         let c = CommandConfinement {
             landlock,
             seccomp,
             seccomp_per_spawn,
+            spawn_filter,
             rlimits: Rlimits::from_config(&config.confinement.rlimits),
         };
         let mut extra_gaps = Vec::new();
@@ -98,11 +110,7 @@ impl CommandConfinement {
             rlimits: self.rlimits,
             no_new_privs: true,
             landlock_fd: self.landlock.fd.as_ref().map(|f| f.as_raw_fd()),
-            seccomp: if self.seccomp_per_spawn {
-                self.seccomp.clone()
-            } else {
-                None
-            },
+            seccomp: self.spawn_filter.clone(),
         }
     }
 }

@@ -194,6 +194,56 @@ pub fn sweep_stale_bases(parent: &Path) {
     }
 }
 
+/// Set when the job cgroups could not be handed to the command user: jobs then run without
+/// a cgroup, and process-tree kill falls back to sessions and parentage.
+static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The leaf the executor moves itself into before it hands the base to the command user, so
+/// that the base is the common ancestor of every migration it makes (cgroup v2 delegation).
+pub const EXECUTOR_LEAF: &str = "executor";
+
+/// Whether commands get job cgroups.
+pub fn cgroups_usable() -> bool {
+    cgroup_base().is_some() && !UNUSABLE.load(Ordering::Relaxed)
+}
+
+/// Before the executor leaves root: moves itself into `<base>/executor` and hands the base
+/// (directory, `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads`) and that leaf to
+/// `uid:gid`, the way systemd delegates a subtree. If any step fails, job cgroups are turned
+/// off (logged; `doctor` shows it).
+pub fn hand_cgroup_base_to(uid: u32, gid: u32) {
+    let Some(base) = cgroup_base() else { return };
+    let leaf = base.dir.join(EXECUTOR_LEAF);
+    let r = (|| -> std::io::Result<()> {
+        match std::fs::create_dir(&leaf) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::write(leaf.join("cgroup.procs"), "0")?;
+        let owner = (
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        );
+        for p in [
+            base.dir.clone(),
+            base.dir.join("cgroup.procs"),
+            base.dir.join("cgroup.subtree_control"),
+            base.dir.join("cgroup.threads"),
+            leaf.clone(),
+            leaf.join("cgroup.procs"),
+            leaf.join("cgroup.threads"),
+        ] {
+            nix::unistd::chown(&p, owner.0, owner.1).map_err(std::io::Error::from)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        UNUSABLE.store(true, Ordering::Relaxed);
+        tracing::warn!(error = %e, path = %base.dir.display(), "cannot hand the job cgroups to the command user: commands run without job cgroups and a kill falls back to sessions and parentage; delegate a writable cgroup v2 subtree to the executor (systemd Delegate=yes)");
+    }
+}
+
 /// Empty job cgroups kept for the next commands, so a spawn neither creates nor removes one.
 static POOL: Mutex<Vec<JobCgroup>> = Mutex::new(Vec::new());
 /// How many empty job cgroups are kept; beyond that they are removed.
@@ -271,6 +321,9 @@ impl JobCgroup {
 
     /// Creates a new job cgroup and opens what a spawn needs to start a child in it.
     pub fn create() -> Option<JobCgroup> {
+        if UNUSABLE.load(Ordering::Relaxed) {
+            return None;
+        }
         let base = cgroup_base()?;
         let dir = base
             .dir
@@ -586,7 +639,7 @@ pub fn kill_all_cgroups() {
     if let Ok(rd) = std::fs::read_dir(&base.dir) {
         for e in rd.flatten() {
             let p = e.path();
-            if p.is_dir() {
+            if p.is_dir() && e.file_name() != EXECUTOR_LEAF {
                 let _ = std::fs::write(p.join("cgroup.kill"), "1");
                 remove_when_empty(&p);
             }

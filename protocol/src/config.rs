@@ -134,6 +134,8 @@ pub struct ConfinementConfig {
     pub network: NetworkAccess,
     /// Unprivileged user the broker drops to when started as root.
     pub broker_user: String,
+    /// The user commands (and the executor's fs operations) act as when the worker runs as root: a user name or `uid[:gid]`. Unset: the owner of the primary root when jailed (`nobody` 65534:65534 when that is root, with a warning; `strict` refuses), root when unjailed. `root` in a jail is allowed only as an explicit choice (`strict` refuses it). Ignored when the worker is not root.
+    pub run_as: Option<String>,
     /// Per-command resource limits.
     pub rlimits: RlimitConfig,
     /// Limits on each job's cgroup (its whole process tree), which hold for every uid,
@@ -160,6 +162,52 @@ impl Default for JobLimitsConfig {
             pids_max: Some(1024),
             memory_max_bytes: None,
         }
+    }
+}
+
+/// A parsed `confinement.run_as`: a user name, or a numeric uid with an optional gid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunAs {
+    Name(String),
+    Id { uid: u32, gid: Option<u32> },
+}
+
+impl RunAs {
+    /// Parses `name`, `uid` or `uid:gid`.
+    pub fn parse(s: &str) -> Result<RunAs, String> {
+        let bad = || {
+            format!(
+                "confinement.run_as {s:?} is neither a user name nor uid[:gid] (e.g. \"build\" or \"1000:1000\")"
+            )
+        };
+        if s.is_empty() {
+            return Err(bad());
+        }
+        if s.as_bytes()[0].is_ascii_digit() {
+            let (u, g) = match s.split_once(':') {
+                Some((u, g)) => (u, Some(g)),
+                None => (s, None),
+            };
+            let num = |x: &str| {
+                if x.is_empty() || !x.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                x.parse::<u32>()
+                    .ok()
+                    .filter(|v| *v != u32::MAX)
+                    .ok_or_else(bad)
+            };
+            let uid = num(u)?;
+            let gid = g.map(num).transpose()?;
+            return Ok(RunAs::Id { uid, gid });
+        }
+        let name_ok = s.len() <= 32
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'$'));
+        if !name_ok {
+            return Err(bad());
+        }
+        Ok(RunAs::Name(s.to_string()))
     }
 }
 
@@ -207,6 +255,7 @@ impl Default for ConfinementConfig {
             secret_paths: default_secret_paths(),
             network: NetworkAccess::Allow,
             broker_user: "nobody".to_string(),
+            run_as: None,
             rlimits: RlimitConfig::default(),
             job_limits: JobLimitsConfig::default(),
         }
@@ -549,6 +598,9 @@ impl Config {
         if self.max_timeout_ms == 0 {
             return Err(ConfigError("max_timeout_ms must be greater than 0".into()));
         }
+        if let Some(r) = &self.confinement.run_as {
+            RunAs::parse(r).map_err(ConfigError)?;
+        }
         Ok(())
     }
 
@@ -734,6 +786,12 @@ impl Config {
             }
         };
         extra(&mut why, "env.allow", &n.env.allow, &e.env.allow);
+        if n.confinement.run_as != e.confinement.run_as {
+            why.push(format!(
+                "confinement.run_as is {:?} but the envelope pins {:?}",
+                n.confinement.run_as, e.confinement.run_as
+            ));
+        }
         extra(
             &mut why,
             "confinement.capabilities",
@@ -887,6 +945,69 @@ fn reject_removed_keys(v: &Value) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn run_as_parses_names_and_ids_exactly() {
+        assert_eq!(RunAs::parse("build"), Ok(RunAs::Name("build".into())));
+        assert_eq!(RunAs::parse("root"), Ok(RunAs::Name("root".into())));
+        assert_eq!(
+            RunAs::parse("1000"),
+            Ok(RunAs::Id {
+                uid: 1000,
+                gid: None
+            })
+        );
+        assert_eq!(
+            RunAs::parse("1000:2000"),
+            Ok(RunAs::Id {
+                uid: 1000,
+                gid: Some(2000)
+            })
+        );
+        assert_eq!(
+            RunAs::parse("0:0"),
+            Ok(RunAs::Id {
+                uid: 0,
+                gid: Some(0)
+            })
+        );
+        for bad in [
+            "",
+            "1000:",
+            ":1000",
+            "10x",
+            "1000:abc",
+            "4294967295",
+            "99999999999",
+            "a b",
+            "a/b",
+            "1:2:3",
+        ] {
+            assert!(RunAs::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        let err = Config::from_value(&json!({
+            "fs": {"host_roots": ["/tmp"]},
+            "confinement": {"run_as": "x:y z"}
+        }))
+        .unwrap_err();
+        assert!(err.0.contains("confinement.run_as"), "{err}");
+        // Older configurations (no key) still load, with the key unset.
+        let old = Config::from_value(&json!({"fs": {"host_roots": ["/tmp"]}})).unwrap();
+        assert_eq!(old.confinement.run_as, None);
+    }
+
+    #[test]
+    fn a_pinned_run_as_cannot_be_changed_by_a_reload() {
+        let mut env = Config::builtin_default();
+        env.confinement.run_as = Some("1000".into());
+        let mut n = env.clone();
+        assert!(n.exceeds(&env).is_empty());
+        n.confinement.run_as = Some("root".into());
+        assert_eq!(
+            n.exceeds(&env),
+            vec!["confinement.run_as is Some(\"root\") but the envelope pins Some(\"1000\")"]
+        );
+    }
 
     #[test]
     fn shipped_config_is_the_builtin_default() {

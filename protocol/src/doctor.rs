@@ -46,8 +46,19 @@ pub struct CommandReport {
     /// (`--no-prestart`), or `unavailable` (no clone3 with `CLONE_INTO_CGROUP` here).
     #[serde(default)]
     pub prestart: String,
-    /// What a real command saw (`/proc/self/status` lines), run through the spawn path.
+    /// What a real command saw (`/proc/self/status` lines, `Uid`/`Gid`/`Groups` included),
+    /// run through the spawn path.
     pub observed: Vec<String>,
+    /// The user commands act as (`confinement.run_as`), and why.
+    #[serde(default)]
+    pub user: String,
+    /// Whether a command could change the mode of a file it does not own, as a real command
+    /// found (`yes …` / `no …`).
+    #[serde(default)]
+    pub foreign_chmod: String,
+    /// The start-up warning about the command user, if any (doctor shows it too).
+    #[serde(default)]
+    pub run_as_warning: Option<String>,
     pub gaps: Vec<String>,
 }
 

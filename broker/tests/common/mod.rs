@@ -74,11 +74,14 @@ impl Drop for Harness {
     }
 }
 
-/// A config jailed to `root`.
+/// A config jailed to `root`. These tests were written for commands running as the test's
+/// own user (root, in a root-owned temp dir), so they say so: `confinement.run_as: root`
+/// (the escape suite's `run_as` cases use other users).
 pub fn jailed(root: &Path) -> Config {
     let mut c = Config::builtin_default();
     c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
     c.fs.allow_unjailed = false;
+    c.confinement.run_as = Some("root".into());
     c
 }
 

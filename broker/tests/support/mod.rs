@@ -420,11 +420,13 @@ pub fn shipped_value() -> Value {
         .unwrap()
 }
 
-/// The built-in default jailed to `root`.
+/// The built-in default jailed to `root`, with commands as the test's own user
+/// (`confinement.run_as: root`: the temp dirs are root-owned).
 pub fn jailed(root: &Path) -> Config {
     let mut c = Config::builtin_default();
     c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
     c.fs.allow_unjailed = false;
+    c.confinement.run_as = Some("root".into());
     c
 }
 

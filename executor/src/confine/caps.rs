@@ -50,6 +50,13 @@ pub fn read() -> CapState {
 /// Drops bounding, ambient, inheritable, permitted and effective to `keep`, then verifies by
 /// re-reading every set. Returns the state read back.
 pub fn drop_to(keep: &CapsHashSet) -> Result<CapState, String> {
+    drop_to_retaining(keep, &CapsHashSet::new())
+}
+
+/// [`drop_to`], but `retain` stays in the effective and permitted sets only (never bounding,
+/// inheritable or ambient, so no command can get it across execve): what the executor needs
+/// until its first policy says which user to become (see `run_as`).
+pub fn drop_to_retaining(keep: &CapsHashSet, retain: &CapsHashSet) -> Result<CapState, String> {
     // The bounding set needs CAP_SETPCAP to shrink: do it first, while we may still have it.
     // An unprivileged process cannot shrink it at all; with nothing permitted and
     // no_new_privs set, it can never gain anything from it either, so it is left as is.
@@ -69,18 +76,29 @@ pub fn drop_to(keep: &CapsHashSet) -> Result<CapState, String> {
         .collect();
     caps::set(None, CapSet::Inheritable, &inh)
         .map_err(|e| format!("set the inheritable set: {e}"))?;
-    caps::set(None, CapSet::Effective, &inh).map_err(|e| format!("set the effective set: {e}"))?;
-    caps::set(None, CapSet::Permitted, &inh).map_err(|e| format!("set the permitted set: {e}"))?;
+    let held: CapsHashSet = inh
+        .iter()
+        .copied()
+        .chain(
+            retain
+                .iter()
+                .copied()
+                .filter(|c| caps::has_cap(None, CapSet::Permitted, *c).unwrap_or(false)),
+        )
+        .collect();
+    caps::set(None, CapSet::Effective, &held).map_err(|e| format!("set the effective set: {e}"))?;
+    caps::set(None, CapSet::Permitted, &held).map_err(|e| format!("set the permitted set: {e}"))?;
     let state = read();
     let want = names(keep.clone());
+    let want_held = names(keep.iter().chain(retain.iter()).copied().collect());
     let mut checked = vec![
-        ("effective", &state.effective),
-        ("permitted", &state.permitted),
+        ("effective", &state.effective, &want_held),
+        ("permitted", &state.permitted, &want_held),
     ];
     if privileged {
-        checked.push(("bounding", &state.bounding));
+        checked.push(("bounding", &state.bounding, &want));
     }
-    for (set, have) in checked {
+    for (set, have, want) in checked {
         if have.iter().any(|c| !want.contains(c)) {
             return Err(format!(
                 "verification failed: the {set} set still holds {have:?}"

@@ -12,6 +12,7 @@ pub mod caps;
 pub mod landlock_rules;
 pub mod ptys;
 pub mod seccomp;
+pub mod special_bits;
 
 use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode, RlimitConfig};
 
@@ -115,6 +116,20 @@ pub fn observe() -> SelfReport {
 /// no_new_privs, and the seccomp deny filter on every thread. In strict mode any failure is
 /// returned as an error; in best-effort mode it is recorded in the report.
 pub fn harden_executor(envelope: &ConfinementConfig) -> Result<SelfReport, String> {
+    harden_executor_retaining(envelope, false)
+}
+
+/// [`harden_executor`]; with `for_run_as`, keeps `run_as::RETAINED` in the effective and
+/// permitted sets only (the uid switch, made when the first policy arrives).
+pub fn harden_executor_retaining(
+    envelope: &ConfinementConfig,
+    for_run_as: bool,
+) -> Result<SelfReport, String> {
+    let retain: ::caps::CapsHashSet = if for_run_as {
+        crate::run_as::RETAINED.into_iter().collect()
+    } else {
+        Default::default()
+    };
     let strict = envelope.mode == ConfinementMode::Strict;
     let mut problems = Vec::new();
     // First, while CAP_SYS_ADMIN is still held.
@@ -134,7 +149,7 @@ pub fn harden_executor(envelope: &ConfinementConfig) -> Result<SelfReport, Strin
         problems.push(format!("cannot become a child subreaper: {e}"));
     }
     let keep = caps::parse(&envelope.capabilities)?;
-    if let Err(e) = caps::drop_to(&keep) {
+    if let Err(e) = caps::drop_to_retaining(&keep, &retain) {
         problems.push(format!("capabilities: {e}"));
     }
     if let Err(e) = set_no_new_privs() {
