@@ -159,7 +159,12 @@ pub const IMPLICIT_CONFIG: &str = "./config.yaml";
 
 /// Top-level keys removed in older releases: a file holding one is a (stale) shell
 /// configuration, refused loudly with its migration hint rather than skipped.
-const REMOVED_TOP_LEVEL_KEYS: &[&str] = &["inherit_env", "allowed_env", "allowlist", "migrated_from_coder"];
+const REMOVED_TOP_LEVEL_KEYS: &[&str] = &[
+    "inherit_env",
+    "allowed_env",
+    "allowlist",
+    "migrated_from_coder",
+];
 
 /// Every current top-level key, read off the configuration model itself so that a key added
 /// later counts without anyone remembering this list.
@@ -176,13 +181,11 @@ fn current_top_level_keys() -> Vec<String> {
 pub fn is_shell_config(text: &str) -> bool {
     match serde_norway::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Object(map)) => {
-            {
             let current = current_top_level_keys();
             map.is_empty()
                 || map
                     .keys()
                     .any(|k| REMOVED_TOP_LEVEL_KEYS.contains(&k.as_str()) || current.contains(k))
-        }
         }
         _ => true,
     }
@@ -198,7 +201,9 @@ mod implicit_config_tests {
         assert!(!is_shell_config("workers:\n  - name: shell\n"));
         assert!(!is_shell_config("port: 49134\nmodules: []\n"));
         // Ours: the shipped file, a partial one, one with only a removed key, an empty one.
-        assert!(is_shell_config(iii_shell_protocol::config::SHIPPED_CONFIG_YAML));
+        assert!(is_shell_config(
+            iii_shell_protocol::config::SHIPPED_CONFIG_YAML
+        ));
         assert!(is_shell_config("fs: {allow_unjailed: true}\n"));
         assert!(is_shell_config("inherit_env: true\n"));
         assert!(is_shell_config("allowlist: []\nworkers: []\n"));

@@ -183,9 +183,12 @@ impl Executor {
 
     async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
         let r = match request {
-            Request::Fs(_) | Request::Doctor | Request::Exec(_) | Request::Coder(_) | Request::Pty(_) | Request::Turns(_) => {
-                Err(ExecError::Internal("unreachable".into()))
-            }
+            Request::Fs(_)
+            | Request::Doctor
+            | Request::Exec(_)
+            | Request::Coder(_)
+            | Request::Pty(_)
+            | Request::Turns(_) => Err(ExecError::Internal("unreachable".into())),
             Request::Watch(op) => match op {
                 iii_shell_protocol::watch::WatchOp::Start {
                     binding_id,
