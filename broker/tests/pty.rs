@@ -1032,6 +1032,62 @@ async fn sessions_run_jailed_and_confined_like_commands() {
     assert!(text.contains("/job-"), "not in a job cgroup: {text}");
 }
 
+/// Sessions act as the command user (`confinement.run_as`), exactly like commands: a root
+/// worker jailed with `run_as: 4242:4242` starts the login shell as uid/gid 4242 with no
+/// other group, and it cannot change the mode of a root-owned file outside the jail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_as_the_command_user() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test needs root (the executor switches to confinement.run_as)");
+    }
+    let engine = TestEngine::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::os::unix::fs::chown(&root_path, Some(4242), Some(4242)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("root-owned");
+    std::fs::write(&victim, "x").unwrap();
+    std::fs::set_permissions(
+        outside.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let mut config = jailed(&root_path);
+    config.confinement.run_as = Some("4242:4242".into());
+    let w = Worker::builder().engine(&engine).seed(&config).start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let script = format!(
+        "grep -E '^(Uid|Gid|Groups):' /proc/self/status; chmod 4755 {v}; echo chmod-rc=$?; echo done-probing",
+        v = victim.display()
+    );
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": ".", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "program": "sh", "args": ["-c", script]}),
+        )
+        .await
+        .unwrap();
+    let s = session_of(&r);
+    page.wait_text(&s.id, "done-probing").await;
+    let text = page.text(&s.id);
+    assert!(text.contains("Uid:\t4242\t4242\t4242\t4242"), "{text}");
+    assert!(text.contains("Gid:\t4242\t4242\t4242\t4242"), "{text}");
+    assert!(
+        text.contains("Groups:\t4242 \r\n"),
+        "only the gid, no root group: {text}"
+    );
+    assert!(!text.contains("chmod-rc=0"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777,
+        0o644
+    );
+}
+
 /// A program that never reads its input cannot wedge a write: the call returns what went in.
 /// Oversized and malformed writes are refused before they reach the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
