@@ -44,7 +44,10 @@ pub struct ReloadStatus {
     /// Cumulative count of rejected reloads since boot (never reset).
     pub rejected_reloads: u64,
     /// The configuration id this worker reads: `shell` alone, `shell-<namespace>` with `III_NAMESPACE`, or the `--config-id` given.
+    /// Sent in every reply but left out of the published schema, which stays the seed's
+    /// (the seed's schema allows additional properties, so the reply still validates).
     #[serde(default)]
+    #[schemars(skip)]
     pub config_id: String,
 }
 
