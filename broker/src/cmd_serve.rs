@@ -105,9 +105,14 @@ fn harden_supervisor(seed: &Config) -> Result<(), String> {
         // every command the slow way. Each executor installs its own filter, which refuses
         // clone3 but at its own call site; the supervisor reads no input and clones only
         // through std::process::Command.
+        // For the same reason `unshare` and `mount` are let through: a respawned executor moves
+        // into a mount namespace of its own and mounts the commands' private devpts there
+        // before it installs its own filter, which refuses both to everything after it.
         let mut allow = seed.confinement.seccomp_allow.clone();
-        if !allow.iter().any(|a| a == "clone3") {
-            allow.push("clone3".into());
+        for name in ["clone3", "unshare", "mount"] {
+            if !allow.iter().any(|a| a == name) {
+                allow.push(name.into());
+            }
         }
         let f = seccomp::build(&allow)?;
         seccomp::install_self(&f).map_err(|e| format!("seccomp: {e}"))?;

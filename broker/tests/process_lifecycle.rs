@@ -281,6 +281,12 @@ async fn a_respawned_executor_keeps_clone3() {
         "the respawned executor lost clone3:\n{}",
         w.stderr()
     );
+    // Nor its private devpts instance: the supervisor's filter must let its unshare through.
+    assert!(
+        w.log_lines("no private devpts instance").is_empty(),
+        "the respawned executor lost the commands' private devpts:\n{}",
+        w.stderr()
+    );
 }
 
 /// Whether the executor `pid` made a job-cgroup base.

@@ -187,10 +187,23 @@ async fn an_executor_killed_mid_turn_leaves_a_store_that_lists_and_reverts() {
     let pid = s.worker.executor_pid().expect("executor");
     kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
     s.worker.wait_executor(Some(pid)).await;
+    // The supervisor first kills what the dead executor left, then starts the new one and
+    // hands it to the broker: until then calls answer S216 ("the executor went away").
+    let deadline = std::time::Instant::now() + WAIT;
+    let list = loop {
+        match s
+            .harness
+            .call("shell::turns::list", json!({"session_id": "s1"}))
+            .await
+        {
+            Ok(v) => break v,
+            Err(e) if e.code == "S216" && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("shell::turns::list: {e:?}; {}", s.worker.stderr()),
+        }
+    };
     // The respawned executor has no memory of the turn: only the store.
-    let list = s
-        .call("shell::turns::list", json!({"session_id": "s1"}))
-        .await;
     assert_eq!(list["turns"][0]["files"][0]["kind"], "modified", "{list}");
     let got = s
         .call("shell::turns::get", json!({"session_id": "s1"}))
