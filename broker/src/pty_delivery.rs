@@ -98,9 +98,27 @@ fn payload(session_id: &str, b: &Batch) -> Value {
     })
 }
 
+/// Past this many lanes, a new one first drops the lanes of sessions whose exit was handed on
+/// and that have nothing pending. A session that expires by retention sends no event, so
+/// without this its lane would stay for the broker's lifetime and a caller opening and
+/// abandoning sessions would grow the broker without bound. Lanes of live sessions are
+/// bounded by `pty.max_sessions`, which the executor enforces.
+const LANES_BEFORE_PRUNING: usize = 256;
+
 impl Delivery {
     fn lane(&self, id: &str) -> Arc<Mutex<LaneState>> {
-        lock(&self.lanes).entry(id.to_string()).or_default().clone()
+        let mut lanes = lock(&self.lanes);
+        if let Some(lane) = lanes.get(id) {
+            return lane.clone();
+        }
+        if lanes.len() >= LANES_BEFORE_PRUNING {
+            // Lock order: the map, then a lane (as in `remove`); no path takes them reversed.
+            lanes.retain(|_, lane| {
+                let l = lock(lane);
+                l.running || !l.pending.is_empty() || !l.seen.2
+            });
+        }
+        lanes.entry(id.to_string()).or_default().clone()
     }
 
     /// A new attachment `epoch` of `session_id` started: older output is not delivered.
@@ -306,6 +324,33 @@ mod tests {
             exit: None,
             repeat: false,
         }
+    }
+
+    #[test]
+    fn lanes_of_finished_sessions_do_not_accumulate() {
+        let d = Delivery::default();
+        let live = d.lane("live");
+        for i in 0..1000 {
+            let lane = d.lane(&format!("s{i}"));
+            lock(&lane).seen = (1, 1, true);
+        }
+        let n = lock(&d.lanes).len();
+        assert!(n <= LANES_BEFORE_PRUNING + 1, "{n} lanes kept");
+        // A session that has not exited keeps its lane, and so does one with output pending.
+        assert!(Arc::ptr_eq(&live, &d.lane("live")));
+        let busy = d.lane("busy");
+        {
+            let mut l = lock(&busy);
+            l.seen = (1, 1, true);
+            l.pending.push_back(b(1, 2, b"x"));
+        }
+        for i in 1000..1600 {
+            let lane = d.lane(&format!("s{i}"));
+            lock(&lane).seen = (1, 1, true);
+        }
+        assert!(Arc::ptr_eq(&busy, &d.lane("busy")));
+        assert!(Arc::ptr_eq(&live, &d.lane("live")));
+        assert!(lock(&d.lanes).len() <= LANES_BEFORE_PRUNING + 1);
     }
 
     #[test]
