@@ -3,9 +3,7 @@
 //! files name resolution reads (and never execute), and a default-deny seccomp allowlist fit
 //! for a network client. Every syscall outside the list fails with EPERM.
 
-use iii_shell_executor::confine::{
-    caps, landlock_rules::kernel_abi, no_new_privs, set_no_new_privs,
-};
+use iii_shell_confine::{caps, landlock::kernel_abi, no_new_privs, set_no_new_privs};
 use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode};
 use landlock::{
     Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -228,7 +226,7 @@ fn allowlist() -> Vec<i64> {
 }
 
 fn install_allowlist() -> Result<(), String> {
-    use iii_shell_executor::confine::seccomp::{allowlist_filter, install_self};
+    use iii_shell_confine::seccomp::{allowlist_filter, install_self};
     let f = allowlist_filter(&allowlist());
     install_self(&f).map_err(|e| e.to_string())
 }

@@ -4,14 +4,6 @@
 //! socket. It never touches the host filesystem or runs programs itself.
 
 pub mod changed;
-pub mod cli;
-pub mod cmd_broker;
-pub mod cmd_call;
-pub mod cmd_check_config;
-pub mod cmd_doctor;
-pub mod cmd_executor;
-pub mod cmd_probe;
-pub mod cmd_serve;
 pub mod confine;
 pub mod engine;
 pub mod executor_client;

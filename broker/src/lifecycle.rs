@@ -307,11 +307,11 @@ impl Lifecycle {
             })
             .await?;
         if let Some(prev) = &previous {
-            let widened = config.widens(&prev.config);
+            let widened = iii_shell_policy::widening::widening(&prev.config, &config);
             if !widened.is_empty() {
                 tracing::warn!(
                     "privilege change applied by a configuration reload: {}",
-                    widened.join("; ")
+                    iii_shell_policy::widening::describe(&widened)
                 );
             }
         }

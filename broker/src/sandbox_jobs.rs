@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use iii_shell_executor::capture::Capture;
+use iii_shell_policy::capture::Capture;
 use iii_shell_protocol::exec::{JobRecord, JobStatus, JobSummary, KillResponse};
 
 /// The `reason` of a successful `shell::kill` of a sandbox job.

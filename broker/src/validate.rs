@@ -3,9 +3,9 @@
 //!
 //! Order (the seed's): malformed payload → host-only fields → argv → denylist → env → spawn.
 
-use iii_shell_executor::command::check_argv;
-use iii_shell_executor::denylist::{denied_message, Denylist};
-use iii_shell_executor::env_policy;
+use iii_shell_policy::argv::check_argv;
+use iii_shell_policy::denylist::{denied_message, Denylist};
+use iii_shell_policy::env_policy;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::exec::{ExecRequest, Target};
 use iii_shell_protocol::messages::ExecSpec;

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use crate::cli::{BrokerArgs, ServeArgs};
 use crate::cmd_executor::shutdown_signal;
-use crate::confine::{confine_self, drop_user, lookup_user};
-use crate::engine::endpoint::{namespace, resolve_url, spawn_probe, worker_name};
-use crate::engine::frames::ErrorBody;
-use crate::engine::{EngineLink, Invoker, LinkOptions};
-use crate::executor_source::ExecutorSource;
-use crate::functions::{dispatch, CallMeta};
-use crate::lifecycle::{Lifecycle, ON_CHANGE_ID};
-use crate::services::Services;
+use iii_shell_broker::confine::{confine_self, drop_user, lookup_user};
+use iii_shell_broker::engine::endpoint::{namespace, resolve_url, spawn_probe, worker_name};
+use iii_shell_broker::engine::frames::ErrorBody;
+use iii_shell_broker::engine::{EngineLink, Invoker, LinkOptions};
+use iii_shell_broker::executor_source::ExecutorSource;
+use iii_shell_broker::functions::{dispatch, CallMeta};
+use iii_shell_broker::lifecycle::{Lifecycle, ON_CHANGE_ID};
+use iii_shell_broker::services::Services;
 use iii_shell_protocol::config::Config;
 
 /// Everything the broker does before its async runtime exists: find the executor, read the
@@ -122,7 +122,7 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
         }
     );
     let url = resolve_url(args.url.as_deref());
-    let config_id = match crate::worker_identity::config_id(
+    let config_id = match iii_shell_broker::worker_identity::config_id(
         args.config_id.as_deref(),
         namespace().as_deref(),
     ) {
@@ -177,7 +177,9 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
         opts.pid = unsafe { libc::getppid() } as u32;
     }
     let link = EngineLink::start(opts, invoker);
-    link.set_trigger_provider(Arc::new(crate::changed::Provider(services.clone())));
+    link.set_trigger_provider(Arc::new(iii_shell_broker::changed::Provider(
+        services.clone(),
+    )));
     services.set_engine(link.clone());
     let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed, config_id);
     let _ = lifecycle_slot.set(lifecycle.clone());

@@ -8,9 +8,9 @@ use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
 use crate::cli::CallArgs;
-use crate::functions::{dispatch, CallMeta};
-use crate::services::Services;
-use crate::spawn_executor::spawn_executor;
+use iii_shell_broker::functions::{dispatch, CallMeta};
+use iii_shell_broker::services::Services;
+use iii_shell_broker::spawn_executor::spawn_executor;
 
 /// Loads `--config` if the file exists (a file that exists but fails to parse is an error),
 /// else the built-in default.
@@ -44,7 +44,7 @@ pub async fn run(args: CallArgs, config_path: Option<&Path>) -> i32 {
 }
 
 async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireError> {
-    let config = crate::worker_identity::resolve(&load_config(config_path)?)
+    let config = iii_shell_broker::worker_identity::resolve(&load_config(config_path)?)
         .map_err(|e| WireError::new(Code::S210, e))?;
     let payload: Value = match &args.json {
         None => Value::Object(Default::default()),

@@ -17,7 +17,7 @@ use iii_shell_protocol::config::Config;
 pub fn check(file: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let written = Config::from_yaml(&text).map_err(|e| e.0)?;
-    let config = crate::worker_identity::resolve(&written)?;
+    let config = iii_shell_broker::worker_identity::resolve(&written)?;
     let json = serde_json::to_string(&config).map_err(|e| e.to_string())?;
     let policy =
         Policy::build(0, &json).map_err(|e| format!("the executor would refuse it: {e}"))?;

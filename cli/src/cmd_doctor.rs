@@ -9,8 +9,8 @@ use iii_shell_protocol::messages::{Reply, Request};
 use serde_json::json;
 
 use crate::cli::{DoctorArgs, ServeArgs};
-use crate::executor_client::ExecutorClient;
-use crate::spawn_executor::spawn_executor;
+use iii_shell_broker::executor_client::ExecutorClient;
+use iii_shell_broker::spawn_executor::spawn_executor;
 
 pub async fn run(args: DoctorArgs, serve: &ServeArgs) -> i32 {
     let written = match serve.seed() {
@@ -20,16 +20,16 @@ pub async fn run(args: DoctorArgs, serve: &ServeArgs) -> i32 {
             return 1;
         }
     };
-    let config = match crate::worker_identity::resolve(&written) {
+    let config = match iii_shell_broker::worker_identity::resolve(&written) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("doctor: {e}");
             return 1;
         }
     };
-    let config_id = match crate::worker_identity::config_id(
+    let config_id = match iii_shell_broker::worker_identity::config_id(
         serve.config_id.as_deref(),
-        crate::engine::endpoint::namespace().as_deref(),
+        iii_shell_broker::engine::endpoint::namespace().as_deref(),
     ) {
         Ok(id) => id,
         Err(e) => {

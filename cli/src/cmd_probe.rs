@@ -196,20 +196,20 @@ fn broker_probe(seed_json: Option<&str>) -> i32 {
     let mut problems = Vec::new();
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
-        if let Err(e) =
-            crate::confine::lookup_user(&config.confinement.broker_user).and_then(|(u, g)| {
+        if let Err(e) = iii_shell_broker::confine::lookup_user(&config.confinement.broker_user)
+            .and_then(|(u, g)| {
                 // Same order as `serve`: bounding set first, then groups, gid, uid.
                 for cap in 0..64 {
                     // SAFETY: PR_CAPBSET_DROP only changes this process's bounding set.
                     unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
                 }
-                crate::confine::drop_user(u, g)
+                iii_shell_broker::confine::drop_user(u, g)
             })
         {
             problems.push(e);
         }
     }
-    let report = crate::confine::confine_self(&config.confinement);
+    let report = iii_shell_broker::confine::confine_self(&config.confinement);
     let mut r = iii_shell_executor::doctor::process_report("broker");
     match report {
         Ok(b) => {

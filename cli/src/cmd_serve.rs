@@ -16,9 +16,9 @@ use std::time::Duration;
 use iii_shell_protocol::config::{Config, ConfinementMode};
 
 use crate::cli::ServeArgs;
-use crate::confine::lookup_user;
-use crate::executor_source::send_fd;
-use crate::spawn_executor::{clear_cloexec, spawn_executor_raw};
+use iii_shell_broker::confine::lookup_user;
+use iii_shell_broker::executor_source::send_fd;
+use iii_shell_broker::spawn_executor::{clear_cloexec, spawn_executor_raw};
 
 pub fn run(args: ServeArgs) -> i32 {
     // A seed file that exists but does not parse aborts boot before anything else happens.
@@ -46,7 +46,7 @@ pub fn run(args: ServeArgs) -> i32 {
     };
     // A child subreaper: when an executor dies, the commands it started are re-parented to
     // us (not to init), so we can find and kill them before a new executor serves.
-    if let Err(e) = iii_shell_executor::tree::become_subreaper() {
+    if let Err(e) = iii_shell_confine::become_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper: where no job cgroup exists, commands of a dead executor may outlive it");
     }
     let executor_args: Vec<String> = match &args.pin_config {
@@ -94,7 +94,7 @@ pub fn run(args: ServeArgs) -> i32 {
 }
 
 fn harden_supervisor(seed: &Config) -> Result<(), String> {
-    use iii_shell_executor::confine::{seccomp, set_no_new_privs};
+    use iii_shell_confine::{seccomp, set_no_new_privs};
     // SAFETY: PR_SET_DUMPABLE 0 only changes a process flag.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
@@ -152,7 +152,7 @@ fn spawn_broker(
         cmd.arg("--config-id").arg(id);
     }
     if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", crate::logging::default_filter());
+        cmd.env("RUST_LOG", iii_shell_broker::logging::default_filter());
     }
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {

@@ -1,18 +1,19 @@
 use clap::Parser;
-use iii_shell_broker::cli::{Cli, Command};
-use iii_shell_broker::{cmd_broker, cmd_call, cmd_executor, cmd_serve, logging};
+use iii_shell::cli::{Cli, Command};
+use iii_shell::{cmd_broker, cmd_call, cmd_executor, cmd_serve};
+use iii_shell_broker::logging;
 
 fn main() {
     // Before anything can change it: relative configuration paths resolve against it.
     iii_shell_broker::worker_identity::capture_start_dir();
     let mut cli = Cli::parse();
     let code = match cli.command {
-        Some(Command::CheckConfig { file }) => iii_shell_broker::cmd_check_config::run(&file),
+        Some(Command::CheckConfig { file }) => iii_shell::cmd_check_config::run(&file),
         Some(Command::Doctor(args)) => {
             logging::init("warn");
-            runtime(2).block_on(iii_shell_broker::cmd_doctor::run(args, &cli.serve))
+            runtime(2).block_on(iii_shell::cmd_doctor::run(args, &cli.serve))
         }
-        Some(Command::Probe { args }) => iii_shell_broker::cmd_probe::run(&args),
+        Some(Command::Probe { args }) => iii_shell::cmd_probe::run(&args),
         Some(Command::Executor(mut args)) => {
             logging::init("info");
             match cmd_executor::resolve_peer_user(&mut args)

@@ -197,18 +197,30 @@ fn refuse_namespace_flags(p: &mut Vec<libc::sock_filter>, nr: i64, then: libc::s
 /// apart by two things the kernel shows the filter: the instruction pointer (the address right
 /// after the trampoline's syscall instruction, fixed for the life of the executor but
 /// randomized at its start) and two 64-bit secrets the trampoline passes in argument registers
-/// clone3 ignores (`crate::clone3::secret`). A command cannot read either: the executor is not
+/// clone3 ignores (the executor's `clone3::secret`). A command cannot read either: the executor is not
 /// dumpable, commands hold no capabilities, and the filter's program is not readable without
 /// CAP_SYS_ADMIN. Guessing the address alone would be feasible (a wrong guess only costs
 /// ENOSYS); guessing it and 128 random bits is not. With address-space randomization off
 /// (`kernel.randomize_va_space = 0`) no exception is made, and spawns use the cgroup.procs
 /// write.
+///
+/// The executor registers its trampoline with [`except_clone3_at`] before it builds a filter;
+/// without a registration no exception is made.
 fn clone3_call_site() -> Option<(u64, [u64; 2])> {
-    let site = crate::clone3::call_site()?;
+    let &(site, secret) = CLONE3_EXCEPTION.get()?;
     let aslr = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space")
         .map(|s| s.trim() != "0")
         .unwrap_or(false);
-    aslr.then(|| (site, crate::clone3::secret()))
+    aslr.then_some((site, secret))
+}
+
+static CLONE3_EXCEPTION: std::sync::OnceLock<(u64, [u64; 2])> = std::sync::OnceLock::new();
+
+/// Registers the one clone3 call site the deny filter lets through: `ip` is the address right
+/// after the trampoline's syscall instruction and `secret` the two values it passes in
+/// argument registers clone3 ignores. The first registration wins; it lasts for the process.
+pub fn except_clone3_at(ip: u64, secret: [u64; 2]) {
+    let _ = CLONE3_EXCEPTION.set((ip, secret));
 }
 
 /// clone3 answers ENOSYS unless the instruction pointer is `ip` and arguments 2 and 3 are the

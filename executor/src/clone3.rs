@@ -287,6 +287,15 @@ unsafe fn raw(args: &mut CloneArgs, f: ChildFn, arg: *mut c_void) -> isize {
     unsafe { iii_shell_clone3(args, std::mem::size_of::<CloneArgs>(), f, arg, s0, s1) }
 }
 
+/// Tells the seccomp deny filter about this trampoline, so a filter built afterwards lets
+/// its clone3 through (`iii_shell_confine::seccomp::except_clone3_at`). Idempotent; called
+/// before every filter is built.
+pub fn register_seccomp_exception() {
+    if let Some(site) = call_site() {
+        iii_shell_confine::seccomp::except_clone3_at(site, secret());
+    }
+}
+
 /// The instruction pointer the kernel reports (to seccomp) for the trampoline's clone3: the
 /// address right after its syscall instruction. None where there is no trampoline.
 pub fn call_site() -> Option<u64> {
@@ -367,6 +376,7 @@ mod tests {
             eprintln!("skipped: address-space randomization is off, so no exception is made");
             return;
         }
+        register_seccomp_exception();
         let filter = crate::confine::seccomp::build(&[]).expect("filter");
         let prog = filter.fprog();
         let good = secret();

@@ -47,26 +47,7 @@ pub fn check(policy: &Policy, spec: &ExecSpec) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// What an empty or blank `command` is told.
-pub const EMPTY_COMMAND: &str =
-    "empty command: 'command' must name the program to run (its arguments go in 'args')";
-
-pub fn check_argv(argv: &[String]) -> Result<(), ExecError> {
-    // The seed's Errors table: an empty command is an invalid request (S210).
-    if argv.first().is_none_or(|a| a.trim().is_empty()) {
-        return Err(ExecError::Invalid(EMPTY_COMMAND.into()));
-    }
-    for (i, a) in argv.iter().enumerate() {
-        if a.contains('\0') {
-            return Err(ExecError::Plain(if i == 0 {
-                "'command' contains a NUL byte".to_string()
-            } else {
-                format!("'args[{}]' contains a NUL byte", i - 1)
-            }));
-        }
-    }
-    Ok(())
-}
+pub use iii_shell_policy::argv::{check_argv, EMPTY_COMMAND};
 
 /// The directory a command starts in, as an fd (None = the executor's own cwd).
 pub fn resolve_cwd(policy: &Policy, cwd: Option<&str>) -> Result<Option<OwnedFd>, ExecError> {

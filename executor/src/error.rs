@@ -66,3 +66,12 @@ impl From<ExecError> for WireError {
         e.to_wire()
     }
 }
+
+impl From<iii_shell_policy::PolicyError> for ExecError {
+    fn from(e: iii_shell_policy::PolicyError) -> Self {
+        match e {
+            iii_shell_policy::PolicyError::Invalid(m) => ExecError::Invalid(m),
+            iii_shell_policy::PolicyError::Plain(m) => ExecError::Plain(m),
+        }
+    }
+}

@@ -9,9 +9,7 @@ pub mod clone3;
 pub mod coder;
 pub mod command;
 pub mod confine;
-pub mod denylist;
 pub mod doctor;
-pub mod env_policy;
 pub mod error;
 pub mod fs;
 pub mod jail;
@@ -28,6 +26,9 @@ pub mod tree;
 pub mod turns;
 pub mod warm;
 pub mod watch;
+
+/// The shared policy rules, re-exported where the executor's modules have always found them.
+pub use iii_shell_policy::{denylist, env_policy};
 
 use std::sync::Arc;
 
@@ -261,11 +262,11 @@ impl Executor {
 
     fn within_envelope(&self, p: Policy) -> Result<Policy, String> {
         if let Some(env) = &self.envelope {
-            let beyond = p.config.exceeds(env);
+            let beyond = iii_shell_policy::widening::widening(env, &p.config);
             if !beyond.is_empty() {
                 return Err(format!(
                     "the pinned envelope forbids widening: {}",
-                    beyond.join("; ")
+                    iii_shell_policy::widening::describe(&beyond)
                 ));
             }
         }

@@ -53,6 +53,7 @@ impl CommandConfinement {
     ) -> Result<CommandConfinement, String> {
         let landlock = landlock_rules::build(config, protected)?;
         let seccomp = if config.confinement.seccomp {
+            crate::clone3::register_seccomp_exception();
             Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?))
         } else {
             None

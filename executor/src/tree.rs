@@ -621,14 +621,7 @@ pub fn reap_orphans() {
     }
 }
 
-/// Makes this process a child subreaper.
-pub fn become_subreaper() -> std::io::Result<()> {
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only changes a flag of this process.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
+pub use iii_shell_confine::become_subreaper;
 
 /// Kills every job cgroup and removes the base (executor shutdown).
 pub fn kill_all_cgroups() {

@@ -635,237 +635,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// True when `self` grants something `old` did not: fewer jail roots or none, unjailed,
-    /// special bits, fewer denied paths or patterns, larger caps. Used to log privilege changes.
-    pub fn widens(&self, old: &Config) -> Vec<String> {
-        let mut why = Vec::new();
-        if old.fs.host_roots.is_empty() != self.fs.host_roots.is_empty()
-            && self.fs.host_roots.is_empty()
-        {
-            why.push("fs.host_roots cleared: the filesystem is now unjailed".to_string());
-        }
-        for r in &self.fs.host_roots {
-            if !old.fs.host_roots.is_empty() && !old.fs.host_roots.contains(r) {
-                why.push(format!("fs.host_roots gained {r}"));
-            }
-        }
-        if self.fs.allow_unjailed && !old.fs.allow_unjailed {
-            why.push("fs.allow_unjailed enabled".to_string());
-        }
-        if self.fs.allow_special_bits && !old.fs.allow_special_bits {
-            why.push("fs.allow_special_bits enabled".to_string());
-        }
-        for p in &old.fs.denylist_paths {
-            if !self.fs.denylist_paths.contains(p) {
-                why.push(format!("fs.denylist_paths lost {p}"));
-            }
-        }
-        for p in &old.confinement.secret_paths {
-            if !self.confinement.secret_paths.contains(p) {
-                why.push(format!("confinement.secret_paths lost {p}"));
-            }
-        }
-        for p in &old.denylist_patterns {
-            if !self.denylist_patterns.contains(p) {
-                why.push(format!("denylist_patterns lost {p}"));
-            }
-        }
-        for g in &old.code.non_accessible_globs {
-            if !self.code.non_accessible_globs.contains(g) {
-                why.push(format!("code.non_accessible_globs lost {g}"));
-            }
-        }
-        if self.env.inherit && !old.env.inherit {
-            why.push("env.inherit enabled".to_string());
-        }
-        if !self.sandbox.enabled && old.sandbox.enabled {
-            // Narrowing, not widening; nothing to report.
-        }
-        why
-    }
-}
-
-impl Config {
-    /// What `self` grants beyond `envelope` (a pinned, widest-allowed policy). Empty means
-    /// `self` is within the envelope.
-    pub fn exceeds(&self, envelope: &Config) -> Vec<String> {
-        use std::path::Path;
-        let mut why = Vec::new();
-        let (e, n) = (envelope, self);
-        let inside = |p: &str, roots: &[String]| roots.iter().any(|r| Path::new(p).starts_with(r));
-        if !e.fs.host_roots.is_empty() {
-            if n.fs.host_roots.is_empty() {
-                why.push("fs.host_roots is empty but the envelope is jailed".to_string());
-            }
-            for r in &n.fs.host_roots {
-                if !inside(r, &e.fs.host_roots) {
-                    why.push(format!(
-                        "fs.host_roots entry {r} is outside the envelope's roots"
-                    ));
-                }
-            }
-        }
-        let flag = |why: &mut Vec<String>, name: &str, new: bool, env: bool| {
-            if new && !env {
-                why.push(format!("{name} is enabled but the envelope disables it"));
-            }
-        };
-        flag(
-            &mut why,
-            "fs.allow_unjailed",
-            n.fs.allow_unjailed,
-            e.fs.allow_unjailed,
-        );
-        flag(
-            &mut why,
-            "fs.allow_special_bits",
-            n.fs.allow_special_bits,
-            e.fs.allow_special_bits,
-        );
-        flag(&mut why, "env.inherit", n.env.inherit, e.env.inherit);
-        flag(
-            &mut why,
-            "sandbox.enabled",
-            n.sandbox.enabled,
-            e.sandbox.enabled,
-        );
-        flag(
-            &mut why,
-            "confinement.landlock off",
-            !n.confinement.landlock,
-            !e.confinement.landlock,
-        );
-        flag(
-            &mut why,
-            "confinement.seccomp off",
-            !n.confinement.seccomp,
-            !e.confinement.seccomp,
-        );
-        if e.confinement.mode == ConfinementMode::Strict
-            && n.confinement.mode != ConfinementMode::Strict
-        {
-            why.push("confinement.mode is best_effort but the envelope is strict".into());
-        }
-        let missing = |why: &mut Vec<String>, name: &str, new: &[String], env: &[String]| {
-            for x in env {
-                if !new.contains(x) {
-                    why.push(format!("{name} lost {x}"));
-                }
-            }
-        };
-        missing(
-            &mut why,
-            "fs.denylist_paths",
-            &n.fs.denylist_paths,
-            &e.fs.denylist_paths,
-        );
-        missing(
-            &mut why,
-            "confinement.secret_paths",
-            &n.confinement.secret_paths,
-            &e.confinement.secret_paths,
-        );
-        missing(
-            &mut why,
-            "denylist_patterns",
-            &n.denylist_patterns,
-            &e.denylist_patterns,
-        );
-        missing(
-            &mut why,
-            "code.non_accessible_globs",
-            &n.code.non_accessible_globs,
-            &e.code.non_accessible_globs,
-        );
-        let extra = |why: &mut Vec<String>, name: &str, new: &[String], env: &[String]| {
-            for x in new {
-                if !env.contains(x) {
-                    why.push(format!("{name} adds {x}"));
-                }
-            }
-        };
-        extra(&mut why, "env.allow", &n.env.allow, &e.env.allow);
-        if n.confinement.run_as != e.confinement.run_as {
-            why.push(format!(
-                "confinement.run_as is {:?} but the envelope pins {:?}",
-                n.confinement.run_as, e.confinement.run_as
-            ));
-        }
-        extra(
-            &mut why,
-            "confinement.capabilities",
-            &n.confinement.capabilities,
-            &e.confinement.capabilities,
-        );
-        extra(
-            &mut why,
-            "confinement.seccomp_allow",
-            &n.confinement.seccomp_allow,
-            &e.confinement.seccomp_allow,
-        );
-        for p in &n.confinement.scratch_paths {
-            if !inside(p, &e.confinement.scratch_paths) {
-                why.push(format!("confinement.scratch_paths adds {p}"));
-            }
-        }
-        for p in &n.confinement.system_paths {
-            if !inside(p, &e.confinement.system_paths) {
-                why.push(format!("confinement.system_paths adds {p}"));
-            }
-        }
-        let rank = |a: NetworkAccess| match a {
-            NetworkAccess::Deny => 0,
-            NetworkAccess::DenyBind => 1,
-            NetworkAccess::Allow => 2,
-        };
-        if rank(n.confinement.network) > rank(e.confinement.network) {
-            why.push("confinement.network is wider than the envelope's".into());
-        }
-        // Caps where 0 means unlimited.
-        let cap = |why: &mut Vec<String>, name: &str, new: u64, env: u64| {
-            if env != 0 && (new == 0 || new > env) {
-                why.push(format!("{name} {new} exceeds the envelope's {env}"));
-            }
-        };
-        cap(
-            &mut why,
-            "fs.max_read_bytes",
-            n.fs.max_read_bytes,
-            e.fs.max_read_bytes,
-        );
-        cap(
-            &mut why,
-            "fs.max_write_bytes",
-            n.fs.max_write_bytes,
-            e.fs.max_write_bytes,
-        );
-        cap(
-            &mut why,
-            "max_bg_timeout_ms",
-            n.max_bg_timeout_ms,
-            e.max_bg_timeout_ms,
-        );
-        for (name, new, env) in [
-            ("max_timeout_ms", n.max_timeout_ms, e.max_timeout_ms),
-            ("max_output_bytes", n.max_output_bytes, e.max_output_bytes),
-            (
-                "max_concurrent_jobs",
-                n.max_concurrent_jobs as u64,
-                e.max_concurrent_jobs as u64,
-            ),
-            (
-                "pty.max_sessions",
-                n.pty.max_sessions as u64,
-                e.pty.max_sessions as u64,
-            ),
-        ] {
-            if new > env {
-                why.push(format!("{name} {new} exceeds the envelope's {env}"));
-            }
-        }
-        why
-    }
 }
 
 /// `p` joined to `base` when relative, without `.` components.
@@ -1001,11 +770,11 @@ mod tests {
         let mut env = Config::builtin_default();
         env.confinement.run_as = Some("1000".into());
         let mut n = env.clone();
-        assert!(n.exceeds(&env).is_empty());
+        assert!(crate::widening::widening(&env, &n).is_empty());
         n.confinement.run_as = Some("root".into());
         assert_eq!(
-            n.exceeds(&env),
-            vec!["confinement.run_as is Some(\"root\") but the envelope pins Some(\"1000\")"]
+            crate::widening::describe(&crate::widening::widening(&env, &n)),
+            "confinement.run_as is Some(\"root\"), not Some(\"1000\")"
         );
     }
 
@@ -1194,12 +963,15 @@ mod tests {
         .contains("confinement.secret_paths entry"));
         let mut lost = c.clone();
         lost.confinement.secret_paths.clear();
-        assert!(lost
-            .widens(&c)
-            .contains(&"confinement.secret_paths lost /etc/shadow".to_string()));
-        assert!(lost
-            .exceeds(&c)
-            .contains(&"confinement.secret_paths lost /etc/gshadow".to_string()));
+        let why = crate::widening::describe(&crate::widening::widening(&c, &lost));
+        assert!(
+            why.contains("confinement.secret_paths lost /etc/shadow"),
+            "{why}"
+        );
+        assert!(
+            why.contains("confinement.secret_paths lost /etc/gshadow"),
+            "{why}"
+        );
     }
 
     #[test]

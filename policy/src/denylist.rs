@@ -56,7 +56,7 @@ pub fn denied_message(pattern: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iii_shell_protocol::config::default_denylist_patterns;
+    use crate::config::default_denylist_patterns;
 
     fn argv(s: &str) -> Vec<String> {
         s.split(' ').map(str::to_string).collect()

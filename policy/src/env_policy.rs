@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::ExecError;
+use crate::error::PolicyError;
 
 /// Keys refused by exact name (compared case-insensitively).
 pub const DANGEROUS_KEYS: &[&str] = &[
@@ -105,23 +105,23 @@ pub fn is_dangerous(key: &str) -> bool {
 }
 
 /// Checks every per-call key; the first offender fails the whole call with S210.
-pub fn check_overrides<'a, I>(keys: I) -> Result<(), ExecError>
+pub fn check_overrides<'a, I>(keys: I) -> Result<(), PolicyError>
 where
     I: IntoIterator<Item = &'a str>,
 {
     for key in keys {
         if !is_var_name(key) {
-            return Err(ExecError::Invalid(format!(
+            return Err(PolicyError::Invalid(format!(
                 "env key {key:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"
             )));
         }
         if is_dangerous(key) {
-            return Err(ExecError::Invalid(format!(
+            return Err(PolicyError::Invalid(format!(
                 "env key '{key}' is not allowed: it can change which program runs or how it starts (per-call env is deny-only; PATH, IFS, HOME, LD_*/DYLD_* and interpreter startup keys are always refused)"
             )));
         }
         if key.contains('\0') {
-            return Err(ExecError::Invalid(format!(
+            return Err(PolicyError::Invalid(format!(
                 "env key {key:?} contains a NUL byte"
             )));
         }

@@ -125,3 +125,33 @@ pub fn not_found_message(path: &str) -> String {
 pub fn escape_message(path: &str) -> String {
     format!("path escapes the fs jail roots: {path}")
 }
+
+/// A refusal by one of the shared policy rules, carrying its wire code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// S210: the request is invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// A plain-message failure (argv): code `invocation_failed`.
+    #[error("{0}")]
+    Plain(String),
+}
+
+impl PolicyError {
+    pub fn code(&self) -> Code {
+        match self {
+            PolicyError::Invalid(_) => Code::S210,
+            PolicyError::Plain(_) => Code::InvocationFailed,
+        }
+    }
+
+    pub fn to_wire(&self) -> WireError {
+        WireError::new(self.code(), self.to_string())
+    }
+}
+
+impl From<PolicyError> for WireError {
+    fn from(e: PolicyError) -> Self {
+        e.to_wire()
+    }
+}

@@ -613,47 +613,11 @@ pub enum FsReply {
     WorkspaceReadBytes(WorkspaceReadBytesResponse),
 }
 
-/// Parses an octal mode string (`"0644"`, `"755"`): S210 on anything else. Special bits
-/// (setuid, setgid, sticky) are refused unless `allow_special_bits`.
-pub fn parse_mode(s: &str, allow_special_bits: bool) -> Result<u32, String> {
-    let t = s.trim();
-    if t.is_empty() || t.len() > 5 || !t.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-        return Err(format!(
-            "bad octal mode {s:?}: expected an octal string such as \"0644\""
-        ));
-    }
-    let mode = u32::from_str_radix(t, 8).map_err(|_| format!("bad octal mode {s:?}"))?;
-    if mode > 0o7777 {
-        return Err(format!("bad octal mode {s:?}: above 07777"));
-    }
-    if mode & 0o7000 != 0 && !allow_special_bits {
-        return Err(format!(
-            "mode {s:?} carries setuid/setgid/sticky bits, which fs.allow_special_bits does not permit"
-        ));
-    }
-    Ok(mode)
-}
-
-/// The octal string form of a mode's permission bits (`"0644"`).
-pub fn mode_string(mode: u32) -> String {
-    format!("{:04o}", mode & 0o7777)
-}
+pub use iii_shell_policy::mode::{mode_string, parse_mode};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn modes() {
-        assert_eq!(parse_mode("0644", false), Ok(0o644));
-        assert_eq!(parse_mode("755", false), Ok(0o755));
-        for bad in ["", "abc", "0999", "77777", "-1", "0o644"] {
-            assert!(parse_mode(bad, false).is_err(), "{bad}");
-        }
-        assert!(parse_mode("4755", false).unwrap_err().contains("setuid"));
-        assert_eq!(parse_mode("4755", true), Ok(0o4755));
-        assert_eq!(mode_string(0o100644), "0644");
-    }
 
     #[test]
     fn write_content_forms() {

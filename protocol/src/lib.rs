@@ -3,15 +3,14 @@
 //! * [`frame`]: the length-prefixed postcard framing used on the broker↔executor socket.
 //! * [`sink`]: writing frames to a socket shared by many tasks.
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
-//! * [`error`]: the `{code, message}` wire error and the S-codes.
+//! * [`error`]: the `{code, message}` wire error and the S-codes (from `iii_shell_policy`).
 //! * [`exec`]: the public JSON request/response types of the exec family.
 //! * [`coder`]: the public JSON types of `coder::*`, its budgets and executor operations.
-//! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape).
+//! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape; from
+//!   `iii_shell_policy`).
 
 pub mod coder;
-pub mod config;
 pub mod doctor;
-pub mod error;
 pub mod exec;
 pub mod frame;
 pub mod fs;
@@ -21,7 +20,10 @@ pub mod sink;
 pub mod turns;
 pub mod watch;
 
-pub use error::{Code, WireError};
+/// The configuration model and the wire error live in the shared policy crate; re-exported
+/// here so every message type and its vocabulary are reachable from one place.
+pub use iii_shell_policy::{config, error};
+pub use iii_shell_policy::{Code, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.

@@ -117,7 +117,7 @@ pub fn open_spec(req: OpenRequest, unjailed: bool) -> Result<OpenSpec, WireError
         )));
     }
     let env: Vec<(String, String)> = req.env.unwrap_or_default().into_iter().collect();
-    iii_shell_executor::env_policy::check_overrides(env.iter().map(|(k, _)| k.as_str()))
+    iii_shell_policy::env_policy::check_overrides(env.iter().map(|(k, _)| k.as_str()))
         .map_err(|e| e.to_wire())?;
     // `args` means nothing without `program`: a login shell takes no arguments here.
     let argv = req.program.map(|p| {
@@ -126,7 +126,7 @@ pub fn open_spec(req: OpenRequest, unjailed: bool) -> Result<OpenSpec, WireError
         argv
     });
     if let Some(argv) = &argv {
-        iii_shell_executor::command::check_argv(argv).map_err(|e| e.to_wire())?;
+        iii_shell_policy::argv::check_argv(argv).map_err(|e| e.to_wire())?;
     }
     Ok(OpenSpec {
         cwd: req.cwd,

@@ -11,7 +11,7 @@ mod scode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iii_shell_executor::capture::Capture;
+use iii_shell_policy::capture::Capture;
 use iii_shell_protocol::exec::{ExecBgResponse, ExecResponse, JobStatus, Target};
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
@@ -108,7 +108,7 @@ fn exec_payload(sandbox_id: &str, argv: &[String], timeout_ms: u64) -> Result<Va
     let Some((cmd, args)) = argv.split_first() else {
         return Err(WireError::new(
             Code::S210,
-            iii_shell_executor::command::EMPTY_COMMAND,
+            iii_shell_policy::argv::EMPTY_COMMAND,
         ));
     };
     Ok(json!({"sandbox_id": sandbox_id, "cmd": cmd, "args": args, "timeout_ms": timeout_ms}))

@@ -79,24 +79,7 @@ pub struct CommandRuleset {
     pub gaps: Vec<String>,
 }
 
-/// The kernel's Landlock ABI version (0 when Landlock is unavailable or disabled).
-pub fn kernel_abi() -> i32 {
-    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns
-    // a number; no memory is passed.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
-    if v < 0 {
-        0
-    } else {
-        v as i32
-    }
-}
+pub use iii_shell_confine::landlock::kernel_abi;
 
 fn dir_ops(access: BitFlags<AccessFs>) -> BitFlags<AccessFs> {
     access

@@ -1,115 +1,27 @@
 //! Kernel confinement: of the executor itself at start-up, and of every command it spawns.
 //!
+//! The mechanisms live in `iii_shell_confine` (shared with the supervisor and the broker)
+//! and are re-exported here:
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`seccomp`]: the deny filter (a hand-built BPF program).
-//! * [`landlock_rules`]: the command ruleset built from the live jail.
 //! * [`ptys`]: a private devpts instance, so commands never see the host's terminals.
+//!
+//! Here: [`landlock_rules`], the command ruleset built from the live jail, and
+//! [`harden_executor`], the executor's own start-up.
 //!
 //! Per spawn, everything is built in the parent (once per policy) and the child only applies
 //! it with raw system calls: rlimits, no_new_privs, `landlock_restrict_self`, `seccomp`.
 
-pub mod caps;
 pub mod landlock_rules;
-pub mod ptys;
-pub mod seccomp;
-pub mod special_bits;
 
-use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode, RlimitConfig};
-
-/// The resource limits of a command, ready for `setrlimit` in the child.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Rlimits {
-    pub entries: [(i32, u64); 5],
-    pub len: usize,
-}
-
-impl Rlimits {
-    pub fn from_config(c: &RlimitConfig) -> Rlimits {
-        let mut r = Rlimits::default();
-        for (res, v) in [
-            (libc::RLIMIT_NPROC as i32, c.max_processes),
-            (libc::RLIMIT_AS as i32, c.address_space_bytes),
-            (libc::RLIMIT_FSIZE as i32, c.file_size_bytes),
-            (libc::RLIMIT_NOFILE as i32, c.open_files),
-            (libc::RLIMIT_CPU as i32, c.cpu_seconds),
-        ] {
-            if let Some(v) = v {
-                r.entries[r.len] = (res, v);
-                r.len += 1;
-            }
-        }
-        r
-    }
-}
+pub use iii_shell_confine::{
+    caps, no_new_privs, observe, ptys, seccomp, set_no_new_privs, special_bits, Rlimits, SelfReport,
+};
+use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode};
 
 /// The deny list of the filter this process installed on itself, if any. Every child
 /// inherits that filter, so a command filter with the same list need not be loaded again.
 pub static BASELINE: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-
-/// What the executor did to itself at start-up, for `doctor` and the start-up log.
-#[derive(Debug, Clone, Default)]
-pub struct SelfReport {
-    pub uid: u32,
-    pub gid: u32,
-    pub caps: caps::CapState,
-    pub no_new_privs: bool,
-    pub seccomp_mode: u32,
-    pub seccomp_denied: Vec<String>,
-    pub dumpable: bool,
-    pub subreaper: bool,
-    /// The executor (and so every command) has a devpts instance of its own.
-    pub private_ptys: bool,
-    pub problems: Vec<String>,
-}
-
-fn prctl_get(option: i32) -> i64 {
-    // SAFETY: the PR_GET_* options used here take no pointer arguments.
-    unsafe { libc::prctl(option, 0, 0, 0, 0) as i64 }
-}
-
-pub fn no_new_privs() -> bool {
-    prctl_get(libc::PR_GET_NO_NEW_PRIVS) == 1
-}
-
-pub fn set_no_new_privs() -> std::io::Result<()> {
-    // SAFETY: PR_SET_NO_NEW_PRIVS with 1 only sets a process flag.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn subreaper() -> bool {
-    let mut v: libc::c_int = 0;
-    // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer we pass.
-    unsafe {
-        libc::prctl(
-            libc::PR_GET_CHILD_SUBREAPER,
-            &mut v as *mut libc::c_int,
-            0,
-            0,
-            0,
-        )
-    };
-    v != 0
-}
-
-/// Reads the state of this process (no changes).
-pub fn observe() -> SelfReport {
-    SelfReport {
-        // SAFETY: getuid/getgid cannot fail.
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
-        caps: caps::read(),
-        no_new_privs: no_new_privs(),
-        seccomp_mode: seccomp::current_mode().unwrap_or(0),
-        seccomp_denied: Vec::new(),
-        dumpable: prctl_get(libc::PR_GET_DUMPABLE) == 1,
-        subreaper: subreaper(),
-        private_ptys: ptys::is_private(),
-        problems: Vec::new(),
-    }
-}
 
 /// Hardens the executor process: not dumpable (commands cannot read its memory or open its
 /// fds through /proc), a child subreaper, capabilities dropped to `envelope.capabilities`,
@@ -160,6 +72,7 @@ pub fn harden_executor_retaining(
     }
     let mut denied = Vec::new();
     if envelope.seccomp {
+        crate::clone3::register_seccomp_exception();
         let filter = seccomp::build(&envelope.seccomp_allow)?;
         match seccomp::install_self(&filter) {
             Ok(()) => {

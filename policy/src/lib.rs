@@ -1,0 +1,25 @@
+//! The policy both halves of iii-shell share: pure computation, no system calls, no I/O.
+//!
+//! The broker checks a request with these functions before it forwards it; the executor
+//! checks it again with the same functions before it acts. Keeping them in one crate that
+//! neither half owns is what makes the two checks the same check.
+//!
+//! * [`config`]: the `shell` configuration document, its validation and migration hints.
+//! * [`widening`]: the one decision "does this reload grant more than before".
+//! * [`error`]: the `{code, message}` wire error and its typed codes.
+//! * [`denylist`]: the advisory command denylist.
+//! * [`env_policy`]: the dangerous-environment gate and the forwarded base environment.
+//! * [`argv`]: argv rules.
+//! * [`mode`]: file-mode and owner rules of the fs surface.
+//! * [`capture`]: bounded output capture and its truncation at a character boundary.
+
+pub mod argv;
+pub mod capture;
+pub mod config;
+pub mod denylist;
+pub mod env_policy;
+pub mod error;
+pub mod mode;
+pub mod widening;
+
+pub use error::{Code, PolicyError, WireError};
