@@ -9,6 +9,7 @@ pub mod clone3;
 pub mod coder;
 pub mod command;
 pub mod confine;
+mod dispatch;
 pub mod doctor;
 pub mod error;
 pub mod fs;
@@ -32,10 +33,8 @@ pub use iii_shell_policy::{denylist, env_policy};
 
 use std::sync::Arc;
 
-use iii_shell_protocol::exec::StatusResponse;
-use iii_shell_protocol::messages::{Event, Reply, Request};
-use iii_shell_protocol::{Code, WireError};
-use tokio::sync::{broadcast, Notify};
+use iii_shell_protocol::messages::Event;
+use tokio::sync::broadcast;
 
 use crate::error::ExecError;
 use crate::jobs::Jobs;
@@ -84,180 +83,6 @@ impl Executor {
         self.policy
             .get()
             .ok_or_else(|| ExecError::Internal("executor has no policy yet".into()))
-    }
-
-    /// Handles one request against one policy snapshot. Streaming requests also return the
-    /// work that follows the reply.
-    pub async fn handle(
-        &self,
-        request: Request,
-        cancel: Arc<Notify>,
-        io: &mut fs::RequestIo,
-    ) -> (Result<Reply, WireError>, Option<fs::Continuation>) {
-        if let Request::Pty(op) = request {
-            return pty::handle(self, op, cancel, io).await;
-        }
-        if let Request::Fs(op) = request {
-            return match self.current() {
-                Ok(p) => match fs::handle(p, op, io).await {
-                    Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
-                    Err(e) => (Err(e.to_wire()), None),
-                },
-                Err(e) => (Err(e.to_wire()), None),
-            };
-        }
-        if let Request::Coder(call) = request {
-            let result = match self.current() {
-                Ok(p) => tokio::task::spawn_blocking(move || coder::handle(&p, *call))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(WireError::new(
-                            Code::C216,
-                            format!("coder task failed: {e}"),
-                        ))
-                    }),
-                Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
-            };
-            return (result.map(|r| Reply::Coder(Box::new(r))), None);
-        }
-        if let Request::Exec(spec) = request {
-            let p = match self.current() {
-                Ok(p) => p,
-                Err(e) => return (Err(e.to_wire()), None),
-            };
-            let (result, spent) = run::run_then_release(p.clone(), spec, cancel).await;
-            // After the reply is on its way: the command's descriptors are closed, its job's
-            // cgroup goes back to the pool, and the next command process is pre-started (not
-            // under a policy replaced meanwhile).
-            let cont: Option<fs::Continuation> = Some(Box::pin(async move {
-                spent.release();
-                p.refill_warm();
-            }));
-            return (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont);
-        }
-        if let Request::Turns(call) = request {
-            let p = match self.current() {
-                Ok(p) => p,
-                Err(e) => return (Err(e.to_wire()), None),
-            };
-            // Store I/O (fsyncs) runs on the blocking pool, off the request path's thread.
-            let turns = self.turns.clone();
-            let out = tokio::task::spawn_blocking(move || {
-                turns.call(&p, &call.function, &call.payload_json)
-            })
-            .await
-            .unwrap_or_else(|e| Err(ExecError::Internal(format!("turns call failed: {e}"))))
-            .map(|v| {
-                Reply::Turns(iii_shell_protocol::turns::TurnsReply {
-                    json: v.to_string(),
-                })
-            })
-            .map_err(|e| e.to_wire());
-            return (out, None);
-        }
-        if let Request::Doctor = request {
-            let envelope = self.envelope.as_ref().map(|e| {
-                let roots = if e.fs.host_roots.is_empty() {
-                    "unjailed".to_string()
-                } else {
-                    e.fs.host_roots.join(", ")
-                };
-                format!(
-                    "pinned: roots {roots}; capabilities {:?}; seccomp_allow {:?}; mode {:?}",
-                    e.confinement.capabilities, e.confinement.seccomp_allow, e.confinement.mode
-                )
-            });
-            let mut report = doctor::report(self.policy.get(), envelope).await;
-            let r = self.jobs.retained();
-            report.jobs = iii_shell_protocol::doctor::JobsReport {
-                running: r.running as u64,
-                finished: r.finished as u64,
-                finished_bytes: r.finished_bytes as u64,
-                finished_max: jobs::FINISHED_MAX as u64,
-                finished_max_bytes: jobs::FINISHED_MAX_BYTES as u64,
-                evicted: r.evicted,
-            };
-            return (Ok(Reply::Doctor(Box::new(report))), None);
-        }
-        (self.handle_simple(request).await, None)
-    }
-
-    async fn handle_simple(&self, request: Request) -> Result<Reply, WireError> {
-        let r = match request {
-            Request::Fs(_)
-            | Request::Doctor
-            | Request::Exec(_)
-            | Request::Coder(_)
-            | Request::Pty(_)
-            | Request::Turns(_) => Err(ExecError::Internal("unreachable".into())),
-            Request::Watch(op) => match op {
-                iii_shell_protocol::watch::WatchOp::Start {
-                    binding_id,
-                    path,
-                    include_ignored,
-                } => match self.current() {
-                    Ok(p) => self
-                        .watches
-                        .start(p, &binding_id, &path, include_ignored)
-                        .map(Reply::Watch),
-                    Err(e) => Err(e),
-                },
-                iii_shell_protocol::watch::WatchOp::Stop { binding_id } => {
-                    Ok(Reply::Watch(self.watches.stop(&binding_id)))
-                }
-            },
-            Request::Ping => Ok(Reply::Pong),
-            Request::SetPolicy { generation, .. }
-                if self.policy.get().is_some_and(|p| p.generation > generation) =>
-            {
-                // A stale policy (a respawn racing a reload): keep the newer one.
-                let current = self
-                    .policy
-                    .get()
-                    .map(|p| p.generation)
-                    .unwrap_or(generation);
-                tracing::debug!(generation, current, "ignoring a stale policy");
-                Ok(Reply::PolicyAccepted {
-                    generation: current,
-                })
-            }
-            Request::SetPolicy {
-                generation,
-                config_json,
-            } => {
-                match Policy::build(generation, &config_json)
-                    .and_then(|p| self.within_envelope(p))
-                    .and_then(|p| run_as::apply(&p.config).map(|()| p))
-                {
-                    Ok(p) => {
-                        tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
-                        self.policy.set(p);
-                        if let Some(p) = self.policy.get() {
-                            p.refill_warm();
-                        }
-                        Ok(Reply::PolicyAccepted { generation })
-                    }
-                    Err(e) => {
-                        tracing::warn!(generation, error = %e, "policy refused");
-                        return Err(WireError::new(
-                            Code::S210,
-                            format!("policy refused by the executor: {e}"),
-                        ));
-                    }
-                }
-            }
-            Request::ExecBg(spec) => match self.current() {
-                Ok(p) => self.jobs.spawn(p, spec).await.map(Reply::ExecBg),
-                Err(e) => Err(e),
-            },
-            Request::JobStatus { job_id } => self
-                .jobs
-                .status(&job_id)
-                .map(|job| Reply::JobStatus(StatusResponse { job })),
-            Request::JobList => Ok(Reply::JobList(self.jobs.list())),
-            Request::JobKill { job_id } => self.jobs.kill(&job_id).await.map(Reply::JobKill),
-        };
-        r.map_err(|e| e.to_wire())
     }
 
     fn within_envelope(&self, p: Policy) -> Result<Policy, String> {

@@ -11,7 +11,7 @@ use iii_shell_protocol::messages::{
     ClientFrame, Hello, Request, ServerFrame, MAGIC, STREAM_WINDOW,
 };
 use iii_shell_protocol::sink::{send_now, send_queued, Sent, SharedWriter};
-use iii_shell_protocol::PROTOCOL_VERSION;
+use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Notify, Semaphore};
 
@@ -58,9 +58,59 @@ pub fn version_mismatch(ours: u32, theirs: u32) -> String {
     format!("protocol version mismatch: executor speaks {ours}, broker speaks {theirs}; run the broker and executor from the same iii-shell release")
 }
 
+/// Requests one connection may have in flight at once. Past it a request is refused (S216)
+/// rather than queued: the read loop must keep reading, because the requests in flight need
+/// their stream data, acknowledgements and cancels.
+pub const MAX_IN_FLIGHT: usize = 4096;
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The id names a request still in flight on this connection.
+    DuplicateId(u64),
+    /// `max` requests are in flight already.
+    TooMany { max: usize },
+}
+
+impl Refusal {
+    pub fn to_wire(&self) -> WireError {
+        match self {
+            Refusal::DuplicateId(id) => WireError::new(
+                Code::S210,
+                format!("request id {id} is already in flight on this connection: refused, nothing was done (the broker numbers requests uniquely; a repeat is a bug in the peer)"),
+            ),
+            Refusal::TooMany { max } => WireError::new(
+                Code::S216,
+                format!("the executor already has {max} requests in flight on this connection: refused, nothing was done; retry when some have finished"),
+            ),
+        }
+    }
+}
+
+/// Whether a request with `id` may start: never under an id still in flight (the first one
+/// keeps its cancel handle and its reply), and only while a slot is free.
+pub fn admit(id_in_flight: bool, id: u64, slot_free: bool, max: usize) -> Result<(), Refusal> {
+    if id_in_flight {
+        return Err(Refusal::DuplicateId(id));
+    }
+    if !slot_free {
+        return Err(Refusal::TooMany { max });
+    }
+    Ok(())
+}
+
 /// Serves one broker connection until it closes. Never panics on bad input: a malformed or
 /// oversized frame is logged and closes the connection.
 pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
+    serve_connection_limited(exec, stream, MAX_IN_FLIGHT).await
+}
+
+/// [`serve_connection`] with at most `max_in_flight` requests in flight.
+pub async fn serve_connection_limited(
+    exec: Arc<Executor>,
+    stream: UnixStream,
+    max_in_flight: usize,
+) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = tokio::io::BufReader::with_capacity(iii_shell_protocol::frame::READ_BUFFER, rd);
     // From here on the write half is shared by the writer task and direct replies.
@@ -143,13 +193,36 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
 
     let inflight: Arc<Mutex<HashMap<u64, Arc<Notify>>>> = Arc::default();
     let streams: Arc<Mutex<Streams>> = Arc::default();
+    let slots = Arc::new(Semaphore::new(max_in_flight));
     loop {
         match read_frame::<_, ClientFrame>(&mut rd).await {
             Ok(ClientFrame::Request { id, request }) => {
                 let cancel = Arc::new(Notify::new());
-                if let Ok(mut m) = inflight.lock() {
-                    m.insert(id, cancel.clone());
-                }
+                let admitted = {
+                    let mut m = lock(&inflight);
+                    let permit = slots.clone().try_acquire_owned().ok();
+                    match admit(m.contains_key(&id), id, permit.is_some(), max_in_flight) {
+                        Ok(()) => {
+                            m.insert(id, cancel.clone());
+                            Ok(permit)
+                        }
+                        Err(refusal) => Err(refusal),
+                    }
+                };
+                let permit = match admitted {
+                    Ok(permit) => permit,
+                    Err(refusal) => {
+                        tracing::warn!(
+                            id,
+                            kind = request.kind(),
+                            "request refused: {}",
+                            refusal.to_wire().message
+                        );
+                        let result = Err(refusal.to_wire());
+                        reply(&wr, &tx, ServerFrame::Reply { id, result }).await;
+                        continue;
+                    }
+                };
                 let credits = Arc::new(Semaphore::new(STREAM_WINDOW));
                 let inbound = if matches!(request, Request::Fs(FsOp::WriteStream { .. })) {
                     let (stx, srx) = mpsc::channel(STREAM_WINDOW + 2);
@@ -191,12 +264,12 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     if let Some(cont) = cont {
                         cont.await;
                     }
-                    if let Ok(mut m) = inflight.lock() {
-                        m.remove(&id);
-                    }
+                    lock(&inflight).remove(&id);
                     let mut st = lock(&streams);
                     st.inbound.remove(&id);
                     st.credits.remove(&id);
+                    drop(st);
+                    drop(permit);
                 });
             }
             Ok(ClientFrame::StreamData { id, data }) => {
@@ -299,6 +372,29 @@ mod tests {
     use super::*;
     use iii_shell_protocol::fs::{FsReply, LsResponse};
     use iii_shell_protocol::messages::Reply;
+
+    #[test]
+    fn admission_cases() {
+        let cases = [
+            (false, 1, true, Ok(())),
+            (true, 7, true, Err(Refusal::DuplicateId(7))),
+            (true, 7, false, Err(Refusal::DuplicateId(7))),
+            (false, 8, false, Err(Refusal::TooMany { max: 4 })),
+        ];
+        for (in_flight, id, free, want) in cases {
+            assert_eq!(
+                admit(in_flight, id, free, 4),
+                want,
+                "{in_flight} {id} {free}"
+            );
+        }
+        assert_eq!(Refusal::DuplicateId(7).to_wire().code, "S210");
+        assert_eq!(Refusal::TooMany { max: 4 }.to_wire().code, "S216");
+        assert!(Refusal::TooMany { max: 4 }
+            .to_wire()
+            .message
+            .starts_with("the executor already has 4 requests in flight"));
+    }
 
     #[test]
     fn an_oversized_reply_becomes_an_s218_error_for_the_same_id() {

@@ -734,3 +734,23 @@ fn sed_drops_special_bits_unless_allowed() {
     assert_eq!(mode(&f), 0o4750);
     assert_eq!(t.read("tool.sh"), b"echo newer\n");
 }
+
+/// `(uid_t)-1` means "no change" to chown(2): the executor refuses it itself (S210), whatever
+/// the broker let through, and changes nothing.
+#[test]
+fn chmod_refuses_the_no_change_owner_ids_and_changes_nothing() {
+    use iii_shell_executor::fs::ops::chmod;
+    let t = Tree::new();
+    let f = t.write("f", "x");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let p = t.policy();
+    for (uid, gid) in [(Some(u32::MAX), None), (None, Some(u32::MAX))] {
+        let e = chmod(&p, "f", 0o644, uid, gid, false).expect_err("refused");
+        let w = e.to_wire();
+        assert_eq!(w.code, "S210", "{w:?}");
+        assert!(w.message.contains("4294967295 is not an id"), "{w:?}");
+        assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o600);
+    }
+    chmod(&p, "f", 0o644, None, None, false).expect("a plain chmod still works");
+    assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o644);
+}

@@ -344,6 +344,7 @@ pub fn chmod(
     recursive: bool,
 ) -> Result<ChmodResponse, ExecError> {
     check_mode(policy, mode)?;
+    iii_shell_policy::mode::check_owner_ids(uid, gid)?;
     let (fd, path) = match policy.jail.parent(input, false) {
         Ok(parent) => {
             let st =

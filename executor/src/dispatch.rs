@@ -1,0 +1,205 @@
+//! The executor's dispatch: every [`Request`] in one exhaustive `match`, each arm checking
+//! its request against the current policy and then acting. A new request kind does not
+//! compile until it has an arm here.
+
+use std::sync::Arc;
+
+use iii_shell_protocol::coder::CoderCall;
+use iii_shell_protocol::exec::StatusResponse;
+use iii_shell_protocol::messages::{ExecSpec, Reply, Request};
+use iii_shell_protocol::turns::TurnsCall;
+use iii_shell_protocol::watch::WatchOp;
+use iii_shell_protocol::{Code, WireError};
+use tokio::sync::Notify;
+
+use crate::error::ExecError;
+use crate::policy::Policy;
+use crate::{coder, doctor, fs, jobs, pty, run, run_as, Executor};
+
+/// A reply, and for streaming requests the work that follows it.
+type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
+
+/// A reply with nothing to do after it.
+fn done(r: Result<Reply, ExecError>) -> Handled {
+    (r.map_err(|e| e.to_wire()), None)
+}
+
+impl Executor {
+    /// Handles one request against one policy snapshot.
+    pub async fn handle(
+        &self,
+        request: Request,
+        cancel: Arc<Notify>,
+        io: &mut fs::RequestIo,
+    ) -> Handled {
+        match request {
+            Request::SetPolicy {
+                generation,
+                config_json,
+            } => (self.set_policy(generation, &config_json), None),
+            Request::Exec(spec) => self.exec(spec, cancel).await,
+            Request::ExecBg(spec) => match self.current() {
+                Ok(p) => done(self.jobs.spawn(p, spec).await.map(Reply::ExecBg)),
+                Err(e) => done(Err(e)),
+            },
+            Request::JobStatus { job_id } => done(
+                self.jobs
+                    .status(&job_id)
+                    .map(|job| Reply::JobStatus(StatusResponse { job })),
+            ),
+            Request::JobList => done(Ok(Reply::JobList(self.jobs.list()))),
+            Request::JobKill { job_id } => done(self.jobs.kill(&job_id).await.map(Reply::JobKill)),
+            Request::Fs(op) => match self.current() {
+                Ok(p) => match fs::handle(p, op, io).await {
+                    Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
+                    Err(e) => (Err(e.to_wire()), None),
+                },
+                Err(e) => done(Err(e)),
+            },
+            Request::Doctor => (Ok(self.doctor().await), None),
+            Request::Ping => (Ok(Reply::Pong), None),
+            Request::Coder(call) => (self.coder(*call).await, None),
+            Request::Pty(op) => pty::handle(self, op, cancel, io).await,
+            Request::Watch(op) => done(self.watch(op)),
+            Request::Turns(call) => done(self.turns_call(call).await),
+        }
+    }
+
+    /// `SetPolicy`: a stale generation (a respawn racing a reload) keeps the newer policy;
+    /// otherwise the configuration is parsed, checked against the pinned envelope and the
+    /// run-as rules, and swapped in. A policy that grants more than the previous one is
+    /// logged here too, so a widening shows in the executor's own log whoever sent it.
+    fn set_policy(&self, generation: u64, config_json: &str) -> Result<Reply, WireError> {
+        if let Some(current) = self
+            .policy
+            .get()
+            .map(|p| p.generation)
+            .filter(|&g| g > generation)
+        {
+            tracing::debug!(generation, current, "ignoring a stale policy");
+            return Ok(Reply::PolicyAccepted {
+                generation: current,
+            });
+        }
+        let built = Policy::build(generation, config_json)
+            .and_then(|p| self.within_envelope(p))
+            .and_then(|p| run_as::apply(&p.config).map(|()| p));
+        match built {
+            Ok(p) => {
+                tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
+                if let Some(prev) = self.policy.get() {
+                    let widened = iii_shell_policy::widening::widening(&prev.config, &p.config);
+                    if !widened.is_empty() {
+                        tracing::warn!(
+                            generation,
+                            "the executor now acts under a wider policy than before: {}",
+                            iii_shell_policy::widening::describe(&widened)
+                        );
+                    }
+                }
+                self.policy.set(p);
+                if let Some(p) = self.policy.get() {
+                    p.refill_warm();
+                }
+                Ok(Reply::PolicyAccepted { generation })
+            }
+            Err(e) => {
+                tracing::warn!(generation, error = %e, "policy refused");
+                Err(WireError::new(
+                    Code::S210,
+                    format!("policy refused by the executor: {e}"),
+                ))
+            }
+        }
+    }
+
+    /// `Exec`: runs the command (re-checked by `run`), replies, then releases its resources.
+    async fn exec(&self, spec: ExecSpec, cancel: Arc<Notify>) -> Handled {
+        let p = match self.current() {
+            Ok(p) => p,
+            Err(e) => return done(Err(e)),
+        };
+        let (result, spent) = run::run_then_release(p.clone(), spec, cancel).await;
+        // After the reply is on its way: the command's descriptors are closed, its job's
+        // cgroup goes back to the pool, and the next command process is pre-started (not
+        // under a policy replaced meanwhile).
+        let cont: Option<fs::Continuation> = Some(Box::pin(async move {
+            spent.release();
+            p.refill_warm();
+        }));
+        (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont)
+    }
+
+    /// `Coder`: checked and served on the blocking pool (its errors are C-codes).
+    async fn coder(&self, call: CoderCall) -> Result<Reply, WireError> {
+        let result = match self.current() {
+            Ok(p) => tokio::task::spawn_blocking(move || coder::handle(&p, call))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(WireError::new(
+                        Code::C216,
+                        format!("coder task failed: {e}"),
+                    ))
+                }),
+            Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
+        };
+        result.map(|r| Reply::Coder(Box::new(r)))
+    }
+
+    /// `Turns`: store I/O (fsyncs) runs on the blocking pool, off the request path's thread.
+    async fn turns_call(&self, call: TurnsCall) -> Result<Reply, ExecError> {
+        let p = self.current()?;
+        let turns = self.turns.clone();
+        tokio::task::spawn_blocking(move || turns.call(&p, &call.function, &call.payload_json))
+            .await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("turns call failed: {e}"))))
+            .map(|v| {
+                Reply::Turns(iii_shell_protocol::turns::TurnsReply {
+                    json: v.to_string(),
+                })
+            })
+    }
+
+    /// `Watch`: a binding's watcher, checked against the jail when it starts.
+    fn watch(&self, op: WatchOp) -> Result<Reply, ExecError> {
+        match op {
+            WatchOp::Start {
+                binding_id,
+                path,
+                include_ignored,
+            } => {
+                let p = self.current()?;
+                self.watches
+                    .start(p, &binding_id, &path, include_ignored)
+                    .map(Reply::Watch)
+            }
+            WatchOp::Stop { binding_id } => Ok(Reply::Watch(self.watches.stop(&binding_id))),
+        }
+    }
+
+    /// `Doctor`: the report of this executor and of a probe command under the policy.
+    async fn doctor(&self) -> Reply {
+        let envelope = self.envelope.as_ref().map(|e| {
+            let roots = if e.fs.host_roots.is_empty() {
+                "unjailed".to_string()
+            } else {
+                e.fs.host_roots.join(", ")
+            };
+            format!(
+                "pinned: roots {roots}; capabilities {:?}; seccomp_allow {:?}; mode {:?}",
+                e.confinement.capabilities, e.confinement.seccomp_allow, e.confinement.mode
+            )
+        });
+        let mut report = doctor::report(self.policy.get(), envelope).await;
+        let r = self.jobs.retained();
+        report.jobs = iii_shell_protocol::doctor::JobsReport {
+            running: r.running as u64,
+            finished: r.finished as u64,
+            finished_bytes: r.finished_bytes as u64,
+            finished_max: jobs::FINISHED_MAX as u64,
+            finished_max_bytes: jobs::FINISHED_MAX_BYTES as u64,
+            evicted: r.evicted,
+        };
+        Reply::Doctor(Box::new(report))
+    }
+}
