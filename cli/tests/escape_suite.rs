@@ -1779,7 +1779,7 @@ async fn escape_117_command_allocates_its_own_pty() {
 /// The code of a coder call: the call's own error, or its first entry's (batched calls).
 async fn coder_code(h: &Harness, function: &str, payload: serde_json::Value) -> String {
     match h.call(function, payload.clone()).await {
-        Err(e) => e.code,
+        Err(e) => e.code.to_string(),
         Ok(v) => match v.get("results").and_then(|r| r.get(0)) {
             Some(r) if r["success"] == true => "ok".to_string(),
             Some(r) => r["error"]["code"].as_str().unwrap_or("?").to_string(),

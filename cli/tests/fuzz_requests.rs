@@ -152,11 +152,14 @@ fn fuzz_every_function_from_arbitrary_json() {
                 };
                 match r {
                     Err(e) => {
-                        prop_assert!(!e.code.is_empty() && !e.message.is_empty(), "{id}: {e:?}");
+                        prop_assert!(
+                            !e.code.as_str().is_empty() && !e.message.is_empty(),
+                            "{id}: {e:?}"
+                        );
                         if e.message.contains("executor went away") {
                             reached.set(reached.get() + 1);
                         }
-                        *codes.borrow_mut().entry(e.code).or_default() += 1;
+                        *codes.borrow_mut().entry(e.code.to_string()).or_default() += 1;
                     }
                     Ok(_) => *codes.borrow_mut().entry("ok".into()).or_default() += 1,
                 }

@@ -85,18 +85,141 @@ impl std::fmt::Display for Code {
     }
 }
 
+impl Code {
+    /// Every code, for parsing.
+    pub const ALL: [Code; 21] = [
+        Code::S200,
+        Code::S210,
+        Code::S211,
+        Code::S212,
+        Code::S213,
+        Code::S214,
+        Code::S215,
+        Code::S216,
+        Code::S217,
+        Code::S218,
+        Code::S220,
+        Code::S300,
+        Code::C210,
+        Code::C211,
+        Code::C213,
+        Code::C215,
+        Code::C216,
+        Code::C218,
+        Code::C220,
+        Code::C221,
+        Code::InvocationFailed,
+    ];
+
+    /// The code spelled `s`, if it is one of ours.
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+/// The code of a [`WireError`]: one of ours, or one forwarded as is from elsewhere (a
+/// sandbox's S-code this release does not know, an engine error). On the wire it is the
+/// plain string either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireCode {
+    Known(Code),
+    Foreign(String),
+}
+
+impl WireCode {
+    pub fn as_str(&self) -> &str {
+        match self {
+            WireCode::Known(c) => c.as_str(),
+            WireCode::Foreign(s) => s,
+        }
+    }
+
+    /// The code, when it is one of ours.
+    pub fn known(&self) -> Option<Code> {
+        match self {
+            WireCode::Known(c) => Some(*c),
+            WireCode::Foreign(_) => None,
+        }
+    }
+}
+
+impl From<Code> for WireCode {
+    fn from(c: Code) -> Self {
+        WireCode::Known(c)
+    }
+}
+
+impl From<&str> for WireCode {
+    fn from(s: &str) -> Self {
+        Code::parse(s).map_or_else(|| WireCode::Foreign(s.to_string()), WireCode::Known)
+    }
+}
+
+impl From<String> for WireCode {
+    fn from(s: String) -> Self {
+        match Code::parse(&s) {
+            Some(c) => WireCode::Known(c),
+            None => WireCode::Foreign(s),
+        }
+    }
+}
+
+impl std::fmt::Display for WireCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<Code> for WireCode {
+    fn eq(&self, other: &Code) -> bool {
+        self.known() == Some(*other)
+    }
+}
+
+impl PartialEq<str> for WireCode {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for WireCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for WireCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for WireCode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(WireCode::from(String::deserialize(d)?))
+    }
+}
+
 /// The error body as it appears on the wire and over the executor socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct WireError {
-    pub code: String,
+    pub code: WireCode,
     pub message: String,
 }
 
 impl WireError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         WireError {
-            code: code.as_str().to_string(),
+            code: WireCode::Known(code),
+            message: message.into(),
+        }
+    }
+
+    /// An error with a code forwarded from elsewhere (kept as is).
+    pub fn forwarded(code: impl Into<WireCode>, message: impl Into<String>) -> Self {
+        WireError {
+            code: code.into(),
             message: message.into(),
         }
     }
@@ -107,11 +230,36 @@ impl WireError {
     }
 
     pub fn is(&self, code: Code) -> bool {
-        self.code == code.as_str()
+        self.code == code
     }
 
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "code": self.code, "message": self.message })
+        serde_json::json!({ "code": self.code.as_str(), "message": self.message })
+    }
+}
+
+#[cfg(test)]
+mod wire_code_tests {
+    use super::*;
+
+    #[test]
+    fn every_code_parses_back_and_foreign_codes_survive() {
+        for c in Code::ALL {
+            assert_eq!(Code::parse(c.as_str()), Some(c));
+            assert_eq!(WireCode::from(c.as_str()), WireCode::Known(c));
+        }
+        assert_eq!(WireCode::from("S400"), WireCode::Foreign("S400".into()));
+        let e = WireError::forwarded("S400", "too many");
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(json, r#"{"code":"S400","message":"too many"}"#);
+        assert_eq!(serde_json::from_str::<WireError>(&json).unwrap(), e);
+        let ours: WireError = serde_json::from_str(r#"{"code":"S211","message":"m"}"#).unwrap();
+        assert_eq!(ours.code, WireCode::Known(Code::S211));
+        assert!(ours.is(Code::S211) && !ours.is(Code::C211));
+        assert_eq!(
+            ours.to_json(),
+            serde_json::json!({"code": "S211", "message": "m"})
+        );
     }
 }
 

@@ -22,4 +22,4 @@ pub mod error;
 pub mod mode;
 pub mod widening;
 
-pub use error::{Code, PolicyError, WireError};
+pub use error::{Code, PolicyError, WireCode, WireError};

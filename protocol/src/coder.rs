@@ -78,7 +78,7 @@ pub struct EntryError {
 impl From<crate::WireError> for EntryError {
     fn from(e: crate::WireError) -> Self {
         EntryError {
-            code: e.code,
+            code: e.code.to_string(),
             message: e.message,
         }
     }
@@ -905,10 +905,7 @@ pub fn coder_code(code: &str) -> &'static str {
 
 /// A wire error with its code turned into the coder twin (see [`coder_code`]).
 pub fn to_coder(e: crate::WireError) -> crate::WireError {
-    crate::WireError {
-        code: coder_code(&e.code).to_string(),
-        message: e.message,
-    }
+    crate::WireError::forwarded(coder_code(e.code.as_str()), e.message)
 }
 
 /// Checks a line window: 1-based, inclusive, `line_to >= line_from`.

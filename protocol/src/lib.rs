@@ -23,7 +23,7 @@ pub mod watch;
 /// The configuration model and the wire error live in the shared policy crate; re-exported
 /// here so every message type and its vocabulary are reachable from one place.
 pub use iii_shell_policy::{config, error};
-pub use iii_shell_policy::{Code, WireError};
+pub use iii_shell_policy::{Code, WireCode, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.

@@ -24,7 +24,7 @@ impl ErrorBody {
 
 impl From<iii_shell_protocol::WireError> for ErrorBody {
     fn from(e: iii_shell_protocol::WireError) -> Self {
-        ErrorBody::new(e.code, e.message)
+        ErrorBody::new(e.code.to_string(), e.message)
     }
 }
 

@@ -154,7 +154,6 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
-            iii_shell_policy::mode::check_owner_ids(r.uid, r.gid)?;
             host_value(
                 services,
                 FsOp::Mkdir {
@@ -187,6 +186,7 @@ pub async fn dispatch(
                 return sandbox::fs(services, op, &id, forward_body(&payload)).await;
             }
             need_path(&r.path, "path")?;
+            iii_shell_policy::mode::check_owner_ids(r.uid, r.gid)?;
             host_value(
                 services,
                 FsOp::Chmod {

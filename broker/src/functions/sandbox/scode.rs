@@ -91,14 +91,14 @@ pub fn recover(err: &ErrorBody) -> Recovered {
 /// The error the caller gets for a failed sandbox call.
 pub fn to_wire(err: &ErrorBody) -> WireError {
     match recover(err) {
-        Recovered::TopLevel(code) => WireError {
-            code: canonical(&code),
-            message: format!("forwarded from engine: {}", err.message),
-        },
-        Recovered::Wrapped(code) => WireError {
-            code: canonical(&code),
-            message: format!("forwarded from engine (wrapped): {}", err.message),
-        },
+        Recovered::TopLevel(code) => WireError::forwarded(
+            canonical(&code),
+            format!("forwarded from engine: {}", err.message),
+        ),
+        Recovered::Wrapped(code) => WireError::forwarded(
+            canonical(&code),
+            format!("forwarded from engine (wrapped): {}", err.message),
+        ),
         Recovered::None => WireError::new(
             Code::S216,
             format!("engine error: {}: {}", err.code, err.message),
