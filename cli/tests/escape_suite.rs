@@ -7,7 +7,8 @@
 //! `<tmp>/root` is the jail, `<tmp>/outside/secret.txt` the thing to protect; scratch paths
 //! are emptied (the temp dirs live under `/tmp`, a default scratch path) and the directory of
 //! the `iii-shell` binary is a system path, so commands can run `iii-shell probe`. Cases that
-//! need root, python3, bash or a recent Landlock ABI print `SKIPPED: …` and return.
+//! need root, python3, bash or a recent Landlock ABI print `SKIPPED: …` and return, or fail
+//! when `III_SHELL_REQUIRE_ROOT=1` (`.ci/run` sets it).
 //!
 //! | #   | case                                                     | expected |
 //! |-----|----------------------------------------------------------|----------|
@@ -130,12 +131,12 @@ fn landlock_abi() -> i64 {
 macro_rules! require_abi {
     ($abi:expr, $what:expr) => {
         if landlock_abi() < $abi {
-            eprintln!(
-                "SKIPPED: {} needs Landlock ABI {} (kernel has {})",
+            iii_shell_confine::requirement::unmet(&format!(
+                "{} needs Landlock ABI {} (kernel has {})",
                 $what,
                 $abi,
                 landlock_abi()
-            );
+            ));
             return;
         }
     };
@@ -146,7 +147,7 @@ macro_rules! require {
         match $opt {
             Some(v) => v,
             None => {
-                eprintln!("SKIPPED: {} is not installed", $what);
+                iii_shell_confine::requirement::unmet(&format!("{} is not installed", $what));
                 return;
             }
         }
@@ -521,7 +522,9 @@ async fn escape_020_command_status() {
             "the executor runs as root here"
         );
     } else {
-        eprintln!("SKIPPED (partly): the empty capability sets are only asserted as root");
+        iii_shell_confine::requirement::unmet(
+            "(partly) the empty capability sets are only asserted as root",
+        );
     }
 }
 
@@ -531,7 +534,9 @@ async fn escape_021_executor_self_status() {
     let text = std::fs::read_to_string(format!("/proc/{}/status", h.executor_pid)).unwrap();
     assert_confined_status(&text, is_root());
     if !is_root() {
-        eprintln!("SKIPPED (partly): the empty capability sets are only asserted as root");
+        iii_shell_confine::requirement::unmet(
+            "the empty capability sets are only asserted as root",
+        );
     }
 }
 
@@ -1502,7 +1507,7 @@ async fn escape_106_unjailed_default_users_resolve_shadow_denied() {
     require_root!("reading the host's user database as uid 0");
     require_abi!(1, "Landlock");
     if shadow_files().is_empty() {
-        eprintln!("SKIPPED: this host has no /etc/shadow");
+        iii_shell_confine::requirement::unmet("this host has no /etc/shadow");
         return;
     }
     let h = Harness::default().await;
@@ -1514,7 +1519,7 @@ async fn escape_107_jailed_default_users_resolve_shadow_denied() {
     require_root!("reading the host's user database as uid 0");
     require_abi!(1, "Landlock");
     if shadow_files().is_empty() {
-        eprintln!("SKIPPED: this host has no /etc/shadow");
+        iii_shell_confine::requirement::unmet("this host has no /etc/shadow");
         return;
     }
     let j = Jail::new();
@@ -2158,8 +2163,7 @@ fn status_ids(text: &str) -> (String, String, String) {
 
 macro_rules! require_root {
     () => {
-        if !is_root() {
-            eprintln!("SKIPPED: run_as cases need root");
+        if !iii_shell_confine::requirement::root("run_as cases") {
             return;
         }
     };

@@ -454,8 +454,8 @@ async fn a_finished_root_returns_though_a_grandchild_holds_its_pipes() {
 async fn a_setsid_daemon_does_not_outlive_its_exec_call() {
     let h = Harness::default().await;
     if !job_cgroups_enabled(h.executor_pid) {
-        eprintln!(
-            "skipped: no job cgroups here, so a setsid daemon with closed output cannot be found"
+        iii_shell_confine::requirement::unmet(
+            "no job cgroups here, so a setsid daemon with closed output cannot be found",
         );
         return;
     }

@@ -867,7 +867,7 @@ async fn commands_survive_pooled_cgroups_killed_from_outside() {
         h.ok("shell::exec", json!({"command": "true"})).await;
     }
     let Some(base) = job_cgroup_base(h.executor_pid) else {
-        eprintln!("skipped: the executor has no job cgroups here");
+        iii_shell_confine::requirement::unmet("the executor has no job cgroups here");
         return;
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -974,7 +974,9 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
     let h = Harness::new(c).await;
     h.ok("shell::exec", json!({"command": "true"})).await;
     let Some(base) = job_cgroup_base(h.executor_pid) else {
-        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: the executor has no job cgroups here");
+        iii_shell_confine::requirement::unmet(
+            "pids_max_holds_for_root_in_the_job_cgroup: the executor has no job cgroups here",
+        );
         return;
     };
     let delegated = std::fs::read_to_string(base.join("cgroup.subtree_control"))
@@ -982,7 +984,7 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
         .split_whitespace()
         .any(|c| c == "pids");
     if !delegated {
-        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: no cgroup v2 pids controller for job cgroups on this host (doctor warns)");
+        iii_shell_confine::requirement::unmet("pids_max_holds_for_root_in_the_job_cgroup: no cgroup v2 pids controller for job cgroups on this host (doctor warns)");
         return;
     }
     let m = marker();

@@ -7,6 +7,7 @@
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`landlock`]: the kernel's Landlock ABI.
 //! * [`ptys`]: a private devpts instance, so commands never see the host's terminals.
+//! * [`requirement`]: how a test that needs root or a kernel feature skips or fails.
 //! * prctl flags (no_new_privs, dumpable, child subreaper) and [`observe`], the state of
 //!   this process as `doctor` reports it.
 //!
@@ -16,6 +17,7 @@
 pub mod caps;
 pub mod landlock;
 pub mod ptys;
+pub mod requirement;
 pub mod seccomp;
 pub mod special_bits;
 

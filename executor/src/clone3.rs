@@ -373,7 +373,9 @@ mod tests {
         let aslr = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space")
             .is_ok_and(|s| s.trim() != "0");
         if !aslr {
-            eprintln!("skipped: address-space randomization is off, so no exception is made");
+            iii_shell_confine::requirement::unmet(
+                "address-space randomization is off, so no exception is made",
+            );
             return;
         }
         register_seccomp_exception();

@@ -676,7 +676,7 @@ mod tests {
     #[test]
     fn occupancy_follows_cgroup_events_and_a_removed_cgroup_is_not_pooled() {
         if cgroup_base().is_none() {
-            eprintln!("skipped: no writable cgroup v2 hierarchy here");
+            iii_shell_confine::requirement::unmet("no writable cgroup v2 hierarchy here");
             return;
         }
         let cg = JobCgroup::create().expect("a job cgroup");

@@ -30,11 +30,7 @@ pub fn is_root() -> bool {
 #[macro_export]
 macro_rules! require_root {
     ($what:expr) => {
-        if !$crate::escape::is_root() {
-            eprintln!(
-                "SKIPPED: {} needs root (the suite runs as root in CI)",
-                $what
-            );
+        if !iii_shell_confine::requirement::root($what) {
             return;
         }
     };
