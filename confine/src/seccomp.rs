@@ -1,10 +1,13 @@
 //! The seccomp deny filter, as a hand-built classic BPF program.
 //!
-//! Built here rather than with seccompiler because the filter needs three things that crate
-//! cannot express together: a range check that refuses every x32 system call (numbers with
-//! the `__X32_SYSCALL_BIT`), different errnos per rule (`clone3` answers ENOSYS so libc falls
-//! back to `clone`, whose flags a filter can inspect; everything else EPERM), and argument
-//! masks on `clone`/`unshare`.
+//! Built by hand rather than with a filter-compiling crate because of the clone3 exception:
+//! the executor's own spawn trampoline may call clone3 (to start children inside their job
+//! cgroup) while every other clone3 answers ENOSYS, and the filter tells the two apart by the
+//! instruction pointer in `seccomp_data` plus two secret argument words. seccompiler's rules
+//! match system-call arguments only; they cannot look at the instruction pointer. The rest
+//! (the x32 range check, EPERM per denied call, namespace-flag masks on `clone`/`unshare`)
+//! follows the same hand-built layout. Jump offsets are checked when a program is built
+//! ([`offset`]); `confine/tests/seccomp_golden.rs` runs the programs in a BPF interpreter.
 //!
 //! Layout: check the architecture (a foreign one is killed); refuse x32; for each denied
 //! system call return EPERM; refuse namespace flags on `clone`/`unshare`; allow the rest.
@@ -227,7 +230,11 @@ pub fn except_clone3_at(ip: u64, secret: [u64; 2]) {
 /// two secrets. Expects the number in A; leaves it there for the rules that follow when the
 /// call is not clone3. Each 64-bit value is compared as two 32-bit halves, the low half first
 /// (`seccomp_data` is in the machine's byte order; the trampoline exists on x86_64 only).
-fn refuse_clone3_except_at(p: &mut Vec<libc::sock_filter>, ip: u64, secret: [u64; 2]) {
+fn refuse_clone3_except_at(
+    p: &mut Vec<libc::sock_filter>,
+    ip: u64,
+    secret: [u64; 2],
+) -> Result<(), String> {
     let checks: [(u32, u64); 3] = [
         (OFF_IP_LO, ip),
         (OFF_ARG0_LO + 16, secret[0]),
@@ -240,15 +247,23 @@ fn refuse_clone3_except_at(p: &mut Vec<libc::sock_filter>, ip: u64, secret: [u64
     // Layout: JEQ clone3; then per half LD + JEQ (a mismatch jumps to the final ENOSYS);
     // RET ALLOW; RET ENOSYS.
     let block = halves.len() * 2 + 2;
-    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, block as u8));
+    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, offset(block)?));
     for (n, &(off, value)) in halves.iter().enumerate() {
         // Instructions between this JEQ and the ENOSYS at the end of the block.
         let to_enosys = (halves.len() - n - 1) * 2 + 1;
         p.push(stmt(LD_W_ABS, off));
-        p.push(jump(JEQ_K, value, 0, to_enosys as u8));
+        p.push(jump(JEQ_K, value, 0, offset(to_enosys)?));
     }
     p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
     p.push(errno(libc::ENOSYS));
+    Ok(())
+}
+
+/// A conditional jump's offset, checked: classic BPF has 8 bits for it, and a program whose
+/// offset does not fit is refused when it is built instead of jumping somewhere else.
+pub fn offset(n: usize) -> Result<u8, String> {
+    u8::try_from(n)
+        .map_err(|_| format!("seccomp program: a jump of {n} instructions does not fit in 8 bits"))
 }
 
 /// A compiled filter.
@@ -266,8 +281,18 @@ impl PartialEq for Filter {
 }
 
 /// Builds the filter, minus the re-allowed names (`ptrace`, `unshare`, `clone_namespaces`,
-/// `clone3`, …). Unknown names are an error.
+/// `clone3`, …), with the clone3 exception registered by [`except_clone3_at`] (if any and
+/// address-space randomization is on). Unknown names are an error.
 pub fn build(allow: &[String]) -> Result<Filter, String> {
+    build_with(allow, clone3_call_site())
+}
+
+/// [`build`] with the clone3 exception given: `Some((ip, secret))` lets clone3 through at
+/// that instruction pointer with those two secrets, `None` answers every clone3 ENOSYS.
+pub fn build_with(
+    allow: &[String],
+    clone3_site: Option<(u64, [u64; 2])>,
+) -> Result<Filter, String> {
     let known = known_names();
     for a in allow {
         if !known.contains(&a.as_str()) {
@@ -287,11 +312,10 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
         p.push(jump(JEQ_K, d.nr as u32, 0, 1));
         p.push(errno(libc::EPERM));
     }
-    let clone3_site = clone3_call_site();
     if !allowed("clone3") {
         // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
         match clone3_site {
-            Some((ip, secret)) => refuse_clone3_except_at(&mut p, ip, secret),
+            Some((ip, secret)) => refuse_clone3_except_at(&mut p, ip, secret)?,
             None => {
                 p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
                 p.push(errno(libc::ENOSYS));
@@ -318,6 +342,12 @@ pub fn build(allow: &[String]) -> Result<Filter, String> {
     }
     if !allowed("unshare") {
         names.push("SYS_unshare with namespace flags");
+    }
+    if p.len() > u16::MAX as usize {
+        return Err(format!(
+            "seccomp program of {} instructions is too long",
+            p.len()
+        ));
     }
     Ok(Filter {
         program: p,
