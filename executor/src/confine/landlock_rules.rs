@@ -157,23 +157,40 @@ fn grant(
     }
 }
 
-/// Builds the command ruleset for `config`. Paths that do not exist are skipped.
-pub fn build(config: &Config, protected: &Protected) -> Result<CommandRuleset, String> {
-    let abi = kernel_abi();
+/// What a command may reach: each path and the rights granted beneath it, after the
+/// piecewise carving around the denied paths (which are listed too). Pure data, built from
+/// the live tree; [`build`] turns it into a ruleset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub grants: Vec<(PathBuf, BitFlags<AccessFs>)>,
+    pub denied: Vec<PathBuf>,
+}
+
+/// The read-and-execute rights of a system path.
+pub fn read_exec() -> BitFlags<AccessFs> {
+    AccessFs::from_read(ABI::V5)
+}
+
+/// Every filesystem right (roots and scratch paths).
+pub fn full() -> BitFlags<AccessFs> {
+    AccessFs::from_all(ABI::V5)
+}
+
+/// The rights of a directory on the way down to a denied path: directory operations only.
+pub fn directory_only() -> BitFlags<AccessFs> {
+    dir_ops(full())
+}
+
+/// The rights of the [`DEVICE_FILES`] when jailed.
+pub fn device_rights() -> BitFlags<AccessFs> {
+    read_exec() | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate
+}
+
+/// The plan for `config` (see the module comment). Paths that do not exist are still
+/// listed; [`build`] skips them.
+pub fn plan(config: &Config, protected: &Protected) -> Plan {
     let c = &config.confinement;
-    if !c.landlock {
-        return Ok(CommandRuleset {
-            fd: None,
-            abi,
-            enforcement: Enforcement::NotEnforced,
-            rules: 0,
-            scoped: false,
-            network: c.network,
-            gaps: vec!["confinement.landlock is false".into()],
-        });
-    }
-    let full = AccessFs::from_all(ABI::V5);
-    let read_exec = AccessFs::from_read(ABI::V5);
+    let (full, read_exec) = (full(), read_exec());
     let jailed = !config.fs.host_roots.is_empty();
     let mut denied: Vec<PathBuf> = c
         .secret_paths
@@ -201,15 +218,30 @@ pub fn build(config: &Config, protected: &Protected) -> Result<CommandRuleset, S
             grant(&mut grants, &canonical(s), read_exec, &denied, 0);
         }
         for d in DEVICE_FILES {
-            grant(
-                &mut grants,
-                &canonical(d),
-                read_exec | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate,
-                &denied,
-                0,
-            );
+            grant(&mut grants, &canonical(d), device_rights(), &denied, 0);
         }
     }
+
+    Plan { grants, denied }
+}
+
+/// Builds the command ruleset for `config`. Paths that do not exist are skipped.
+pub fn build(config: &Config, protected: &Protected) -> Result<CommandRuleset, String> {
+    let abi = kernel_abi();
+    let c = &config.confinement;
+    if !c.landlock {
+        return Ok(CommandRuleset {
+            fd: None,
+            abi,
+            enforcement: Enforcement::NotEnforced,
+            rules: 0,
+            scoped: false,
+            network: c.network,
+            gaps: vec!["confinement.landlock is false".into()],
+        });
+    }
+    let full = AccessFs::from_all(ABI::V5);
+    let grants = plan(config, protected).grants;
 
     let mut gaps = Vec::new();
     if protected.truncated {
