@@ -53,7 +53,7 @@ impl Data {
         }
         let o = off as usize;
         assert!(
-            o % 4 == 0 && o + 4 <= bytes.len(),
+            o.is_multiple_of(4) && o + 4 <= bytes.len(),
             "load outside seccomp_data: {off}"
         );
         u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap())
