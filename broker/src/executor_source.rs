@@ -43,7 +43,7 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 async fn install(services: &Arc<Services>, client: ExecutorClient) {
     services.install_executor(client.clone());
     crate::pty_delivery::subscribe(services, &client);
-    if let Some(rt) = services.runtime.get() {
+    if let Some(rt) = services.snapshots.get() {
         if let Err(e) = client
             .call(Request::SetPolicy {
                 generation: rt.generation,

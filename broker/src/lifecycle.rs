@@ -128,7 +128,7 @@ impl Lifecycle {
         seed: Config,
         config_id: String,
     ) -> Arc<Lifecycle> {
-        services.runtime.set_config_id(&config_id);
+        services.snapshots.set_config_id(&config_id);
         Arc::new(Lifecycle {
             link,
             services,
@@ -296,8 +296,8 @@ impl Lifecycle {
     async fn apply(&self, config: Config) -> Result<(), WireError> {
         let config = crate::worker_identity::resolve(&config)
             .map_err(|e| WireError::new(iii_shell_protocol::Code::S210, e))?;
-        let generation = self.services.runtime.next_generation();
-        let previous = self.services.runtime.get();
+        let generation = self.services.snapshots.next_generation();
+        let previous = self.services.snapshots.get();
         let config_json = serde_json::to_string(&config).unwrap_or_default();
         self.services
             .executor
@@ -315,7 +315,7 @@ impl Lifecycle {
                 );
             }
         }
-        self.services.runtime.install_as(generation, config);
+        self.services.snapshots.install_as(generation, config);
         Ok(())
     }
 
@@ -344,7 +344,7 @@ impl Lifecycle {
         match outcome {
             Ok(()) => {
                 tracing::info!(
-                    generation = self.services.runtime.get().map(|r| r.generation),
+                    generation = self.services.snapshots.get().map(|r| r.generation),
                     "configuration reloaded"
                 );
                 json!({"ok": true})
@@ -355,15 +355,15 @@ impl Lifecycle {
                 // re-fetch) was already rejected and reported: no second ERROR, no second
                 // count. Anything else is a new attempt and counts, even the same bad value
                 // sent twice.
-                let status = self.services.runtime.status();
-                let unchanged = status.last_outcome == crate::runtime::ReloadOutcome::Rejected
+                let status = self.services.snapshots.status();
+                let unchanged = status.last_outcome == crate::snapshot::ReloadOutcome::Rejected
                     && status.last_error.as_deref() == Some(why.as_str());
                 if unchanged && ours {
                     tracing::debug!("the stored configuration is unchanged since it was rejected; the last-good configuration stays in force");
                     return json!({"ok": false});
                 }
                 tracing::error!("configuration reload rejected; the last-good configuration stays in force: {why}. Fix the stored entry (shell::config-status shows last_error)");
-                self.services.runtime.reject(why);
+                self.services.snapshots.reject(why);
                 json!({"ok": false})
             }
         }
@@ -404,7 +404,7 @@ impl Lifecycle {
     }
 
     async fn on_change_if_differs(&self) -> Option<()> {
-        let current = self.services.runtime.get()?;
+        let current = self.services.snapshots.get()?;
         if let Stored::Valid(c) = self.fetch().await {
             if crate::worker_identity::resolve(&c).ok().as_ref() == Some(&current.config) {
                 return Some(());

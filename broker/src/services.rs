@@ -1,4 +1,4 @@
-//! What every handler can reach: the live runtime and the executor.
+//! What every handler can reach: the live configuration snapshot and the executor.
 
 use std::sync::{Arc, RwLock};
 
@@ -7,8 +7,8 @@ use iii_shell_protocol::{Code, WireError};
 
 use crate::engine::EngineLink;
 use crate::executor_client::{executor_lost, ExecutorClient, OutputStream};
-use crate::runtime::RuntimeCell;
 use crate::sandbox_jobs::SandboxJobs;
+use crate::snapshot::SnapshotCell;
 
 /// The executor connection in use; replaced when a respawned executor comes up.
 #[derive(Default)]
@@ -59,7 +59,7 @@ impl ExecutorSlot {
 }
 
 pub struct Services {
-    pub runtime: Arc<RuntimeCell>,
+    pub snapshots: Arc<SnapshotCell>,
     pub executor: Arc<ExecutorSlot>,
     /// Background jobs on sandbox targets (host jobs live in the executor).
     pub sandbox_jobs: SandboxJobs,
@@ -76,7 +76,7 @@ pub struct Services {
 impl Services {
     pub fn new() -> Arc<Services> {
         Arc::new(Services {
-            runtime: Arc::default(),
+            snapshots: Arc::default(),
             executor: Arc::default(),
             sandbox_jobs: SandboxJobs::default(),
             job_book: Default::default(),
@@ -95,7 +95,7 @@ impl Services {
     /// installed or the handshake fails; the executor's own error when it refuses the policy.
     pub async fn attach_executor(&self, stream: tokio::net::UnixStream) -> Result<u32, WireError> {
         let rt = self
-            .runtime
+            .snapshots
             .get()
             .ok_or_else(|| WireError::new(Code::S216, "no configuration installed"))?;
         let client = ExecutorClient::connect(stream)

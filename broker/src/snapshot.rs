@@ -1,6 +1,6 @@
 //! The live configuration snapshot and the reload status.
 //!
-//! A call takes one [`Runtime`] at its start and keeps it to the end, so a reload never
+//! A call takes one [`ConfigSnapshot`] at its start and keeps it to the end, so a reload never
 //! changes the rules in the middle of a call.
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,12 +10,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug)]
-pub struct Runtime {
+pub struct ConfigSnapshot {
     pub generation: u64,
     pub config: Config,
 }
 
-impl Runtime {
+impl ConfigSnapshot {
     /// The document sent to the executor.
     pub fn config_json(&self) -> String {
         serde_json::to_string(&self.config).unwrap_or_else(|_| "null".into())
@@ -52,14 +52,14 @@ pub struct ReloadStatus {
 }
 
 #[derive(Debug)]
-pub struct RuntimeCell {
-    current: RwLock<Option<Arc<Runtime>>>,
+pub struct SnapshotCell {
+    current: RwLock<Option<Arc<ConfigSnapshot>>>,
     status: Mutex<ReloadStatus>,
 }
 
-impl Default for RuntimeCell {
+impl Default for SnapshotCell {
     fn default() -> Self {
-        RuntimeCell {
+        SnapshotCell {
             current: RwLock::new(None),
             status: Mutex::new(ReloadStatus {
                 last_outcome: ReloadOutcome::Applied,
@@ -71,26 +71,26 @@ impl Default for RuntimeCell {
     }
 }
 
-impl RuntimeCell {
-    pub fn get(&self) -> Option<Arc<Runtime>> {
+impl SnapshotCell {
+    pub fn get(&self) -> Option<Arc<ConfigSnapshot>> {
         self.current.read().ok().and_then(|g| g.clone())
     }
 
-    /// The generation the next installed runtime will get.
+    /// The generation the next installed snapshot will get.
     pub fn next_generation(&self) -> u64 {
         self.get().map(|r| r.generation + 1).unwrap_or(1)
     }
 
-    /// Installs a new runtime and records the outcome `applied`.
-    pub fn install(&self, config: Config) -> Arc<Runtime> {
+    /// Installs a new snapshot and records the outcome `applied`.
+    pub fn install(&self, config: Config) -> Arc<ConfigSnapshot> {
         let generation = self.next_generation();
         self.install_as(generation, config)
     }
 
-    /// Installs a runtime under a generation already announced to the executor.
-    pub fn install_as(&self, generation: u64, config: Config) -> Arc<Runtime> {
+    /// Installs a snapshot under a generation already announced to the executor.
+    pub fn install_as(&self, generation: u64, config: Config) -> Arc<ConfigSnapshot> {
         let mut g = self.current.write().unwrap_or_else(|p| p.into_inner());
-        let rt = Arc::new(Runtime { generation, config });
+        let rt = Arc::new(ConfigSnapshot { generation, config });
         *g = Some(rt.clone());
         drop(g);
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
@@ -107,7 +107,7 @@ impl RuntimeCell {
         s.config_id = id.to_string();
     }
 
-    /// Records a rejected reload; the current runtime stays.
+    /// Records a rejected reload; the current snapshot stays.
     pub fn reject(&self, error: String) {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         s.last_outcome = ReloadOutcome::Rejected;

@@ -712,7 +712,7 @@ async fn start_executor_from(
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     let (child, stream) = spawn_executor_with(exe, &extra).expect("start the executor");
     let services = Services::new();
-    services.runtime.install(config.clone());
+    services.snapshots.install(config.clone());
     let pid = services
         .attach_executor(stream)
         .await

@@ -52,7 +52,7 @@ async fn call(args: CallArgs, config_path: Option<&Path>) -> Result<Value, WireE
             .map_err(|e| WireError::new(Code::S210, format!("malformed payload: {e}")))?,
     };
     let services = Services::new();
-    services.runtime.install(config);
+    services.snapshots.install(config);
     let internal = |e: String| WireError::new(Code::S216, e);
     let (_child, stream) = match &args.socket {
         Some(path) => (

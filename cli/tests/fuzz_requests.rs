@@ -115,7 +115,7 @@ fn fuzz_every_function_from_arbitrary_json() {
     let services = Services::new();
     let mut c = Config::default();
     c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
-    services.runtime.install(c);
+    services.snapshots.install(c);
     let mut ids: Vec<String> = catalogue().iter().map(|f| f.id.to_string()).collect();
     ids.push("shell::fs::nope".into());
     ids.push("shell::nope".into());

@@ -712,7 +712,7 @@ async fn jobs_do_not_inherit_the_broker_socket() {
 #[tokio::test]
 async fn broker_going_away_shuts_the_executor_down_and_kills_its_jobs() {
     let services = Services::new();
-    services.runtime.install(Config::builtin_default());
+    services.snapshots.install(Config::builtin_default());
     let (mut child, stream) = spawn_executor_with(bin(), &[]).expect("spawn executor");
     let executor_pid = services
         .attach_executor(stream)

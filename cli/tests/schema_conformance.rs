@@ -944,8 +944,8 @@ fn config_schema_refuses_removed_and_unknown_keys() {
 fn config_status_with_its_config_id_fits_the_seed_schema() {
     let seed = seed_functions();
     let schema = &seed["shell::config-status"]["response_schema"];
-    let reply = serde_json::to_value(iii_shell_broker::runtime::ReloadStatus {
-        last_outcome: iii_shell_broker::runtime::ReloadOutcome::Applied,
+    let reply = serde_json::to_value(iii_shell_broker::snapshot::ReloadStatus {
+        last_outcome: iii_shell_broker::snapshot::ReloadOutcome::Applied,
         last_error: None,
         rejected_reloads: 0,
         config_id: "shell-host-a".into(),

@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{meta, to_value, FunctionDef};
-use crate::runtime::ReloadStatus;
 use crate::schema::schema_for;
 use crate::services::Services;
+use crate::snapshot::ReloadStatus;
 
 /// `shell::config-status` takes no arguments.
 #[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
@@ -28,5 +28,5 @@ pub fn definitions() -> Vec<FunctionDef> {
 }
 
 pub fn status(services: &Arc<Services>) -> Result<Value, WireError> {
-    to_value(&services.runtime.status())
+    to_value(&services.snapshots.status())
 }

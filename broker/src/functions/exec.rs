@@ -11,9 +11,9 @@ use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
 use super::{meta, sandbox, to_value, FunctionDef};
-use crate::runtime::Runtime;
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
+use crate::snapshot::ConfigSnapshot;
 use crate::validate::{exec_request, parse, CheckedExec};
 
 pub fn definitions() -> Vec<FunctionDef> {
@@ -56,19 +56,19 @@ pub fn definitions() -> Vec<FunctionDef> {
     ]
 }
 
-fn runtime(services: &Services) -> Result<Arc<Runtime>, WireError> {
+fn snapshot(services: &Services) -> Result<Arc<ConfigSnapshot>, WireError> {
     services
-        .runtime
+        .snapshots
         .get()
         .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))
 }
 
-fn checked(rt: &Runtime, payload: &Value) -> Result<CheckedExec, WireError> {
+fn checked(rt: &ConfigSnapshot, payload: &Value) -> Result<CheckedExec, WireError> {
     exec_request(payload, &rt.config)
 }
 
 pub async fn exec(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
-    let rt = runtime(services)?;
+    let rt = snapshot(services)?;
     let c = checked(&rt, &payload)?;
     let Some(spec) = c.spec else {
         return to_value(&sandbox::exec(services, &rt, &c).await?);
@@ -80,7 +80,7 @@ pub async fn exec(services: &Arc<Services>, payload: Value) -> Result<Value, Wir
 }
 
 pub async fn exec_bg(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
-    let rt = runtime(services)?;
+    let rt = snapshot(services)?;
     let c = checked(&rt, &payload)?;
     let Some(spec) = c.spec else {
         return to_value(&sandbox::exec_bg(services, &rt, c).await?);
@@ -159,7 +159,7 @@ pub async fn kill(services: &Arc<Services>, payload: Value) -> Result<Value, Wir
 
 /// Drops the records of dead executors' jobs past `job_retention_secs`.
 fn prune_book(services: &Services) {
-    if let Some(rt) = services.runtime.get() {
+    if let Some(rt) = services.snapshots.get() {
         services.job_book.prune(rt.config.job_retention_secs);
     }
 }

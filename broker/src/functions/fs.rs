@@ -12,9 +12,9 @@ use serde_json::Value;
 
 use super::{meta, sandbox, to_value, FunctionDef};
 use crate::engine::channel;
-use crate::runtime::Runtime;
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
+use crate::snapshot::ConfigSnapshot;
 use crate::validate::parse;
 
 /// Longest pause a channel may make before a stream is abandoned.
@@ -47,9 +47,9 @@ pub fn definitions() -> Vec<FunctionDef> {
     ]
 }
 
-fn runtime(services: &Services) -> Result<Arc<Runtime>, WireError> {
+fn snapshot(services: &Services) -> Result<Arc<ConfigSnapshot>, WireError> {
     services
-        .runtime
+        .snapshots
         .get()
         .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))
 }
@@ -68,12 +68,12 @@ fn need_path(p: &str, what: &str) -> Result<(), WireError> {
     Ok(())
 }
 
-fn mode(rt: &Runtime, s: &str) -> Result<u32, WireError> {
+fn mode(rt: &ConfigSnapshot, s: &str) -> Result<u32, WireError> {
     parse_mode(s, rt.config.fs.allow_special_bits).map_err(invalid)
 }
 
 /// The sandbox id of a sandbox target (after the enabled check), or None for the host.
-fn sandbox_of(rt: &Runtime, target: &Target) -> Result<Option<String>, WireError> {
+fn sandbox_of(rt: &ConfigSnapshot, target: &Target) -> Result<Option<String>, WireError> {
     match target {
         Target::Host => Ok(None),
         Target::Sandbox { sandbox_id } => {
@@ -128,7 +128,7 @@ pub async fn dispatch(
     function_id: &str,
     payload: Value,
 ) -> Result<Value, WireError> {
-    let rt = runtime(services)?;
+    let rt = snapshot(services)?;
     let op = function_id.trim_start_matches("shell::fs::");
     match op {
         "ls" => {
@@ -278,7 +278,11 @@ struct Planned {
     parents: bool,
 }
 
-async fn write(services: &Arc<Services>, rt: &Runtime, payload: Value) -> Result<Value, WireError> {
+async fn write(
+    services: &Arc<Services>,
+    rt: &ConfigSnapshot,
+    payload: Value,
+) -> Result<Value, WireError> {
     let r: WriteRequest = parse(&payload)?;
     let batch = r.files.is_some();
     if batch && (r.path.is_some() || r.content.is_some() || r.mode.is_some() || r.parents.is_some())
@@ -521,7 +525,7 @@ async fn streamed_write(
 
 async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {
     let r: ReadRequest = parse(&payload)?;
-    let rt = runtime(services)?;
+    let rt = snapshot(services)?;
     if let Some(id) = sandbox_of(&rt, &r.target)? {
         return sandbox::fs(services, "read", &id, forward_body(&payload)).await;
     }

@@ -187,7 +187,7 @@ pub async fn dispatch(
     match id {
         "shell::pty::open" => {
             let rt = services
-                .runtime
+                .snapshots
                 .get()
                 .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))?;
             let req: OpenRequest = parse(&payload)?;

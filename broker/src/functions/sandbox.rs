@@ -18,9 +18,9 @@ use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
 use crate::engine::EngineLink;
-use crate::runtime::Runtime;
 use crate::sandbox_jobs::{cap_reached, JobEnd, SandboxJob};
 use crate::services::Services;
+use crate::snapshot::ConfigSnapshot;
 use crate::validate::{resolve_timeout, CheckedExec};
 
 use replies::ExecReply;
@@ -129,7 +129,7 @@ fn capped(text: String, cap: u64) -> (String, bool) {
 /// `duration_ms` = the requested timeout, as on the host.
 pub async fn exec(
     services: &Arc<Services>,
-    rt: &Runtime,
+    rt: &ConfigSnapshot,
     c: &CheckedExec,
 ) -> Result<ExecResponse, WireError> {
     let id = sandbox_id(c)?;
@@ -169,7 +169,7 @@ pub fn plain_spawn_failure(e: WireError) -> WireError {
 /// detached task with the resolved timeout.
 pub async fn exec_bg(
     services: &Arc<Services>,
-    rt: &Runtime,
+    rt: &ConfigSnapshot,
     c: CheckedExec,
 ) -> Result<ExecBgResponse, WireError> {
     // A bad sandbox id is a request-validation failure: S210, as on shell::exec.
@@ -186,7 +186,7 @@ pub async fn exec_bg(
 
 async fn start_job(
     services: &Arc<Services>,
-    rt: &Runtime,
+    rt: &ConfigSnapshot,
     c: CheckedExec,
     engine: EngineLink,
     payload: Value,

@@ -30,7 +30,7 @@ impl Harness {
     /// An executor started with `extra` arguments (`--no-prestart`, say).
     pub async fn with_args(config: Config, extra: &[&str]) -> Harness {
         let services = Services::new();
-        services.runtime.install(config);
+        services.snapshots.install(config);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
         let executor_pid = services

@@ -232,7 +232,7 @@ pub async fn pinned_harness(pinned: &Config, live: Config) -> Harness {
     std::fs::write(&path, serde_json::to_string_pretty(pinned).unwrap()).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let services = Services::new();
-    let rt = services.runtime.install(live);
+    let rt = services.snapshots.install(live);
     let (child, stream) = spawn_executor_with(bin(), &["--pin-config".to_string(), s(&path)])
         .expect("spawn executor");
     let client = ExecutorClient::connect(stream).await.expect("handshake");
