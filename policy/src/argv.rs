@@ -32,7 +32,8 @@ mod tests {
     #[test]
     fn argv_cases() {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let cases: [(&[&str], Option<(Code, &str)>); 7] = [
+        type Case<'a> = (&'a [&'a str], Option<(Code, &'a str)>);
+        let cases: [Case; 7] = [
             (&["echo", "hi"], None),
             (&["/bin/true"], None),
             (&[], Some((Code::S210, EMPTY_COMMAND))),
