@@ -11,7 +11,7 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::config::{Config, ConfinementMode, NetworkAccess};
+use crate::config::{Config, ConfinementMode, NetworkAccess, RunAs};
 
 /// One thing the new configuration grants that the base did not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +199,8 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
             }
         }
     }
-    if n.confinement.run_as != b.confinement.run_as {
+    // Another command user, unless both are root (an unset `run_as` is root when unjailed).
+    if n.confinement.run_as != b.confinement.run_as && !(acts_as_root(b) && acts_as_root(n)) {
         w.push(Widening::RunAs {
             base: b.confinement.run_as.clone(),
             new: n.confinement.run_as.clone(),
@@ -332,6 +333,17 @@ fn raised(base: Option<u64>, new: Option<u64>) -> bool {
         (None, _) => false,
         (Some(_), None) => true,
         (Some(b), Some(n)) => n > b,
+    }
+}
+
+/// Commands certainly run as root: `run_as` names root (or uid 0 with group 0), or is unset
+/// while unjailed. (Unset and jailed is the owner of the primary root, decided with I/O.)
+fn acts_as_root(c: &Config) -> bool {
+    match c.confinement.run_as.as_deref().map(RunAs::parse) {
+        None => c.fs.host_roots.is_empty(),
+        Some(Ok(RunAs::Name(n))) => n == "root",
+        Some(Ok(RunAs::Id { uid: 0, gid })) => gid.is_none_or(|g| g == 0),
+        Some(_) => false,
     }
 }
 
@@ -473,6 +485,11 @@ mod tests {
                 vec!["confinement.run_as is Some(\"root\"), not None"],
             ),
             (
+                "run_as another user",
+                |c| c.confinement.run_as = Some("1000".into()),
+                vec!["confinement.run_as is Some(\"1000\"), not None"],
+            ),
+            (
                 "network",
                 |c| c.confinement.network = NetworkAccess::Allow,
                 vec!["confinement.network is Allow, wider than DenyBind"],
@@ -586,6 +603,38 @@ mod tests {
         assert_eq!(
             describe(&widening(&narrow, &base)),
             "fs.denylist_paths lost /srv/work/secret; confinement.rlimits.cpu_seconds raised from 10 to unlimited"
+        );
+    }
+
+    #[test]
+    fn run_as_root_is_the_same_user_however_it_is_spelt() {
+        let unjailed = Config::builtin_default();
+        let mut named = unjailed.clone();
+        named.confinement.run_as = Some("root".into());
+        let mut id = unjailed.clone();
+        id.confinement.run_as = Some("0:0".into());
+        let mut jailed_root = jailed();
+        jailed_root.confinement.run_as = Some("root".into());
+        for (a, b) in [
+            (&unjailed, &named),
+            (&named, &id),
+            (&unjailed, &jailed_root),
+        ] {
+            assert!(!widening(a, b)
+                .iter()
+                .any(|w| matches!(w, Widening::RunAs { .. })));
+            assert!(!widening(b, a)
+                .iter()
+                .any(|w| matches!(w, Widening::RunAs { .. })));
+        }
+        // Jailed and unset is the root's owner, not root: naming root is a change.
+        let w = widening(&jailed(), &jailed_root);
+        assert_eq!(
+            w,
+            vec![Widening::RunAs {
+                base: None,
+                new: Some("root".into())
+            }]
         );
     }
 
