@@ -10,18 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use iii_shell_protocol::config::Config;
-use iii_shell_protocol::WireError;
 use serde_json::{json, Value};
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
-async fn expect_code(h: &Harness, function: &str, payload: Value, code: &str) -> WireError {
-    let e = h.err(function, payload.clone()).await;
-    assert_eq!(e.code, code, "{function} {payload}: {e:?}");
-    e
-}
 
 /// A jail at `<tmp>/root` (canonical) next to `<tmp>/outside`.
 struct Jailed {

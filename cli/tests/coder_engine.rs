@@ -11,10 +11,6 @@ use iii_test_engine::TestEngine;
 use serde_json::json;
 use support::*;
 
-fn s(p: &std::path::Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 #[tokio::test]
 async fn coder_through_the_engine() {
     let dir = tempfile::tempdir().unwrap();

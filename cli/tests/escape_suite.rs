@@ -154,17 +154,6 @@ macro_rules! require {
     };
 }
 
-async fn expect_code(
-    h: &Harness,
-    function: &str,
-    payload: serde_json::Value,
-    code: &str,
-) -> iii_shell_protocol::WireError {
-    let e = h.err(function, payload.clone()).await;
-    assert_eq!(e.code, code, "{function} {payload}: {e:?}");
-    e
-}
-
 fn mode_of(p: &Path) -> u32 {
     std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }

@@ -20,10 +20,6 @@ use support::*;
 
 const CHUNK: usize = 64 * 1024;
 
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 /// A worker jailed to `<tmp>/root`, with `<tmp>/outside` next to it.
 struct Setup {
     engine: TestEngine,

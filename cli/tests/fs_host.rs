@@ -18,10 +18,6 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::WireError;
 use serde_json::{json, Value};
 
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 fn b64(v: &Value) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(v["content"].as_str().expect("content"))
@@ -55,12 +51,6 @@ async fn quiet_ok(h: &Harness, function: &str, payload: Value) -> Value {
         Ok(v) => v,
         Err(e) => panic!("{function} failed: {e:?}"),
     }
-}
-
-async fn expect_code(h: &Harness, function: &str, payload: Value, code: &str) -> WireError {
-    let e = h.err(function, payload.clone()).await;
-    assert_eq!(e.code, code, "{function} {payload}: {e:?}");
-    e
 }
 
 /// Entries of a directory (names), for "nothing was created here" checks.

@@ -22,10 +22,6 @@ const DEEP: usize = 9000;
 /// The executor's documented bound (`fs::walk::MAX_TREE_DEPTH`).
 const MAX_TREE_DEPTH: usize = 256;
 
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 /// A temp dir removed with `rm -rf` (which handles trees deeper than PATH_MAX), not
 /// `remove_dir_all`.
 struct Tree {

@@ -12,10 +12,6 @@ use iii_shell_protocol::config::{Config, ConfinementMode};
 use iii_shell_protocol::messages::Request;
 use serde_json::Value;
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 #[test]
 fn doctor_json_reports_every_layer() {
     let dir = tempdir();

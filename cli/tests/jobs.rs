@@ -984,7 +984,9 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
         .split_whitespace()
         .any(|c| c == "pids");
     if !delegated {
-        iii_shell_confine::requirement::unmet("pids_max_holds_for_root_in_the_job_cgroup: no cgroup v2 pids controller for job cgroups on this host (doctor warns)");
+        // Not a kernel feature but the host's cgroup delegation (doctor warns about it), so a
+        // skip here even with III_SHELL_REQUIRE_ROOT=1.
+        eprintln!("SKIPPED pids_max_holds_for_root_in_the_job_cgroup: no cgroup v2 pids controller for job cgroups on this host (doctor warns)");
         return;
     }
     let m = marker();

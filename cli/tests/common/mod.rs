@@ -1,9 +1,12 @@
 //! Shared test harness: a real executor process behind the real broker library.
 #![allow(dead_code)]
 
+mod shared;
+#[allow(unused_imports)] // not every test binary uses every helper
+pub use shared::*;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
@@ -145,18 +148,6 @@ pub fn zombies_of(parent: u32) -> Vec<i32> {
         .collect()
 }
 
-/// Polls `f` until it is true or `limit` passes.
-pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    f()
-}
-
 /// A unique number for marking test processes (e.g. `sleep 31337.<n>`).
 pub fn marker() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -196,4 +187,11 @@ pub fn job_cgroup_base_of(pid: u32) -> Option<PathBuf> {
 /// Whether the executor `pid` runs its commands in job cgroups.
 pub fn job_cgroups_enabled(pid: u32) -> bool {
     job_cgroup_base_of(pid).is_some()
+}
+
+/// The call fails with `code`; the error, for more checks.
+pub async fn expect_code(h: &Harness, function: &str, payload: Value, code: &str) -> WireError {
+    let e = h.err(function, payload.clone()).await;
+    assert_eq!(e.code, code, "{function} {payload}: {e:?}");
+    e
 }

@@ -14,17 +14,9 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use serde_json::{json, Value};
 
-use crate::common::{bin, canon, eventually, jailed, tempdir, Harness};
+use crate::common::{bin, canon, eventually, jailed, s, tempdir, Harness};
 
 pub const SECRET: &[u8] = b"OUTSIDE SECRET";
-
-pub fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
-pub fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
 
 /// Returns early (after saying why) when the test is not running as root.
 #[macro_export]

@@ -7,6 +7,11 @@
 //! orphaned by a killed executor).
 #![allow(dead_code)]
 
+#[path = "../common/shared.rs"]
+mod shared;
+#[allow(unused_imports)] // not every test binary uses every helper
+pub use shared::*;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -441,20 +446,6 @@ pub fn unjailed_value() -> Value {
 /// `shell::exec` of `pwd` in `cwd`.
 pub fn pwd_in(cwd: &str) -> Value {
     json!({"command": "pwd", "cwd": cwd})
-}
-
-/// Polls `f` until it holds or `limit` passes.
-pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// A free loopback port (bound, then released).
