@@ -29,9 +29,7 @@ pub struct GetRequest {
 pub struct GetResponse {
     pub key: String,
     /// The stored object, or null when nothing is stored.
-    #[serde(default)]
-    #[schemars(schema_with = "any_value")]
-    pub state: Value,
+    pub state: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -116,10 +116,10 @@ pub async fn dispatch(
     match services.executor.call(Request::UiState(op)).await? {
         Reply::UiState(UiStateReply::Got { key, state_json }) => {
             let state = match state_json {
-                Some(text) => serde_json::from_str(&text).map_err(|e| {
+                Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
                     WireError::new(Code::S216, format!("stored pane state is not JSON: {e}"))
                 })?,
-                None => Value::Null,
+                None => None,
             };
             to_value(&GetResponse { key, state })
         }
