@@ -42,8 +42,10 @@ async function until(what, fn, timeout = 10000) {
     await new Promise((r) => setTimeout(r, 25));
   }
 }
-async function load() {
-  await page.goto(url);
+async function load(again = false) {
+  // A second goto to the same URL with a #fragment would not reload the document.
+  if (again) await page.reload();
+  else await page.goto(url);
   await until("the host to load the page's assets", () => page.evaluate(() => window.__testHost && window.__testHost.ready));
   await page.locator("[data-testid=ws-input]").waitFor();
 }
@@ -119,7 +121,7 @@ try {
   await page.screenshot({ path: join(shots, "04-terminal.png") });
 
   step("reload and see the scrollback replayed");
-  await load();
+  await load(true);
   await until("the terminal to reattach", async () => (await text("[data-testid=term-status]")).startsWith("reattached "));
   await until("the replayed scrollback", async () => {
     const lines = await termText();

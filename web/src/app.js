@@ -133,14 +133,16 @@ export function mountShellPage(el, host) {
       if (!state.root || !ev || ev.root !== state.root) return;
       refreshTreeSoon();
       refreshTurnsSoon();
-      if (ev.overflow || ev.dir || !ev.path) return;
-      if (ev.path === openPath) {
-        if (ev.kind === "deleted") showFile(ev.path, { missing: true });
-        else showFile(ev.path);
+      if (ev.overflow || ev.dir || !ev.path || ev.path === ".") return;
+      // Change paths are relative to the watched root.
+      const path = join(ev.root, ev.path);
+      if (path === openPath) {
+        if (ev.kind === "deleted") showFile(path, { missing: true });
+        else showFile(path);
       }
-      if (ev.kind !== "deleted" && !isNoise(state.root, ev.path)) {
-        lastWritten = ev.path;
-        showDiffFor(ev.path, ev.kind);
+      if (ev.kind !== "deleted" && !isNoise(state.root, path)) {
+        lastWritten = path;
+        showDiffFor(path, ev.kind);
       }
     }),
   );
@@ -291,8 +293,11 @@ export function mountShellPage(el, host) {
         }
       }
       if (!view) {
-        const baseline = kind === "created" ? "" : (lastSeen.get(path) ?? "");
-        view = { path, oldText: baseline, newText: r.content ?? "", isBinary: r.is_utf8 === false, source: kind === "created" ? "created" : "since last seen" };
+        // An atomic replace (rename over the file) reports `created`: a body the page has
+        // seen is still the baseline; only a file it never saw diffs against nothing.
+        const seen = lastSeen.has(path);
+        const baseline = seen ? lastSeen.get(path) : "";
+        view = { path, oldText: baseline, newText: r.content ?? "", isBinary: r.is_utf8 === false, source: seen ? "since last seen" : kind === "created" ? "created" : "new to this page" };
       }
       if (gen !== diffGen) return;
       if (!view.isBinary) lastSeen.set(path, view.newText ?? "");
