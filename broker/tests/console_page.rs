@@ -12,8 +12,9 @@
 //!   through playwright-core: pick a workspace, see a file made by `shell::exec` appear in
 //!   the tree within a second, open it, change it with `coder::update-file` inside a harness
 //!   turn and see the diff, revert the turn and see it restored, type `echo hi` in a
-//!   terminal and see `hi`, reload and see the scrollback replayed. Screenshots go to
-//!   `target/ui-screenshots/`.
+//!   terminal and see `hi`, reload and see the scrollback replayed (and the workspace, the open
+//!   file and the font size kept), leave the page and adopt its orphaned terminal session.
+//!   Nothing may be fetched from any other origin. Screenshots go to `target/ui-screenshots/`.
 //!
 //! Both need node/npm (and the browser test Chromium at /usr/bin/chromium). Without them the
 //! tests say so and pass on a developer machine; on CI (`CI=true` or
@@ -297,6 +298,7 @@ async fn the_page_works_in_headless_chromium() {
         .parent()
         .unwrap()
         .join("ui-screenshots");
+    let _ = std::fs::remove_dir_all(&shots);
     std::fs::create_dir_all(&shots).unwrap();
     let url = format!("http://127.0.0.1:{port}/?engine={}#/ext/shell", engine.url());
     let ws_arg = ws.to_string_lossy().into_owned();
@@ -324,7 +326,14 @@ async fn the_page_works_in_headless_chromium() {
         .unwrap()
         .contains("println!(\"hello\")"));
     assert!(base.join("data/ui-state/shell%3Aexplorer.json").exists());
-    for shot in ["01-workspace.png", "02-diff.png", "04-terminal.png", "05-reloaded.png"] {
+    for shot in [
+        "01-workspace.png",
+        "02-diff.png",
+        "03-reverted.png",
+        "04-terminal.png",
+        "05-reloaded.png",
+        "06-adopted.png",
+    ] {
         assert!(shots.join(shot).exists(), "{shot}");
     }
 }

@@ -18,7 +18,7 @@ export function mountShellPage(el, host) {
   const call = (fid, payload) => host.iii.trigger(fid, payload);
   const browserId = host.iii.browserId;
   const cleanups = [];
-  let state = { root: null, session_id: "", terminal: null };
+  let state = { root: null, open: null, session_id: "", terminal: null };
   let unbindChanged = null;
   const expanded = new Set();
   const lastSeen = new Map(); // path -> text the page last showed
@@ -233,6 +233,7 @@ export function mountShellPage(el, host) {
   let fileGen = 0;
   async function showFile(path, opts = {}) {
     const gen = ++fileGen;
+    if (openPath !== path) update({ open: path });
     openPath = path;
     const title = h("div", { class: "shell-pane-title" }, h("code", { "data-testid": "file-path", text: relative(state.root || "", path) ?? path }));
     const body = h("div", { class: "shell-file-body" });
@@ -391,6 +392,7 @@ export function mountShellPage(el, host) {
     if (state.root) {
       wsInput.value = state.root;
       setRoot(state.root);
+      if (state.open && relative(state.root, state.open) !== null) showFile(state.open);
     } else {
       showRoots();
     }
