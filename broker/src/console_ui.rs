@@ -74,10 +74,9 @@ pub fn path_problem(trigger_type: &str, path: &str) -> Option<String> {
                 "the asset path {path:?} has an empty, '.' or '..' segment"
             ));
         }
-        if let Some(c) = seg
-            .chars()
-            .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')))
-        {
+        if let Some(c) = seg.chars().find(|c| {
+            !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+        }) {
             return Some(format!(
                 "the asset path {path:?} has {c:?}; segments take only [a-z0-9._-]"
             ));

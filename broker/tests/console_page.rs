@@ -120,7 +120,11 @@ fn fresh_build() -> &'static Result<PathBuf, String> {
         copy_tree(&web_dir(), &dir);
         // --ignore-scripts: no package's install script runs (esbuild finds its binary in its
         // platform package without one).
-        run(&dir, "npm", &["ci", "--ignore-scripts", "--no-audit", "--no-fund"])?;
+        run(
+            &dir,
+            "npm",
+            &["ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+        )?;
         run(&dir, "npm", &["run", "build"])?;
         Ok(dir)
     })
@@ -253,8 +257,10 @@ async fn the_page_works_in_headless_chromium() {
     // The console's part: own the asset types, take our bindings, fetch each asset.
     let console = engine.client_named("console").await;
     for ty in ["console:script", "console:style"] {
-        console.send_raw(json!({"type": "registertriggertype", "id": ty, "description": "console asset",
-            "trigger_request_format": {}, "call_request_format": {}}));
+        console.send_raw(
+            json!({"type": "registertriggertype", "id": ty, "description": "console asset",
+            "trigger_request_format": {}, "call_request_format": {}}),
+        );
     }
     let bindings = || -> Vec<Value> {
         console
@@ -300,7 +306,10 @@ async fn the_page_works_in_headless_chromium() {
         .join("ui-screenshots");
     let _ = std::fs::remove_dir_all(&shots);
     std::fs::create_dir_all(&shots).unwrap();
-    let url = format!("http://127.0.0.1:{port}/?engine={}#/ext/shell", engine.url());
+    let url = format!(
+        "http://127.0.0.1:{port}/?engine={}#/ext/shell",
+        engine.url()
+    );
     let ws_arg = ws.to_string_lossy().into_owned();
     let shots_arg = shots.to_string_lossy().into_owned();
     let drive = tokio::process::Command::new("node")

@@ -43,8 +43,10 @@ async fn setup() -> Setup {
 async fn console(engine: &TestEngine) -> TestClient {
     let c = engine.client_named("console").await;
     for ty in ["console:script", "console:style"] {
-        c.send_raw(json!({"type": "registertriggertype", "id": ty, "description": "console asset",
-            "trigger_request_format": {}, "call_request_format": {}}));
+        c.send_raw(
+            json!({"type": "registertriggertype", "id": ty, "description": "console asset",
+            "trigger_request_format": {}, "call_request_format": {}}),
+        );
     }
     c
 }
@@ -60,7 +62,11 @@ async fn wait_binding(c: &TestClient, ty: &str, count: usize) -> Value {
     let ok = c
         .wait_for_frame(WAIT, |_| bindings(c, ty).len() >= count)
         .await;
-    assert!(ok.is_some(), "no {count}th {ty} binding: {:?}", c.received());
+    assert!(
+        ok.is_some(),
+        "no {count}th {ty} binding: {:?}",
+        c.received()
+    );
     bindings(c, ty).pop().unwrap()
 }
 
@@ -102,7 +108,10 @@ async fn the_page_assets_are_bound_served_and_bound_again_after_a_reconnect() {
     let js = iii_shell_broker::console_ui::content_for("shell/page.js")
         .unwrap()
         .content;
-    assert!(js.contains("export{") || js.contains("export {"), "an ES module");
+    assert!(
+        js.contains("export{") || js.contains("export {"),
+        "an ES module"
+    );
     assert!(js.contains("from\"react\""), "React stays external");
     let unknown = c
         .call("shell::ui-content", json!({"path": "shell/other.js"}))
@@ -110,9 +119,9 @@ async fn the_page_assets_are_bound_served_and_bound_again_after_a_reconnect() {
         .unwrap_err();
     assert_eq!(unknown.code, "S211");
     assert!(
-        unknown
-            .message
-            .starts_with("UNKNOWN_UI_ASSET: 'shell/other.js' is not one of this worker's ui assets"),
+        unknown.message.starts_with(
+            "UNKNOWN_UI_ASSET: 'shell/other.js' is not one of this worker's ui assets"
+        ),
         "{}",
         unknown.message
     );
@@ -223,7 +232,12 @@ async fn ui_state_is_one_file_per_pane_beside_the_turn_store() {
             .call("shell::ui-state::set", payload.clone())
             .await
             .unwrap_err();
-        assert_eq!(e.code, code, "{}: {e:?}", &payload.to_string()[..40.min(payload.to_string().len())]);
+        assert_eq!(
+            e.code,
+            code,
+            "{}: {e:?}",
+            &payload.to_string()[..40.min(payload.to_string().len())]
+        );
     }
     let e = c
         .call("shell::ui-state::get", json!({"key": ""}))

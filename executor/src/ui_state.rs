@@ -185,7 +185,11 @@ mod tests {
         assert_eq!(file_stem("pane-1_A"), "pane-1_A");
         assert_eq!(file_stem("../etc/passwd"), "%2E%2E%2Fetc%2Fpasswd");
         assert_eq!(file_stem("a.b"), "a%2Eb");
-        assert_eq!(file_stem("%2E"), "%252E", "a literal percent is encoded too");
+        assert_eq!(
+            file_stem("%2E"),
+            "%252E",
+            "a literal percent is encoded too"
+        );
         assert_eq!(file_stem("é"), "%C3%A9");
         assert_eq!(file_stem("a\0b"), "a%00b");
         assert_eq!(file_stem("~x"), "%7Ex");

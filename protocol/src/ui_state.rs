@@ -104,7 +104,10 @@ pub enum UiStateReply {
         key: String,
         state_json: Option<String>,
     },
-    Set { key: String, bytes: u64 },
+    Set {
+        key: String,
+        bytes: u64,
+    },
 }
 
 #[cfg(test)]
@@ -123,7 +126,11 @@ mod tests {
             key_problem(&"k".repeat(513)),
             Some("'key' is 513 bytes; at most 512 are accepted".into())
         );
-        assert_eq!(key_problem("../../etc/passwd"), None, "encoded, not refused");
+        assert_eq!(
+            key_problem("../../etc/passwd"),
+            None,
+            "encoded, not refused"
+        );
     }
 
     #[test]

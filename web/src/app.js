@@ -266,7 +266,8 @@ export function mountShellPage(el, host) {
         return render();
       }
       const text = r.content ?? "";
-      lastSeen.set(path, text);
+      // The diff view owns the baseline once it has one (it moves it on every change it shows).
+      if (!lastSeen.has(path)) lastSeen.set(path, text);
       const code = h("code", { class: "hljs", "data-testid": "file-content" });
       code.innerHTML = highlight(text, language(path));
       body.append(h("pre", { class: "shell-code" }, code));
