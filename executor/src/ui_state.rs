@@ -18,7 +18,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use iii_shell_protocol::ui_state::{key_problem, UiStateOp, UiStateReply, MAX_STATE_BYTES};
+use iii_shell_protocol::ui_state::{
+    key_problem, UiStateOp, UiStateReply, MAX_PANES, MAX_STATE_BYTES,
+};
 use sha2::{Digest, Sha256};
 
 use crate::error::ExecError;
@@ -96,6 +98,12 @@ impl UiState {
                     });
                 }
                 let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+                if !pane_path(dir, &key).exists() && pane_count(dir) >= MAX_PANES {
+                    return Err(ExecError::TooLarge(format!(
+                        "{MAX_PANES} panes are stored already; a new pane key is refused (reuse a key, or remove files from {})",
+                        dir.display()
+                    )));
+                }
                 write_pane(dir, &key, state_json.as_bytes()).map_err(|e| {
                     ExecError::Internal(format!(
                         "cannot store the pane state in {}: {e}; make the directory beside turns.data_dir writable by the command user",
@@ -116,6 +124,17 @@ fn check_key(key: &str) -> Result<(), ExecError> {
         Some(why) => Err(ExecError::Invalid(why)),
         None => Ok(()),
     }
+}
+
+/// Number of pane files in `dir` (temp files excluded; a missing directory holds none).
+fn pane_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 fn pane_path(dir: &Path, key: &str) -> PathBuf {
@@ -288,6 +307,31 @@ mod tests {
         let big = format!(r#"{{"x":"{}"}}"#, "a".repeat(MAX_STATE_BYTES));
         assert_eq!(set("k", big), Code::S218);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_new_pane_past_the_cap_is_refused_and_existing_panes_still_write() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        for i in 0..MAX_PANES {
+            std::fs::write(dir.join(format!("p{i}.json")), "{}").unwrap();
+        }
+        let s = UiState::default();
+        let set = |k: &str| {
+            s.handle(
+                &dir,
+                UiStateOp::Set {
+                    key: k.into(),
+                    state_json: "{}".into(),
+                },
+            )
+        };
+        assert_eq!(
+            set("one-more").unwrap_err().code(),
+            iii_shell_protocol::Code::S218
+        );
+        assert!(!dir.join("one-more.json").exists());
+        assert!(set("p7").is_ok(), "an existing pane is replaced");
     }
 
     #[test]

@@ -13,6 +13,9 @@ use serde_json::Value;
 pub const MAX_KEY_BYTES: usize = 512;
 /// The largest stored document (the serialized `state`), in bytes.
 pub const MAX_STATE_BYTES: usize = 4 * 1024 * 1024;
+/// The most panes stored: a new key past this is refused (S218), so callers inventing keys
+/// cannot fill the disk (at most `MAX_PANES × MAX_STATE_BYTES`).
+pub const MAX_PANES: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "GetRequest")]
