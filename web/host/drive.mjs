@@ -26,7 +26,8 @@ page.on("request", (r) => {
 
 const step = (s) => console.log(`step: ${s}`);
 const call = (fid, payload) => page.evaluate(([f, p]) => window.__testHost.iii.trigger(f, p), [fid, payload]);
-const text = (sel) => page.locator(sel).first().innerText();
+// The text of the first match now ("" when there is none): never waits.
+const text = (sel) => page.evaluate((s) => document.querySelector(s)?.innerText ?? "", sel);
 const termText = () => page.evaluate(() => [...document.querySelectorAll("[data-testid=terminal] .xterm-rows > div")].map((d) => d.textContent.replace(/\u00a0/g, " ").trimEnd()));
 async function until(what, fn, timeout = 10000) {
   const end = Date.now() + timeout;
@@ -112,6 +113,27 @@ try {
   if (!disk.content.includes('println!("hello")')) throw new Error(`not restored on disk: ${disk.content}`);
   await page.screenshot({ path: join(shots, "03-reverted.png") });
 
+  step("revert one file of a turn");
+  const t2 = { session_id: "ui-s1", turn_id: "t2" };
+  await call("shell::turns::on-turn-started", { ...t2, message_preview: "rename demo" });
+  const args3 = { files: [
+    { path: `${ws}/src/lib.rs`, ops: [{ op: "replace", pattern: "demo", replacement: "demo2" }] },
+    { path: `${ws}/README.md`, ops: [{ op: "replace", pattern: "demo", replacement: "demo2" }] },
+  ] };
+  const hook3 = { point: "pre_trigger", ...t2, step: 1, call: { id: "fc2", function_id: "coder::update-file", arguments: args3 } };
+  await call("shell::turns::on-pre-trigger", hook3);
+  await call("coder::update-file", args3);
+  await call("shell::turns::on-post-trigger", { ...hook3, result: { is_error: false, content: [] } });
+  await call("shell::turns::on-turn-completed", t2);
+  await page.click("[data-testid=turns-load]");
+  const oneFile = '[data-testid=turn][data-turn-id=t2] li:has(code:text-is("src/lib.rs")) [data-testid=revert-file]';
+  await page.locator(oneFile).waitFor({ timeout: 10000 });
+  await page.click(oneFile);
+  await until("the one-file revert", async () => (await text("[data-testid=revert-result]")).startsWith("reverted 1, failed 0"));
+  const lib = await call("coder::read-file", { path: `${ws}/src/lib.rs` });
+  const readme = await call("coder::read-file", { path: `${ws}/README.md` });
+  if (!lib.content.includes("fn demo()") || !readme.content.includes("demo2")) throw new Error(`one-file revert: lib.rs=${lib.content} README.md=${readme.content}`);
+
   step("type `echo hi` in a terminal and see hi");
   await page.click("[data-testid=term-new]");
   await until("the terminal session", async () => (await text("[data-testid=term-status]")).startsWith("session "));
@@ -153,6 +175,16 @@ try {
   await page.keyboard.type("echo adopted-$((6*7))\n");
   await until("output of the adopted session", async () => (await termText()).some((l) => l === "adopted-42"));
   await page.screenshot({ path: join(shots, "06-adopted.png") });
+
+  step("an image and a large file are read in chunks (shell::workspace::read-bytes)");
+  const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+  await call("shell::exec", { command: "sh", args: ["-c", `echo ${png} | base64 -d > dot.png && head -c 2500000 /dev/zero | tr '\\0' a > big.txt`], cwd: ws });
+  await page.locator(`[data-path="${ws}/dot.png"]`).waitFor({ timeout: 5000 });
+  await page.click(`[data-path="${ws}/dot.png"]`);
+  await until("the image", () => page.evaluate(() => { const i = document.querySelector("[data-testid=file-image]"); return i && i.complete && i.naturalWidth === 1; }));
+  await page.locator(`[data-path="${ws}/big.txt"]`).waitFor({ timeout: 5000 });
+  await page.click(`[data-path="${ws}/big.txt"]`);
+  await until("the large file, in 3 chunks", async () => (await text("[data-testid=file-view]")).includes("showing 2500000 of 2500000 bytes (read in 3 chunks)"));
 
   if (foreign.length) throw new Error(`the page fetched from elsewhere: ${foreign.join(", ")}`);
   console.log("DRIVE OK");

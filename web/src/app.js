@@ -13,6 +13,8 @@ const TEXT_LIMIT = 1024 * 1024;
 const CHUNK = 1024 * 1024;
 // Most read in chunks for one view.
 const CHUNKED_LIMIT = 16 * 1024 * 1024;
+// Bodies larger than this (old + new) are not diffed in the page.
+const DIFF_LIMIT = 2 * 1024 * 1024;
 
 export function mountShellPage(el, host) {
   const call = (fid, payload) => host.iii.trigger(fid, payload);
@@ -42,6 +44,7 @@ export function mountShellPage(el, host) {
   const diffView = h("section", { class: "shell-diff", "data-testid": "diff-view" }, h("div", { class: "shell-muted", text: "the last written file shows here as a diff" }));
   const sessionInput = h("input", { class: "shell-session-input", "data-testid": "turns-session", placeholder: "harness session id" });
   const turnsList = h("div", { class: "shell-turns-list", "data-testid": "turns-list" });
+  const revertNote = h("div", { class: "shell-muted", "data-testid": "revert-result" });
   const termEl = h("section", { class: "shell-term" });
 
   el.append(
@@ -69,6 +72,7 @@ export function mountShellPage(el, host) {
           { class: "shell-turns" },
           h("div", { class: "shell-pane-title", text: "Turns" }),
           h("div", { class: "shell-row" }, sessionInput, h("button", { "data-testid": "turns-load", onclick: () => { update({ session_id: sessionInput.value.trim() }); refreshTurns(); } }, "Load")),
+          revertNote,
           turnsList,
         ),
       ),
@@ -303,6 +307,11 @@ export function mountShellPage(el, host) {
       }
       if (gen !== diffGen) return;
       if (!view.isBinary) lastSeen.set(path, view.newText ?? "");
+      if ((view.oldText ?? "").length + (view.newText ?? "").length > DIFF_LIMIT) {
+        clear(diffView);
+        diffView.append(h("div", { class: "shell-pane-title", text: `Diff ${relative(state.root || "", path) ?? path}` }), h("div", { class: "shell-muted", text: "too large to diff here" }));
+        return;
+      }
       renderDiff(diffView, { ...view, path: relative(state.root || "", path) ?? path });
     } catch {
       /* the file went away again */
@@ -351,16 +360,18 @@ export function mountShellPage(el, host) {
   }
 
   async function revert(turnId, paths) {
+    revertNote.textContent = "";
     const payload = { session_id: state.session_id, turn_id: turnId };
     if (paths) payload.paths = paths;
     try {
       const r = await call("shell::turns::revert", payload);
-      const note = h("div", { class: r.failed ? "shell-error" : "shell-muted", "data-testid": "revert-result", text: `reverted ${r.reverted}, failed ${r.failed}${r.failed ? ": " + r.results.filter((x) => x.error).map((x) => x.error).join("; ") : ""}` });
-      turnsList.prepend(note);
+      revertNote.className = r.failed ? "shell-error" : "shell-muted";
+      revertNote.textContent = `reverted ${r.reverted}, failed ${r.failed}${r.failed ? ": " + r.results.filter((x) => x.error).map((x) => x.error).join("; ") : ""}`;
       if (openPath) showFile(openPath);
       refreshTree();
     } catch (e) {
-      turnsList.prepend(h("div", { class: "shell-error", text: errorText(e) }));
+      revertNote.className = "shell-error";
+      revertNote.textContent = `revert failed: ${errorText(e)}`;
     }
   }
 
