@@ -125,6 +125,8 @@ try {
   await call("coder::update-file", args3);
   await call("shell::turns::on-post-trigger", { ...hook3, result: { is_error: false, content: [] } });
   await call("shell::turns::on-turn-completed", t2);
+  // The last file written shows as the diff before anything else happens.
+  await until("the diff of the turn's last write", async () => (await text("[data-testid=diff-path]")) === "README.md");
   await page.click("[data-testid=turns-load]");
   const oneFile = '[data-testid=turn][data-turn-id=t2] li:has(code:text-is("src/lib.rs")) [data-testid=revert-file]';
   await page.locator(oneFile).waitFor({ timeout: 10000 });
@@ -133,6 +135,11 @@ try {
   const lib = await call("coder::read-file", { path: `${ws}/src/lib.rs` });
   const readme = await call("coder::read-file", { path: `${ws}/README.md` });
   if (!lib.content.includes("fn demo()") || !readme.content.includes("demo2")) throw new Error(`one-file revert: lib.rs=${lib.content} README.md=${readme.content}`);
+  await until("the reverted file's diff", async () => {
+    const d = await text("[data-testid=diff-view]");
+    if (d.includes("src/lib.rs") && d.includes("demo2()") && /\+\s*pub fn demo\(\)/.test(d)) return true;
+    throw new Error(d.replace(/\n/g, " | "));
+  }, 5000);
 
   step("type `echo hi` in a terminal and see hi");
   await page.click("[data-testid=term-new]");

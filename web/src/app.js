@@ -15,6 +15,8 @@ const CHUNK = 1024 * 1024;
 const CHUNKED_LIMIT = 16 * 1024 * 1024;
 // Bodies larger than this (old + new) are not diffed in the page.
 const DIFF_LIMIT = 2 * 1024 * 1024;
+// Most baselines the page keeps (the oldest are forgotten first).
+const SEEN_LIMIT = 256;
 
 export function mountShellPage(el, host) {
   const call = (fid, payload) => host.iii.trigger(fid, payload);
@@ -23,7 +25,13 @@ export function mountShellPage(el, host) {
   let state = { root: null, open: null, session_id: "", terminal: null };
   let unbindChanged = null;
   const expanded = new Set();
-  const lastSeen = new Map(); // path -> text the page last showed
+  const lastSeen = new Map(); // path -> text the page last saw (the diff baseline), newest last
+  const remember = (path, text) => {
+    lastSeen.delete(path);
+    if (typeof text !== "string" || text.length > DIFF_LIMIT) return;
+    lastSeen.set(path, text);
+    while (lastSeen.size > SEEN_LIMIT) lastSeen.delete(lastSeen.keys().next().value);
+  };
   let openPath = null;
 
   const saveState = debounce(() => {
@@ -271,7 +279,7 @@ export function mountShellPage(el, host) {
       }
       const text = r.content ?? "";
       // The diff view owns the baseline once it has one (it moves it on every change it shows).
-      if (!lastSeen.has(path)) lastSeen.set(path, text);
+      if (!lastSeen.has(path)) remember(path, text);
       const code = h("code", { class: "hljs", "data-testid": "file-content" });
       code.innerHTML = highlight(text, language(path));
       body.append(h("pre", { class: "shell-code" }, code));
@@ -288,7 +296,12 @@ export function mountShellPage(el, host) {
     const gen = ++diffGen;
     try {
       const r = await call("coder::read-file", { path });
-      if (gen !== diffGen || lastWritten !== path) return;
+      if (gen !== diffGen || lastWritten !== path) {
+        // A later change took the view; this body is still the page's newest sight of the file.
+        // (Not when the newer change is to this same file: its own diff needs the old baseline.)
+        if (r.is_utf8 !== false && lastWritten !== path) remember(path, r.content ?? "");
+        return;
+      }
       let view = null;
       if (r.revision) {
         try {
@@ -303,10 +316,13 @@ export function mountShellPage(el, host) {
         // seen is still the baseline; only a file it never saw diffs against nothing.
         const seen = lastSeen.has(path);
         const baseline = seen ? lastSeen.get(path) : "";
+        // A second event for a write already shown (rename and close come apart): keep the
+        // diff that shows the change rather than an empty one.
+        if (seen && baseline === (r.content ?? "")) return;
         view = { path, oldText: baseline, newText: r.content ?? "", isBinary: r.is_utf8 === false, source: seen ? "since last seen" : kind === "created" ? "created" : "new to this page" };
       }
       if (gen !== diffGen) return;
-      if (!view.isBinary) lastSeen.set(path, view.newText ?? "");
+      if (!view.isBinary) remember(path, view.newText ?? "");
       if ((view.oldText ?? "").length + (view.newText ?? "").length > DIFF_LIMIT) {
         clear(diffView);
         diffView.append(h("div", { class: "shell-pane-title", text: `Diff ${relative(state.root || "", path) ?? path}` }), h("div", { class: "shell-muted", text: "too large to diff here" }));
@@ -369,6 +385,14 @@ export function mountShellPage(el, host) {
       revertNote.textContent = `reverted ${r.reverted}, failed ${r.failed}${r.failed ? ": " + r.results.filter((x) => x.error).map((x) => x.error).join("; ") : ""}`;
       if (openPath) showFile(openPath);
       refreshTree();
+      // The revert wrote these files: the last restored one becomes the diff, whether or not
+      // the change feed reports it.
+      const restored = (r.results || []).filter((x) => x.success && x.action === "restored" && !isNoise(state.root || "", x.path));
+      if (restored.length) {
+        const last = restored[restored.length - 1].path;
+        lastWritten = last;
+        showDiffFor(last, "modified");
+      }
     } catch (e) {
       revertNote.className = "shell-error";
       revertNote.textContent = `revert failed: ${errorText(e)}`;
