@@ -614,17 +614,18 @@ fn handle_frame(
         }
         Inbound::TriggerRegistrationResult { id, error } => {
             if let Some(e) = error {
-                let trigger_type = lock(&inner.state)
+                // Our own record of the binding says what it was (the result does not).
+                let (trigger_type, path) = lock(&inner.state)
                     .triggers
                     .iter()
                     .find(|(i, _)| *i == id)
-                    .and_then(|(_, f)| f["trigger_type"].as_str().map(str::to_string))
+                    .map(|(_, f)| {
+                        (
+                            f["trigger_type"].as_str().unwrap_or_default().to_string(),
+                            f["config"]["path"].as_str().map(str::to_string),
+                        )
+                    })
                     .unwrap_or_default();
-                let path = lock(&inner.state)
-                    .triggers
-                    .iter()
-                    .find(|(i, _)| *i == id)
-                    .and_then(|(_, f)| f["config"]["path"].as_str().map(str::to_string));
                 match crate::console_ui::rejection_hint(&trigger_type) {
                     Some(hint) => {
                         tracing::error!(trigger = %id, %trigger_type, path = path.as_deref().unwrap_or(""), code = %e.code, "{hint}: {}", e.message)
