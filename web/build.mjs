@@ -9,8 +9,21 @@ import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 const here = new URL(".", import.meta.url).pathname;
 const external = ["react", "react-dom", "react-dom/client", "react/jsx-runtime", "@iii-dev/console-ui"];
 
+// The bundled libraries' licenses travel with the bundle (their dist files carry no legal
+// comments of their own): name, version, license id and the full license text.
+const bundled = ["@xterm/xterm", "@xterm/addon-fit", "highlight.js", "diff"];
+const notices = bundled
+  .map((name) => {
+    const pkg = JSON.parse(readFileSync(`${here}node_modules/${name}/package.json`, "utf8"));
+    const text = readFileSync(`${here}node_modules/${name}/LICENSE`, "utf8").trim().replace(/\*\//g, "* /");
+    return `${name} ${pkg.version} (${pkg.license})\n\n${text}`;
+  })
+  .join("\n\n----\n\n");
+const banner = `/*! iii-shell console page (Apache-2.0). It bundles these libraries, under their own licenses:\n\n${notices}\n*/`;
+
 mkdirSync(here + "dist", { recursive: true });
 await esbuild.build({
+  banner: { js: banner },
   absWorkingDir: here,
   entryPoints: ["src/index.js"],
   outfile: "dist/page.js",
