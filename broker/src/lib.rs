@@ -13,6 +13,7 @@ pub mod cmd_executor;
 pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod confine;
+pub mod console_ui;
 pub mod engine;
 pub mod executor_client;
 pub mod executor_source;

@@ -26,6 +26,7 @@ pub mod server;
 pub mod spawn;
 pub mod tree;
 pub mod turns;
+pub mod ui_state;
 pub mod warm;
 pub mod watch;
 
@@ -51,6 +52,8 @@ pub struct Executor {
     pub watches: watch::Watches,
     /// The turn history store and its in-memory links.
     pub turns: Arc<turns::Turns>,
+    /// The console page's per-pane state.
+    pub ui_state: Arc<ui_state::UiState>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
 }
@@ -74,6 +77,7 @@ impl Executor {
             pty: pty::Table::default(),
             watches: watch::Watches::new(events.clone()),
             turns: Arc::default(),
+            ui_state: Arc::default(),
             events,
             envelope,
         }
@@ -154,6 +158,22 @@ impl Executor {
             .map_err(|e| e.to_wire());
             return (out, None);
         }
+        if let Request::UiState(op) = request {
+            let p = match self.current() {
+                Ok(p) => p,
+                Err(e) => return (Err(e.to_wire()), None),
+            };
+            let store = self.ui_state.clone();
+            let out = tokio::task::spawn_blocking(move || {
+                let dir = ui_state::store_dir(&p.config.turns.data_dir);
+                store.handle(&dir, op)
+            })
+            .await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("ui-state call failed: {e}"))))
+            .map(Reply::UiState)
+            .map_err(|e| e.to_wire());
+            return (out, None);
+        }
         if let Request::Doctor = request {
             let envelope = self.envelope.as_ref().map(|e| {
                 let roots = if e.fs.host_roots.is_empty() {
@@ -188,7 +208,8 @@ impl Executor {
             | Request::Exec(_)
             | Request::Coder(_)
             | Request::Pty(_)
-            | Request::Turns(_) => Err(ExecError::Internal("unreachable".into())),
+            | Request::Turns(_)
+            | Request::UiState(_) => Err(ExecError::Internal("unreachable".into())),
             Request::Watch(op) => match op {
                 iii_shell_protocol::watch::WatchOp::Start {
                     binding_id,

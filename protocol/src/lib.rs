@@ -19,13 +19,14 @@ pub mod messages;
 pub mod pty;
 pub mod sink;
 pub mod turns;
+pub mod ui_state;
 pub mod watch;
 
 pub use error::{Code, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Package version, reported by `--version` and registered with the engine.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
