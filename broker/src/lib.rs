@@ -5,6 +5,7 @@
 
 pub mod changed;
 pub mod confine;
+pub mod console_ui;
 pub mod engine;
 pub mod executor_client;
 pub mod executor_source;

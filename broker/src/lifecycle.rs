@@ -278,6 +278,17 @@ impl Lifecycle {
             }
             self.link.register_trigger(&id, frame);
         }
+        // The console page's assets, after the rest of the surface (the console fetches
+        // them through shell::ui-content as soon as a binding reaches it).
+        for asset in crate::console_ui::ASSETS {
+            let id = crate::console_ui::binding_id(&self.trigger_id, asset);
+            let frame = crate::console_ui::binding_frame(
+                &id,
+                asset,
+                self.link.options().namespace.as_deref(),
+            );
+            self.link.register_trigger(&id, frame);
+        }
         let mut trigger = frames::register_trigger(
             &self.trigger_id,
             "configuration",

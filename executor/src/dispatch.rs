@@ -8,13 +8,14 @@ use iii_shell_protocol::coder::CoderCall;
 use iii_shell_protocol::exec::StatusResponse;
 use iii_shell_protocol::messages::{ExecSpec, Reply, Request};
 use iii_shell_protocol::turns::TurnsCall;
+use iii_shell_protocol::ui_state::UiStateOp;
 use iii_shell_protocol::watch::WatchOp;
 use iii_shell_protocol::{Code, WireError};
 use tokio::sync::Notify;
 
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, doctor, fs, jobs, pty, run, run_as, Executor};
+use crate::{coder, doctor, fs, jobs, pty, run, run_as, ui_state, Executor};
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -62,6 +63,7 @@ impl Executor {
             Request::Pty(op) => pty::handle(self, op, cancel, io).await,
             Request::Watch(op) => done(self.watch(op)),
             Request::Turns(call) => done(self.turns_call(call).await),
+            Request::UiState(op) => done(self.ui_state_call(op).await),
         }
     }
 
@@ -158,6 +160,20 @@ impl Executor {
                     json: v.to_string(),
                 })
             })
+    }
+
+    /// `UiState`: the console page's per-pane state, stored beside the turn history (blocking
+    /// pool: it writes files).
+    async fn ui_state_call(&self, op: UiStateOp) -> Result<Reply, ExecError> {
+        let p = self.current()?;
+        let store = self.ui_state.clone();
+        tokio::task::spawn_blocking(move || {
+            let dir = ui_state::store_dir(&p.config.turns.data_dir);
+            store.handle(&dir, op)
+        })
+        .await
+        .unwrap_or_else(|e| Err(ExecError::Internal(format!("ui-state call failed: {e}"))))
+        .map(Reply::UiState)
     }
 
     /// `Watch`: a binding's watcher, checked against the jail when it starts.

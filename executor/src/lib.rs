@@ -25,6 +25,7 @@ pub mod server;
 pub mod spawn;
 pub mod tree;
 pub mod turns;
+pub mod ui_state;
 pub mod warm;
 pub mod watch;
 
@@ -51,6 +52,8 @@ pub struct Executor {
     pub watches: watch::Watches,
     /// The turn history store and its in-memory links.
     pub turns: Arc<turns::Turns>,
+    /// The console page's per-pane state.
+    pub ui_state: Arc<ui_state::UiState>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
 }
@@ -74,6 +77,7 @@ impl Executor {
             pty: pty::Table::default(),
             watches: watch::Watches::new(events.clone()),
             turns: Arc::default(),
+            ui_state: Arc::default(),
             events,
             envelope,
         }

@@ -18,6 +18,7 @@ pub mod messages;
 pub mod pty;
 pub mod sink;
 pub mod turns;
+pub mod ui_state;
 pub mod watch;
 
 /// The configuration model and the wire error live in the shared policy crate; re-exported
@@ -27,7 +28,7 @@ pub use iii_shell_policy::{Code, WireCode, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Package version, reported by `--version` and registered with the engine.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

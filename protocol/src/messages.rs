@@ -133,6 +133,8 @@ pub enum Request {
     Watch(crate::watch::WatchOp),
     /// Turn history: one `shell::turns::*` call (added in protocol version 4).
     Turns(crate::turns::TurnsCall),
+    /// The console page's per-pane state (`shell::ui-state::*`; added in protocol version 5).
+    UiState(crate::ui_state::UiStateOp),
 }
 
 impl Request {
@@ -152,6 +154,7 @@ impl Request {
             Request::Pty(op) => op.kind(),
             Request::Watch(_) => "watch",
             Request::Turns(_) => "turns",
+            Request::UiState(_) => "ui_state",
         }
     }
 }
@@ -172,6 +175,7 @@ pub enum Reply {
     Pty(crate::pty::PtyReply),
     Watch(crate::watch::WatchReply),
     Turns(crate::turns::TurnsReply),
+    UiState(crate::ui_state::UiStateReply),
 }
 
 /// Pushed by the executor without a request.

@@ -614,7 +614,26 @@ fn handle_frame(
         }
         Inbound::TriggerRegistrationResult { id, error } => {
             if let Some(e) = error {
-                tracing::error!(trigger = %id, code = %e.code, "the engine refused a trigger binding: {}; hot reload needs the engine's configuration worker: check the engine's log", e.message);
+                // Our own record of the binding says what it was (the result does not).
+                let (trigger_type, path) = lock(&inner.state)
+                    .triggers
+                    .iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(_, f)| {
+                        (
+                            f["trigger_type"].as_str().unwrap_or_default().to_string(),
+                            f["config"]["path"].as_str().map(str::to_string),
+                        )
+                    })
+                    .unwrap_or_default();
+                match crate::console_ui::rejection_hint(&trigger_type) {
+                    Some(hint) => {
+                        tracing::error!(trigger = %id, %trigger_type, path = path.as_deref().unwrap_or(""), code = %e.code, "{hint}: {}", e.message)
+                    }
+                    None => {
+                        tracing::error!(trigger = %id, %trigger_type, code = %e.code, "the engine refused a trigger binding: {}; hot reload needs the engine's configuration worker: check the engine's log", e.message)
+                    }
+                }
             }
         }
         Inbound::RegisterTrigger {

@@ -7,6 +7,7 @@ pub mod fs;
 pub mod pty;
 pub mod sandbox;
 pub mod turns;
+pub mod ui;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(coder::definitions());
     v.extend(pty::definitions());
     v.extend(turns::definitions());
+    v.extend(ui::definitions());
     v
 }
 
@@ -62,6 +64,9 @@ pub async fn dispatch(
         id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
         id if id.starts_with("shell::pty::") => pty::dispatch(services, id, payload).await,
         id if id.starts_with("shell::turns::") => turns::dispatch(services, id, payload).await,
+        id if id == "shell::ui-content" || id.starts_with("shell::ui-state::") => {
+            ui::dispatch(services, id, payload).await
+        }
         id if id.starts_with("shell::workspace::") => {
             workspace::dispatch(services, id, payload).await
         }

@@ -1,0 +1,366 @@
+//! The console page's per-pane state (`shell::ui-state::*`): one JSON file per pane.
+//!
+//! Where: `ui-state/` beside `turns.data_dir` (the default `data/shell/turns` puts it in
+//! `data/shell/ui-state/`), see [`store_dir`]. Each pane's file is `<stem>.json`, where the
+//! stem is the key with every byte outside `[A-Za-z0-9_-]` written `%XX` ([`file_stem`]): a key
+//! cannot name another directory, and two keys never share a file. A stem that would be longer
+//! than a file name allows is `~<sha256 of the key>` instead (`~` never appears in an encoded
+//! key).
+//!
+//! Writes: a temp file `<stem>.json.tmp.<32 hex>` created exclusively (mode 0600), written,
+//! fsynced, renamed over the pane's file and the directory fsynced, under one store-wide lock;
+//! a reader sees the old document or the new one, never a mix, and panes never clobber each
+//! other. Reads take no lock; a file that is missing, unreadable, over the cap, not JSON or not
+//! an object reads as "nothing stored". Files are opened without following symlinks.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use iii_shell_protocol::ui_state::{
+    key_problem, UiStateOp, UiStateReply, MAX_PANES, MAX_STATE_BYTES,
+};
+use sha2::{Digest, Sha256};
+
+use crate::error::ExecError;
+
+/// Longest stem written as an encoding; longer ones are hashed (a file name is at most 255
+/// bytes, and the temp suffix needs room).
+const MAX_ENCODED_STEM: usize = 200;
+
+/// The directory holding the pane files, derived from `turns.data_dir` (absolute by the time
+/// the executor sees it): its sibling `ui-state`.
+pub fn store_dir(turns_data_dir: &str) -> PathBuf {
+    let turns = Path::new(turns_data_dir);
+    match turns.parent() {
+        Some(parent) => parent.join("ui-state"),
+        None => turns.join("ui-state"),
+    }
+}
+
+/// The file stem of a key (a pure, injective function: exact-value tests below).
+pub fn file_stem(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if out.len() > MAX_ENCODED_STEM {
+        let digest = Sha256::digest(key.as_bytes());
+        let mut hashed = String::from("~");
+        for b in digest {
+            hashed.push_str(&format!("{b:02x}"));
+        }
+        return hashed;
+    }
+    out
+}
+
+/// The store (one per executor; writes serialized).
+#[derive(Default)]
+pub struct UiState {
+    write_lock: Mutex<()>,
+}
+
+impl UiState {
+    /// Serves one request against the store in `dir`.
+    pub fn handle(&self, dir: &Path, op: UiStateOp) -> Result<UiStateReply, ExecError> {
+        match op {
+            UiStateOp::Get { key, legacy_key } => {
+                check_key(&key)?;
+                let mut state = read_pane(dir, &key);
+                if state.is_none() {
+                    if let Some(legacy) = legacy_key.filter(|k| key_problem(k).is_none()) {
+                        state = read_pane(dir, &legacy);
+                    }
+                }
+                Ok(UiStateReply::Got {
+                    key,
+                    state_json: state,
+                })
+            }
+            UiStateOp::Set { key, state_json } => {
+                check_key(&key)?;
+                // The executor trusts nothing the broker checked: parse and cap again.
+                let value: serde_json::Value = serde_json::from_str(&state_json)
+                    .map_err(|e| ExecError::Invalid(format!("'state' is not JSON: {e}")))?;
+                if let Some((too_large, why)) =
+                    iii_shell_protocol::ui_state::state_problem(&value, state_json.len())
+                {
+                    return Err(if too_large {
+                        ExecError::TooLarge(why)
+                    } else {
+                        ExecError::Invalid(why)
+                    });
+                }
+                let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+                if !pane_path(dir, &key).exists() && pane_count(dir) >= MAX_PANES {
+                    return Err(ExecError::TooLarge(format!(
+                        "{MAX_PANES} panes are stored already; a new pane key is refused (reuse a key, or remove files from {})",
+                        dir.display()
+                    )));
+                }
+                write_pane(dir, &key, state_json.as_bytes()).map_err(|e| {
+                    ExecError::Internal(format!(
+                        "cannot store the pane state in {}: {e}; make the directory beside turns.data_dir writable by the command user",
+                        dir.display()
+                    ))
+                })?;
+                Ok(UiStateReply::Set {
+                    key,
+                    bytes: state_json.len() as u64,
+                })
+            }
+        }
+    }
+}
+
+fn check_key(key: &str) -> Result<(), ExecError> {
+    match key_problem(key) {
+        Some(why) => Err(ExecError::Invalid(why)),
+        None => Ok(()),
+    }
+}
+
+/// Number of pane files in `dir` (temp files excluded; a missing directory holds none).
+fn pane_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn pane_path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{}.json", file_stem(key)))
+}
+
+/// The stored document of `key`, if there is a usable one.
+fn read_pane(dir: &Path, key: &str) -> Option<String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(pane_path(dir, key))
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_STATE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    if text.len() > MAX_STATE_BYTES {
+        return None;
+    }
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) if v.is_object() => Some(text),
+        _ => None,
+    }
+}
+
+fn write_pane(dir: &Path, key: &str, body: &[u8]) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let target = pane_path(dir, key);
+    let tmp = dir.join(format!(
+        "{}.json.tmp.{}",
+        file_stem(key),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(body)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &target)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_keep_safe_bytes_and_encode_the_rest() {
+        assert_eq!(file_stem("pane-1_A"), "pane-1_A");
+        assert_eq!(file_stem("../etc/passwd"), "%2E%2E%2Fetc%2Fpasswd");
+        assert_eq!(file_stem("a.b"), "a%2Eb");
+        assert_eq!(
+            file_stem("%2E"),
+            "%252E",
+            "a literal percent is encoded too"
+        );
+        assert_eq!(file_stem("é"), "%C3%A9");
+        assert_eq!(file_stem("a\0b"), "a%00b");
+        assert_eq!(file_stem("~x"), "%7Ex");
+    }
+
+    #[test]
+    fn long_stems_are_hashed_and_distinct() {
+        let a = file_stem(&"/".repeat(100));
+        let b = file_stem(&"/".repeat(101));
+        assert!(a.starts_with('~') && a.len() == 65, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(file_stem(&"x".repeat(200)), "x".repeat(200));
+        assert!(file_stem(&"x".repeat(201)).starts_with('~'));
+    }
+
+    #[test]
+    fn the_store_sits_beside_the_turn_store() {
+        assert_eq!(
+            store_dir("/srv/w/data/shell/turns"),
+            PathBuf::from("/srv/w/data/shell/ui-state")
+        );
+        assert_eq!(store_dir("/"), PathBuf::from("/ui-state"));
+    }
+
+    #[test]
+    fn set_then_get_round_trips_one_file_per_pane_and_falls_back_to_the_legacy_key() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("ui-state");
+        let s = UiState::default();
+        let set = |k: &str, v: &str| {
+            s.handle(
+                &dir,
+                UiStateOp::Set {
+                    key: k.into(),
+                    state_json: v.into(),
+                },
+            )
+        };
+        let get = |k: &str, legacy: Option<&str>| match s
+            .handle(
+                &dir,
+                UiStateOp::Get {
+                    key: k.into(),
+                    legacy_key: legacy.map(str::to_string),
+                },
+            )
+            .unwrap()
+        {
+            UiStateReply::Got { state_json, .. } => state_json,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(get("p1", None), None);
+        assert_eq!(
+            set("p1", r#"{"a":1}"#).unwrap(),
+            UiStateReply::Set {
+                key: "p1".into(),
+                bytes: 7
+            }
+        );
+        set("../p2", r#"{"b":2}"#).unwrap();
+        assert_eq!(get("p1", None).as_deref(), Some(r#"{"a":1}"#));
+        assert_eq!(get("../p2", None).as_deref(), Some(r#"{"b":2}"#));
+        assert_eq!(get("new-pane", Some("p1")).as_deref(), Some(r#"{"a":1}"#));
+        set("p1", r#"{"a":3}"#).unwrap();
+        assert_eq!(get("p1", Some("../p2")).as_deref(), Some(r#"{"a":3}"#));
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["%2E%2E%2Fp2.json", "p1.json"], "no temp file left");
+        assert!(!d.path().join("p2.json").exists());
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_its_code_and_nothing_is_written() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("ui-state");
+        let s = UiState::default();
+        let set = |k: &str, v: String| {
+            s.handle(
+                &dir,
+                UiStateOp::Set {
+                    key: k.into(),
+                    state_json: v,
+                },
+            )
+            .unwrap_err()
+            .code()
+        };
+        use iii_shell_protocol::Code;
+        assert_eq!(set("", "{}".into()), Code::S210);
+        assert_eq!(set(&"k".repeat(513), "{}".into()), Code::S210);
+        assert_eq!(set("k", "[1]".into()), Code::S210);
+        assert_eq!(set("k", "{".into()), Code::S210);
+        let big = format!(r#"{{"x":"{}"}}"#, "a".repeat(MAX_STATE_BYTES));
+        assert_eq!(set("k", big), Code::S218);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_new_pane_past_the_cap_is_refused_and_existing_panes_still_write() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        for i in 0..MAX_PANES {
+            std::fs::write(dir.join(format!("p{i}.json")), "{}").unwrap();
+        }
+        let s = UiState::default();
+        let set = |k: &str| {
+            s.handle(
+                &dir,
+                UiStateOp::Set {
+                    key: k.into(),
+                    state_json: "{}".into(),
+                },
+            )
+        };
+        assert_eq!(
+            set("one-more").unwrap_err().code(),
+            iii_shell_protocol::Code::S218
+        );
+        assert!(!dir.join("one-more.json").exists());
+        assert!(set("p7").is_ok(), "an existing pane is replaced");
+    }
+
+    #[test]
+    fn unusable_files_read_as_nothing_stored() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let s = UiState::default();
+        std::fs::write(dir.join("arr.json"), "[1,2]").unwrap();
+        std::fs::write(dir.join("junk.json"), "not json").unwrap();
+        std::fs::write(d.path().join("secret"), r#"{"secret":1}"#).unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret"), dir.join("link.json")).unwrap();
+        for key in ["arr", "junk", "link", "missing"] {
+            let got = s
+                .handle(
+                    &dir,
+                    UiStateOp::Get {
+                        key: key.into(),
+                        legacy_key: None,
+                    },
+                )
+                .unwrap();
+            assert_eq!(
+                got,
+                UiStateReply::Got {
+                    key: key.into(),
+                    state_json: None
+                },
+                "{key}"
+            );
+        }
+    }
+}
