@@ -130,6 +130,9 @@ fn split_suffix(globs: &[String]) -> (Vec<String>, Vec<String>) {
 /// difference between this walk and rg's.
 struct WalkRules<'a> {
     policy: &'a crate::policy::Policy,
+    /// The file globs that start with `**/`: matched once, on the absolute path (a match on
+    /// a root-relative path implies one on the absolute path, which ends with it).
+    file_anywhere: GlobSet,
     file_deny: Option<Jail>,
     content_denied: Option<Jail>,
     file_noise: Option<RootedGlobs>,
@@ -167,6 +170,19 @@ impl<'a> WalkRules<'a> {
         } else {
             rest
         };
+        let (anywhere, file_globs): (Vec<String>, Vec<String>) =
+            file_globs.into_iter().partition(|g| g.starts_with("**/"));
+        let mut b = GlobSetBuilder::new();
+        let mut built = true;
+        for g in &anywhere {
+            match globset::Glob::new(g) {
+                Ok(g) => {
+                    b.add(g);
+                }
+                Err(_) => built = false,
+            }
+        }
+        let file_anywhere = b.build().ok().filter(|_| built);
         let file_noise = use_noise.then(|| {
             let (suffix, rest) = split_suffix(&c.code.default_exclude_globs);
             if RootedGlobs::new(&suffix, &ctx.bases).is_match_dir(w) {
@@ -177,7 +193,10 @@ impl<'a> WalkRules<'a> {
         });
         WalkRules {
             policy: ctx.policy,
-            file_deny: Jail::new(&roots, &deny, &file_globs).ok(),
+            file_deny: file_anywhere
+                .as_ref()
+                .and_then(|_| Jail::new(&roots, &deny, &file_globs).ok()),
+            file_anywhere: file_anywhere.unwrap_or_else(GlobSet::empty),
             content_denied: content_denied.filter(|_| !whole),
             file_noise,
         }
@@ -186,7 +205,7 @@ impl<'a> WalkRules<'a> {
     /// A file the policy refuses by name (the identity check is the caller's).
     fn file_denied(&self, abs: &Path) -> bool {
         match &self.file_deny {
-            Some(j) => j.is_denied_by_name(abs),
+            Some(j) => self.file_anywhere.is_match(abs) || j.is_denied_by_name(abs),
             None => self.policy.jail.is_denied_by_name(abs),
         }
     }
