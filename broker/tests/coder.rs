@@ -152,8 +152,9 @@ async fn info_and_paths_when_unjailed() {
 // Path policy (CODER-01, 04, 05, 07, 08, SEC-14..18)
 // ---------------------------------------------------------------------------------------------
 
-/// CODER-05 / SEC-18: denied (denylist, non_accessible glob, permission) and missing paths
-/// give the same code and the same message shape, on every function that takes a path.
+/// CODER-05, 07, 08 / SEC-18: denied (denylist, non_accessible glob, permission) and missing
+/// paths give the same code and the same message (the input echoed), on every function that
+/// takes a path; a non-accessible name cannot be read, written, moved or created.
 #[tokio::test]
 async fn redaction_parity_between_denied_and_missing() {
     let j = jailed_with(|c, root| {
@@ -404,7 +405,8 @@ async fn scope_root_and_session_root() {
 // coder::read-file
 // ---------------------------------------------------------------------------------------------
 
-/// CODER-23, 24, 25: a full read's shape, revision and line counts.
+/// CODER-15, 17, 19, 20, 23, 24, 25: a full read's shape, revision and line counts;
+/// numbered, base64 and stat reads.
 #[tokio::test]
 async fn full_read_shape_and_revision() {
     let j = jailed_root().await;
