@@ -508,23 +508,24 @@ async fn an_executor_killed_mid_batch_leaves_nothing_behind() {
     };
     let (r, ()) = tokio::join!(call, killer);
     let e = r.expect_err("the executor died mid-batch");
+    assert_eq!(e.code, "S216", "{e:?}");
     assert!(e.message.contains("files[1]"), "{e:?}");
     drop(ws1);
     assert_eq!(std::fs::read_to_string(t.root.join("a.txt")).unwrap(), "OLD a");
     assert_eq!(names_in(&t.root), before);
-    // The worker serves again (a new executor), and the same batch now lands.
-    let (w0, r0) = c.create_channel().await;
-    c.write_channel(&w0, frames(b"fresh")).await;
+    // The worker serves again (a new executor), and the same batch now lands (a fresh
+    // channel each try: a try that meets the restart window may have spent its channel).
     let r = loop {
+        let (w0, r0) = c.create_channel().await;
+        c.write_channel(&w0, frames(b"fresh")).await;
         match c
-            .call("shell::fs::write", json!({"files": [{"path": "a.txt", "content": r0.clone()}, {"path": "b.bin", "content": "b"}]}))
+            .call("shell::fs::write", json!({"files": [{"path": "a.txt", "content": r0}, {"path": "b.bin", "content": "b"}]}))
             .await
         {
             Err(e) if e.code == "S216" => tokio::time::sleep(Duration::from_millis(200)).await,
             other => break other,
         }
     };
-    let _ = w0;
     r.unwrap();
     assert_eq!(std::fs::read_to_string(t.root.join("a.txt")).unwrap(), "fresh");
 }
