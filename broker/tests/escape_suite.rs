@@ -1848,10 +1848,8 @@ async fn escape_125_command_cannot_open_another_commands_pty() {
         let d = s(&d);
         let holder_argv = [py, "-c", PTY_HOLDER, &d];
         let intruder_argv = [py, "-c", PTY_INTRUDER, &d];
-        let (holder, intruder) = tokio::join!(
-            run(h, cwd, &holder_argv),
-            run(h, cwd, &intruder_argv)
-        );
+        let (holder, intruder) =
+            tokio::join!(run(h, cwd, &holder_argv), run(h, cwd, &intruder_argv));
         holder.ok();
         intruder.ok();
         assert_eq!(
@@ -1860,8 +1858,7 @@ async fn escape_125_command_cannot_open_another_commands_pty() {
             "{name}: {intruder:?}"
         );
         assert_eq!(
-            holder.stdout,
-            "master got b''\nslave has b'TYPED-SECRET\\n'\n",
+            holder.stdout, "master got b''\nslave has b'TYPED-SECRET\\n'\n",
             "{name}: {holder:?}"
         );
     }

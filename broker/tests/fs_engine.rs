@@ -402,10 +402,26 @@ async fn a_streamed_batch_whose_last_entry_fails_changes_nothing() {
         reader
     };
     let cases: Vec<(Value, &str, &str)> = vec![
-        (json!({"path": "c.bin", "content": prewritten(over.clone()).await}), "S218", "max_write_bytes"),
-        (json!({"path": "dir", "content": prewritten(b"x".to_vec()).await}), "S212", "is a directory"),
-        (json!({"path": "../outside/x", "content": prewritten(b"x".to_vec()).await}), "S215", ""),
-        (json!({"path": "c.bin", "content": "inline", "mode": "4755"}), "S210", ""),
+        (
+            json!({"path": "c.bin", "content": prewritten(over.clone()).await}),
+            "S218",
+            "max_write_bytes",
+        ),
+        (
+            json!({"path": "dir", "content": prewritten(b"x".to_vec()).await}),
+            "S212",
+            "is a directory",
+        ),
+        (
+            json!({"path": "../outside/x", "content": prewritten(b"x".to_vec()).await}),
+            "S215",
+            "",
+        ),
+        (
+            json!({"path": "c.bin", "content": "inline", "mode": "4755"}),
+            "S210",
+            "",
+        ),
     ];
     for (last, code, needle) in cases {
         let files = json!([
@@ -419,11 +435,21 @@ async fn a_streamed_batch_whose_last_entry_fails_changes_nothing() {
             .expect_err("the batch must fail");
         assert_eq!(e.code, code, "{e:?}");
         assert!(e.message.contains(needle), "{e:?}");
-        assert!(e.message.contains("files[2]"), "the error names the entry: {e:?}");
-        assert_eq!(std::fs::read_to_string(t.root.join("a.txt")).unwrap(), "OLD a", "{e:?}");
+        assert!(
+            e.message.contains("files[2]"),
+            "the error names the entry: {e:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.root.join("a.txt")).unwrap(),
+            "OLD a",
+            "{e:?}"
+        );
         assert_eq!(names_in(&t.root), before, "{e:?}");
         assert_eq!(names_in(&t.outside), ["x"]);
-        assert_eq!(std::fs::read_to_string(t.outside.join("x")).unwrap(), "OUTSIDE x");
+        assert_eq!(
+            std::fs::read_to_string(t.outside.join("x")).unwrap(),
+            "OUTSIDE x"
+        );
     }
     // The same batch with a good last entry lands whole.
     let files = json!([
@@ -437,7 +463,10 @@ async fn a_streamed_batch_whose_last_entry_fails_changes_nothing() {
         .unwrap();
     assert_eq!(r["bytes_written"], data.len() + 5 + 8, "{r}");
     same_bytes(std::fs::read(t.root.join("a.txt")).unwrap(), &data, "a.txt");
-    assert_eq!(std::fs::read_to_string(t.root.join("b.bin")).unwrap(), "new b");
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("b.bin")).unwrap(),
+        "new b"
+    );
     assert_eq!(names_in(&t.root), ["a.txt", "b.bin", "c.bin", "dir"]);
 }
 
@@ -454,11 +483,18 @@ async fn a_staged_batch_past_the_entry_cap_is_s218_and_writes_nothing() {
         .map(|i| json!({"path": format!("many/{i}.txt"), "content": body, "parents": true}))
         .collect();
     let e = c
-        .call_with_timeout("shell::fs::write", json!({ "files": files }), Duration::from_secs(120))
+        .call_with_timeout(
+            "shell::fs::write",
+            json!({ "files": files }),
+            Duration::from_secs(120),
+        )
         .await
         .expect_err("past the cap");
     assert_eq!(e.code, "S218", "{e:?}");
-    assert!(e.message.contains("files[256]") && e.message.contains("256 files staged"), "{e:?}");
+    assert!(
+        e.message.contains("files[256]") && e.message.contains("256 files staged"),
+        "{e:?}"
+    );
     // `parents: true` made the directory; no file is in it.
     assert_eq!(names_in(&t.root.join("many")), Vec::<String>::new());
     let mut want = before.clone();
@@ -487,7 +523,8 @@ async fn an_executor_killed_mid_batch_leaves_nothing_behind() {
     let c = &t.caller;
     let before = old_state(&t.root);
     let (w0, r0) = c.create_channel().await;
-    c.write_channel(&w0, frames(&pseudo_random(200_000, 31))).await;
+    c.write_channel(&w0, frames(&pseudo_random(200_000, 31)))
+        .await;
     // Entry 1: a channel whose writer sends one chunk and then stalls.
     let (w1, r1) = c.create_channel().await;
     let mut ws1 = c.open_channel(&w1).await.expect("open the writer end");
@@ -503,15 +540,21 @@ async fn an_executor_killed_mid_batch_leaves_nothing_behind() {
     let killer = async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let pid = t.worker.executor_pid().expect("the executor's pid");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
-            .unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
     };
     let (r, ()) = tokio::join!(call, killer);
     let e = r.expect_err("the executor died mid-batch");
     assert_eq!(e.code, "S216", "{e:?}");
     assert!(e.message.contains("files[1]"), "{e:?}");
     drop(ws1);
-    assert_eq!(std::fs::read_to_string(t.root.join("a.txt")).unwrap(), "OLD a");
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("a.txt")).unwrap(),
+        "OLD a"
+    );
     assert_eq!(names_in(&t.root), before);
     // The worker serves again (a new executor), and the same batch now lands (a fresh
     // channel each try: a try that meets the restart window may have spent its channel).
@@ -527,7 +570,10 @@ async fn an_executor_killed_mid_batch_leaves_nothing_behind() {
         }
     };
     r.unwrap();
-    assert_eq!(std::fs::read_to_string(t.root.join("a.txt")).unwrap(), "fresh");
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("a.txt")).unwrap(),
+        "fresh"
+    );
 }
 
 // ---------------------------------------------------------------- bad channels

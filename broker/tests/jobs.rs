@@ -986,7 +986,8 @@ fn limit_line(r: &iii_shell_protocol::doctor::DoctorReport, key: &str) -> String
 /// Starts `sh` forking 40 `sleep MARKER` in the background; returns how many ran.
 async fn fork_forty(h: &Harness) -> usize {
     let m = marker();
-    let script = format!("for i in $(seq 40); do sleep {m} & done 2>/dev/null; sleep 0.5; echo forked");
+    let script =
+        format!("for i in $(seq 40); do sleep {m} & done 2>/dev/null; sleep 0.5; echo forked");
     let id = spawn(h, json!({"command": "sh", "args": ["-c", script]})).await;
     started(&m).await;
     tokio::time::sleep(Duration::from_millis(700)).await;

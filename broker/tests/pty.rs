@@ -1155,7 +1155,11 @@ async fn a_command_cannot_open_a_session_pty_by_path() {
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
-    let mut configs = vec![("unjailed", iii_shell_protocol::config::Config::builtin_default(), None)];
+    let mut configs = vec![(
+        "unjailed",
+        iii_shell_protocol::config::Config::builtin_default(),
+        None,
+    )];
     if nix::unistd::geteuid().is_root() {
         let mut c = jailed(&root_path);
         c.confinement.run_as = Some("4242:4242".into());

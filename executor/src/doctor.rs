@@ -135,7 +135,9 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         memory_max: c.job_limits.memory_max_bytes,
         max_processes: c.rlimits.max_processes,
         // SAFETY: getuid cannot fail.
-        command_uid: applied.as_ref().map_or(unsafe { libc::getuid() }, |a| a.uid),
+        command_uid: applied
+            .as_ref()
+            .map_or(unsafe { libc::getuid() }, |a| a.uid),
     };
     let commands = CommandReport {
         mode: match c.mode {

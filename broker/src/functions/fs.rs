@@ -556,10 +556,7 @@ async fn streamed_write(
     rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
     feeder: tokio::task::JoinHandle<()>,
 ) -> Result<WriteResponse, WireError> {
-    let reply = services
-        .executor
-        .call_with_input(Request::Fs(op), rx)
-        .await;
+    let reply = services.executor.call_with_input(Request::Fs(op), rx).await;
     feeder.abort();
     match reply? {
         Reply::Fs(FsReply::Write(w)) => Ok(w),

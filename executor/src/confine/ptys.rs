@@ -120,10 +120,18 @@ mod tests {
     fn capabilities_that_reopen_ptys() {
         let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            reachable_by_caps(&v(&["chown", "CAP_NET_BIND_SERVICE", "cap_dac_override", "FOWNER"])),
+            reachable_by_caps(&v(&[
+                "chown",
+                "CAP_NET_BIND_SERVICE",
+                "cap_dac_override",
+                "FOWNER"
+            ])),
             v(&["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"])
         );
-        assert_eq!(reachable_by_caps(&v(&["dac_read_search"])), v(&["CAP_DAC_READ_SEARCH"]));
+        assert_eq!(
+            reachable_by_caps(&v(&["dac_read_search"])),
+            v(&["CAP_DAC_READ_SEARCH"])
+        );
         assert!(reachable_by_caps(&v(&["CAP_NET_RAW", "CAP_SYS_PTRACE"])).is_empty());
     }
 }

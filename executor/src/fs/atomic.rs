@@ -191,7 +191,9 @@ impl TempFile {
             return Ok(());
         }
         let Some(file) = self.file.as_ref() else {
-            return Err(ExecError::Internal("staged temp file lost its descriptor".into()));
+            return Err(ExecError::Internal(
+                "staged temp file lost its descriptor".into(),
+            ));
         };
         let name = temp_name(&self.target.to_string_lossy())?;
         let proc = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))

@@ -53,12 +53,7 @@ fn lock(s: &Staging) -> std::sync::MutexGuard<'_, Batches> {
 
 /// Why staging `add_bytes` more (and `add_entries` more entries) would pass the caps, if it
 /// would.
-pub fn over_cap(
-    bytes: u64,
-    entries: usize,
-    add_bytes: u64,
-    add_entries: usize,
-) -> Option<String> {
+pub fn over_cap(bytes: u64, entries: usize, add_bytes: u64, add_entries: usize) -> Option<String> {
     if entries + add_entries > STAGED_MAX_ENTRIES {
         return Some(format!(
             "more than {STAGED_MAX_ENTRIES} files staged at once (the cap on a streamed files[] batch); split the batch"
@@ -125,7 +120,9 @@ pub async fn stage(
             }
             Some(StreamItem::End(None)) => break,
             Some(StreamItem::End(Some(e))) => {
-                return Err(name(ExecError::Internal(format!("write stream failed: {e}"))))
+                return Err(name(ExecError::Internal(format!(
+                    "write stream failed: {e}"
+                ))))
             }
             None => {
                 return Err(name(ExecError::Internal(
