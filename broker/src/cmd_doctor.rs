@@ -183,7 +183,7 @@ fn warnings(
         );
     }
     if !ex.commands.processes_bounded && !ex.commands.process_limits.is_empty() {
-        w.push("nothing bounds how many processes a command may start (see the `limit` lines: pids.max is not enforced and RLIMIT_NPROC does not bind this uid): enable the cgroup v2 pids controller for iii-shell's cgroup, or run commands as an unprivileged user (confinement.run_as) with confinement.rlimits.max_processes".into());
+        w.push("nothing bounds how many processes a command may start (see the `limit` lines: pids.max is not enforced, and RLIMIT_NPROC is unset or does not bind root): enable the cgroup v2 pids controller for iii-shell's cgroup, or run commands as an unprivileged user (confinement.run_as) with confinement.rlimits.max_processes".into());
     }
     if broker.checks.iter().any(|(_, r)| r == "ALLOWED") {
         w.push("the broker can still open files or exec programs after its drop".into());
