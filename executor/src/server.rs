@@ -143,6 +143,7 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
 
     let inflight: Arc<Mutex<HashMap<u64, Arc<Notify>>>> = Arc::default();
     let streams: Arc<Mutex<Streams>> = Arc::default();
+    let staging = crate::fs::staging::Staging::default();
     loop {
         match read_frame::<_, ClientFrame>(&mut rd).await {
             Ok(ClientFrame::Request { id, request }) => {
@@ -151,7 +152,10 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     m.insert(id, cancel.clone());
                 }
                 let credits = Arc::new(Semaphore::new(STREAM_WINDOW));
-                let inbound = if matches!(request, Request::Fs(FsOp::WriteStream { .. })) {
+                let inbound = if matches!(
+                    request,
+                    Request::Fs(FsOp::WriteStream { .. } | FsOp::WriteStage { .. })
+                ) {
                     let (stx, srx) = mpsc::channel(STREAM_WINDOW + 2);
                     lock(&streams).inbound.insert(id, stx);
                     Some(srx)
@@ -164,6 +168,7 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
                     inbound,
                     out: tx.clone(),
                     credits,
+                    staging: staging.clone(),
                 };
                 let (exec, tx, inflight, streams, wr) = (
                     exec.clone(),
@@ -254,6 +259,8 @@ pub async fn serve_connection(exec: Arc<Executor>, stream: UnixStream) {
             c.close();
         }
     }
+    // Staged batches belong to this connection: their unnamed temp files go with them.
+    crate::fs::staging::clear(&staging);
     // Watchers serve the broker that asked for them; a reconnecting broker starts them again.
     exec.watches.clear();
     drop(tx);

@@ -10,6 +10,7 @@
 
 pub mod caps;
 pub mod landlock_rules;
+pub mod process_limits;
 pub mod ptys;
 pub mod seccomp;
 pub mod special_bits;
