@@ -182,6 +182,9 @@ fn warnings(
                 .into(),
         );
     }
+    if !ex.commands.processes_bounded && !ex.commands.process_limits.is_empty() {
+        w.push("nothing bounds how many processes a command may start (see the `limit` lines: pids.max is not enforced, and RLIMIT_NPROC is unset or does not bind root): enable the cgroup v2 pids controller for iii-shell's cgroup, or run commands as an unprivileged user (confinement.run_as) with confinement.rlimits.max_processes".into());
+    }
     if broker.checks.iter().any(|(_, r)| r == "ALLOWED") {
         w.push("the broker can still open files or exec programs after its drop".into());
     }
@@ -306,6 +309,9 @@ fn print_human(
             _ => "no (needs clone3 with CLONE_INTO_CGROUP and job cgroups)",
         }
     );
+    for (k, v) in &c.process_limits {
+        println!("  limit {k:<12} {v}");
+    }
     println!("  user               {}", c.user);
     println!("  chmod of / (root's) {}", c.foreign_chmod);
     println!("  a real command saw {}", c.observed.join(" | "));

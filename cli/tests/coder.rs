@@ -141,8 +141,9 @@ async fn info_and_paths_when_unjailed() {
 // Path policy (CODER-01, 04, 05, 07, 08, SEC-14..18)
 // ---------------------------------------------------------------------------------------------
 
-/// CODER-05 / SEC-18: denied (denylist, non_accessible glob, permission) and missing paths
-/// give the same code and the same message shape, on every function that takes a path.
+/// CODER-05, 07, 08 / SEC-18: denied (denylist, non_accessible glob, permission) and missing
+/// paths give the same code and the same message (the input echoed), on every function that
+/// takes a path; a non-accessible name cannot be read, written, moved or created.
 #[tokio::test]
 async fn redaction_parity_between_denied_and_missing() {
     let j = jailed_with(|c, root| {
@@ -197,6 +198,78 @@ async fn redaction_parity_between_denied_and_missing() {
         })
         .collect();
     assert!(msgs.windows(2).all(|w| w[0] == w[1]), "{msgs:?}");
+
+    // The write side and search: the entry's (or the call's) code and message, denied vs
+    // missing, with the path replaced. Nothing denied is changed.
+    let entry = |v: &Value| -> (String, String) {
+        let e = if v["results"].is_array() {
+            v["results"][0]["error"].clone()
+        } else {
+            v.clone()
+        };
+        (
+            e["code"].as_str().unwrap_or("").to_string(),
+            e["message"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let writes: Vec<(&str, Payload)> = vec![
+        (
+            "coder::update-file",
+            Box::new(
+                |p| json!({"files": [{"path": p, "ops": [{"op": "insert", "at_line": 1, "content": "x"}]}]}),
+            ),
+        ),
+        (
+            "coder::move",
+            Box::new(|p| json!({"files": [{"from": p, "to": "moved.txt"}]})),
+        ),
+        (
+            "coder::search",
+            Box::new(|p| json!({"query": "S", "path": p})),
+        ),
+    ];
+    for (f, payload) in &writes {
+        for denied in ["deny/f.txt", ".env"] {
+            let missing = "no-such-entry";
+            let got = |p: &'static str| {
+                let h = &j.h;
+                let body = payload(p);
+                async move {
+                    match h.call(f, body).await {
+                        Ok(v) => entry(&v),
+                        Err(e) => (e.code.to_string(), e.message),
+                    }
+                }
+            };
+            let (dc, dm) = got(denied).await;
+            let (mc, mm) = got(missing).await;
+            assert_eq!((dc.as_str(), mc.as_str()), ("C211", "C211"), "{f} {denied}");
+            assert_eq!(
+                dm.replace(denied, "P"),
+                mm.replace(missing, "P"),
+                "{f} {denied}"
+            );
+        }
+    }
+    // A non-accessible name reads the same whether or not the file exists.
+    let create = |p: &str| json!({"files": [{"path": p, "content": "x", "overwrite": true}]});
+    let (ec, em) = entry(&j.h.ok("coder::create-file", create(".env")).await);
+    let (nc, nm) = entry(&j.h.ok("coder::create-file", create("sub/.env")).await);
+    assert_eq!((ec.as_str(), nc.as_str()), ("C211", "C211"));
+    assert_eq!(em.replace(".env", "P"), nm.replace("sub/.env", "P"));
+    assert!(
+        !j.root.join("sub").exists(),
+        "a refused create made its parent"
+    );
+    assert!(!j.root.join("moved.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(j.root.join(".env")).unwrap(),
+        "SECRET=1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(j.root.join("deny/f.txt")).unwrap(),
+        "d"
+    );
 }
 
 /// SEC-17: a permission error reads like a missing path. The executor keeps uid 0 but no
@@ -321,7 +394,8 @@ async fn scope_root_and_session_root() {
 // coder::read-file
 // ---------------------------------------------------------------------------------------------
 
-/// CODER-23, 24, 25: a full read's shape, revision and line counts.
+/// CODER-15, 17, 19, 20, 23, 24, 25: a full read's shape, revision and line counts;
+/// numbered, base64 and stat reads.
 #[tokio::test]
 async fn full_read_shape_and_revision() {
     let j = jailed_root().await;
@@ -1166,6 +1240,181 @@ async fn update_over_max_write_is_c218() {
         std::fs::read_to_string(j.root.join("f")).unwrap(),
         "12345\n"
     );
+}
+
+/// Owner and group of `p`.
+fn owner_of(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.uid(), m.gid())
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn must_be_root() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test needs root (files owned by other users); run it as root");
+    }
+}
+
+/// Issue 16: a replaced file keeps its owner and group when the executor may keep them
+/// (root with `CAP_CHOWN` kept by the pinned envelope): update-file, an overwriting
+/// create-file and a cross-root move. (Mode 0604: the executor holds no CAP_DAC_OVERRIDE, so
+/// another user's file must be readable by others for it to read it at all.)
+#[tokio::test]
+async fn writes_keep_owner_and_group_with_cap_chown() {
+    must_be_root();
+    let dir = tempdir();
+    let base = canon(dir.path());
+    let (root, other) = (base.join("root"), base.join("other"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let mut c = jailed(&root);
+    c.fs.host_roots.push(s(&other));
+    c.confinement.capabilities = vec!["CAP_CHOWN".into()];
+    let pin = base.join("envelope.yaml");
+    std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
+    let h = Harness::with_args(c, &["--pin-config", &s(&pin)]).await;
+    for name in ["u.txt", "c.txt", "m.txt"] {
+        let f = root.join(name);
+        std::fs::write(&f, "one\ntwo\n").unwrap();
+        std::os::unix::fs::chown(&f, Some(4321), Some(8765)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o604)).unwrap();
+    }
+    let v = h
+        .ok(
+            "coder::update-file",
+            json!({"files": [{"path": "u.txt", "ops": [
+                {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["success"], true, "{v}");
+    let v = h
+        .ok(
+            "coder::create-file",
+            json!({"files": [{"path": "c.txt", "content": "new\n", "overwrite": true, "mode": "0604"}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["success"], true, "{v}");
+    let v = h
+        .ok(
+            "coder::move",
+            json!({"files": [{"from": "m.txt", "to": s(&other.join("m.txt"))}]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["moved"], true, "{v}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("u.txt")).unwrap(),
+        "one\nTWO\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("c.txt")).unwrap(),
+        "new\n"
+    );
+    for f in [root.join("u.txt"), root.join("c.txt"), other.join("m.txt")] {
+        assert_eq!(owner_of(&f), (4321, 8765), "{}", f.display());
+        assert_eq!(mode_of(&f), 0o604, "{}", f.display());
+    }
+}
+
+/// Issue 16: without `CAP_CHOWN` (the default), replacing another user's file would hand it
+/// to the executor's user: update-file, an overwriting create-file and a cross-root move
+/// refuse with C216 naming the owner and the fix, and nothing changes (bytes, owner, no temp
+/// file left, the move's source still there). The executor's own files are edited as usual.
+/// Checked for a root executor without capabilities and for `run_as: 4242:4242`.
+#[tokio::test]
+async fn writes_refuse_a_file_whose_owner_they_cannot_keep() {
+    must_be_root();
+    for run_as in ["root", "4242:4242"] {
+        let dir = tempdir();
+        let base = canon(dir.path());
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (root, other) = (base.join("root"), base.join("other"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let me = if run_as == "root" { 0 } else { 4242 };
+        for d in [&root, &other] {
+            std::os::unix::fs::chown(d, Some(me), Some(me)).unwrap();
+        }
+        let mut c = jailed(&root);
+        c.fs.host_roots.push(s(&other));
+        c.confinement.run_as = Some(run_as.into());
+        let h = Harness::new(c).await;
+        // Writable by everyone, owned by someone else.
+        for name in ["theirs.txt", "mine.txt"] {
+            let f = root.join(name);
+            std::fs::write(&f, "one\ntwo\n").unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        }
+        std::os::unix::fs::chown(root.join("theirs.txt"), Some(4343), Some(4343)).unwrap();
+        std::os::unix::fs::chown(root.join("mine.txt"), Some(me), Some(me)).unwrap();
+        let theirs = root.join("theirs.txt");
+        let ino = || {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&theirs).unwrap().ino()
+        };
+        let before = ino();
+        let check = |r: &Value, what: &str| {
+            assert_eq!(r["success"], false, "{what} {r}");
+            assert_eq!(r["error"]["code"], "C216", "{what} {r}");
+            let m = r["error"]["message"].as_str().unwrap();
+            assert!(
+                m.contains("cannot keep the owner")
+                    && m.contains("uid 4343")
+                    && m.contains("CAP_CHOWN")
+                    && m.contains("nothing was written"),
+                "{what}: {m}"
+            );
+        };
+        let v = h
+            .ok(
+                "coder::update-file",
+                json!({"files": [
+                    {"path": "theirs.txt", "ops": [{"op": "remove", "from_line": 1, "to_line": 1}]},
+                    {"path": "mine.txt", "ops": [{"op": "remove", "from_line": 1, "to_line": 1}]},
+                ]}),
+            )
+            .await;
+        check(result(&v, 0), "update-file");
+        assert_eq!(result(&v, 1)["success"], true, "{run_as}: {v}");
+        let v = h
+            .ok(
+                "coder::create-file",
+                json!({"files": [{"path": "theirs.txt", "content": "x\n", "overwrite": true}]}),
+            )
+            .await;
+        check(result(&v, 0), "create-file");
+        let v = h
+            .ok(
+                "coder::move",
+                json!({"files": [{"from": "theirs.txt", "to": s(&other.join("t.txt"))}]}),
+            )
+            .await;
+        check(result(&v, 0), "move");
+        assert_eq!(result(&v, 0)["moved"], false);
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "one\ntwo\n");
+        assert_eq!(owner_of(&theirs), (4343, 4343), "{run_as}");
+        assert_eq!(ino(), before, "{run_as}: the file was replaced");
+        assert_eq!(names_in(&root), ["mine.txt", "theirs.txt"], "{run_as}");
+        assert!(names_in(&other).is_empty(), "{run_as}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("mine.txt")).unwrap(),
+            "two\n"
+        );
+        assert_eq!(owner_of(&root.join("mine.txt")), (me, me), "{run_as}");
+        assert_eq!(mode_of(&root.join("mine.txt")), 0o666, "{run_as}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -86,6 +86,7 @@
 //! | 115 | jailed: write to / read from a pts the test opened on the host | not in the command's devpts (ENOENT; EACCES with O_CREAT); nothing reaches the pty (FIXED) |
 //! | 116 | unjailed default: the same                               | the same (FIXED) |
 //! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
+//! | 125 | a command opens another command's pty by path (read, write) or chmods it | EACCES / EPERM, nothing read or written, jailed and unjailed (FIXED: owner `(uid_t)-2`, mode 0000) |
 //! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
 //! | 118 | `run_as: 4242:4242`: chmod/chown/chgrp/touch -d on outside files (root's, another user's) | Operation not permitted, all untouched — root |
 //! | 119 | setuid/setgid on the command's own files in the root (`chmod`, python `os.chmod`/`os.fchmod`), as 4242 and as root | EPERM, modes unchanged; control: `fs.allow_special_bits` allows it — root |
@@ -1763,6 +1764,97 @@ async fn escape_117_command_allocates_its_own_pty() {
             o.ok();
             assert!(o.stdout.contains("/dev/pts/"), "{o:?}");
         }
+    }
+}
+
+/// Holds a pty as an operator's terminal would: the other side has typed a line that waits
+/// on the slave, and nothing has been written to the slave. Prints what reached the master
+/// and what is still waiting on the slave once `done` appears.
+const PTY_HOLDER: &str = r#"
+import os, pty, sys, time, tty, fcntl
+d = sys.argv[1]
+m, s = pty.openpty()
+tty.setraw(s)
+os.write(m, b'TYPED-SECRET\n')
+fcntl.fcntl(m, fcntl.F_SETFL, os.O_NONBLOCK)
+open(d + '/pts.tmp', 'w').write(os.ttyname(s))
+os.rename(d + '/pts.tmp', d + '/pts')
+for _ in range(400):
+    if os.path.exists(d + '/done'):
+        break
+    time.sleep(0.05)
+time.sleep(0.2)
+try:
+    got = os.read(m, 4096)
+except BlockingIOError:
+    got = b''
+print('master got', got)
+fcntl.fcntl(s, fcntl.F_SETFL, os.O_NONBLOCK)
+try:
+    print('slave has', os.read(s, 64))
+except BlockingIOError:
+    print('slave has nothing: the typed line was read by someone else')
+"#;
+
+/// Another command: opens the holder's pts by path for writing, reading and both, and tries
+/// to chmod it back open.
+const PTY_INTRUDER: &str = r#"
+import os, sys, time
+d = sys.argv[1]
+for _ in range(400):
+    if os.path.exists(d + '/pts'):
+        break
+    time.sleep(0.05)
+p = open(d + '/pts').read()
+for label, flags in (('write', os.O_WRONLY), ('read', os.O_RDONLY | os.O_NONBLOCK), ('rw', os.O_RDWR | os.O_NONBLOCK)):
+    try:
+        fd = os.open(p, flags | os.O_NOCTTY)
+    except OSError as e:
+        print(label, e.strerror)
+        continue
+    if label != 'read':
+        os.write(fd, b'FAKE\n')
+    try:
+        print(label, 'opened', os.read(fd, 64) if label != 'write' else b'')
+    except BlockingIOError:
+        print(label, 'opened')
+try:
+    os.chmod(p, 0o666)
+    print('chmod done')
+except OSError as e:
+    print('chmod', e.strerror)
+open(d + '/done', 'w').close()
+"#;
+
+#[tokio::test]
+async fn escape_125_command_cannot_open_another_commands_pty() {
+    // Every command of one executor shares its private devpts instance: a pty one command
+    // (or an operator's shell::pty session) holds must not open by path from another, for
+    // reading (what is typed there) or writing (fake output), nor be chmod-ed back open.
+    require_root!("a private devpts instance (CAP_SYS_ADMIN at executor start-up)");
+    let py = require!(python3(), "python3");
+    let j = Jail::new();
+    let jailed_h = j.harness().await;
+    let unjailed_h = Harness::default().await;
+    for (name, h, cwd) in [("j", &jailed_h, Some(".")), ("u", &unjailed_h, None)] {
+        let d = j.root.join(name);
+        std::fs::create_dir(&d).unwrap();
+        let d = s(&d);
+        let holder_argv = [py, "-c", PTY_HOLDER, &d];
+        let intruder_argv = [py, "-c", PTY_INTRUDER, &d];
+        let (holder, intruder) =
+            tokio::join!(run(h, cwd, &holder_argv), run(h, cwd, &intruder_argv));
+        holder.ok();
+        intruder.ok();
+        assert_eq!(
+            intruder.stdout,
+            "write Permission denied\nread Permission denied\nrw Permission denied\nchmod Operation not permitted\n",
+            "{name}: {intruder:?}"
+        );
+        assert_eq!(
+            holder.stdout, "master got b''\nslave has b'TYPED-SECRET\\n'\n",
+            "{name}: {holder:?}"
+        );
     }
 }
 

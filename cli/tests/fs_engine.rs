@@ -372,6 +372,206 @@ async fn batch_writes_mix_inline_and_channel_content() {
     same_bytes(read_bytes(c, "b/3.txt").await, MULTI_SCRIPT.as_bytes(), "");
 }
 
+/// `root` holds `a.txt` = "OLD a" and nothing else; returns the names a failed batch must
+/// leave (exactly these, no temp file).
+fn old_state(root: &Path) -> Vec<String> {
+    std::fs::write(root.join("a.txt"), "OLD a").unwrap();
+    std::fs::create_dir_all(root.join("dir")).unwrap();
+    names_in(root)
+}
+
+/// Issue 12: a `files[]` batch with streamed entries is all-or-nothing. Entries 0 and 1 are
+/// channels (one replacing an existing file), entry 2 fails in turn: its channel is over
+/// `fs.max_write_bytes`, its target is a directory, its path leaves the jail, its mode is
+/// refused. Every time no target changes, no temp file is left, and the error names
+/// `files[2]`. Failed before the fix: entries 0 and 1 were written one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_batch_whose_last_entry_fails_changes_nothing() {
+    let t = setup(|c| c.fs.max_write_bytes = 1 << 20).await;
+    let c = &t.caller;
+    let before = old_state(&t.root);
+    let data = pseudo_random(300_000, 21);
+    let over = pseudo_random((1 << 20) + 1, 22);
+    let prewritten = |bytes: Vec<u8>| async move {
+        let (writer, reader) = c.create_channel().await;
+        c.write_channel(&writer, frames(&bytes)).await;
+        reader
+    };
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            json!({"path": "c.bin", "content": prewritten(over.clone()).await}),
+            "S218",
+            "max_write_bytes",
+        ),
+        (
+            json!({"path": "dir", "content": prewritten(b"x".to_vec()).await}),
+            "S212",
+            "is a directory",
+        ),
+        (
+            json!({"path": "../outside/x", "content": prewritten(b"x".to_vec()).await}),
+            "S215",
+            "",
+        ),
+        (
+            json!({"path": "c.bin", "content": "inline", "mode": "4755"}),
+            "S210",
+            "",
+        ),
+    ];
+    for (last, code, needle) in cases {
+        let files = json!([
+            {"path": "a.txt", "content": prewritten(data.clone()).await},
+            {"path": "b.bin", "content": prewritten(b"new b".to_vec()).await},
+            last,
+        ]);
+        let e = c
+            .call("shell::fs::write", json!({ "files": files }))
+            .await
+            .expect_err("the batch must fail");
+        assert_eq!(e.code, code, "{e:?}");
+        assert!(e.message.contains(needle), "{e:?}");
+        assert!(
+            e.message.contains("files[2]"),
+            "the error names the entry: {e:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.root.join("a.txt")).unwrap(),
+            "OLD a",
+            "{e:?}"
+        );
+        assert_eq!(names_in(&t.root), before, "{e:?}");
+        assert_eq!(names_in(&t.outside), ["x"]);
+        assert_eq!(
+            std::fs::read_to_string(t.outside.join("x")).unwrap(),
+            "OUTSIDE x"
+        );
+    }
+    // The same batch with a good last entry lands whole.
+    let files = json!([
+        {"path": "a.txt", "content": prewritten(data.clone()).await},
+        {"path": "b.bin", "content": prewritten(b"new b".to_vec()).await},
+        {"path": "c.bin", "content": "inline c"},
+    ]);
+    let r = c
+        .call("shell::fs::write", json!({ "files": files }))
+        .await
+        .unwrap();
+    assert_eq!(r["bytes_written"], data.len() + 5 + 8, "{r}");
+    same_bytes(std::fs::read(t.root.join("a.txt")).unwrap(), &data, "a.txt");
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("b.bin")).unwrap(),
+        "new b"
+    );
+    assert_eq!(names_in(&t.root), ["a.txt", "b.bin", "c.bin", "dir"]);
+}
+
+/// Issue 12: a staged batch is bounded: more than 256 entries is S218 naming the first one
+/// past the cap, and nothing is written. Inline entries over 8 MiB in total take the staged
+/// path (they do not fit one frame).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_batch_past_the_entry_cap_is_s218_and_writes_nothing() {
+    let t = setup(|_| {}).await;
+    let c = &t.caller;
+    let before = old_state(&t.root);
+    let body = "y".repeat(40 * 1024);
+    let files: Vec<Value> = (0..257)
+        .map(|i| json!({"path": format!("many/{i}.txt"), "content": body, "parents": true}))
+        .collect();
+    let e = c
+        .call_with_timeout(
+            "shell::fs::write",
+            json!({ "files": files }),
+            Duration::from_secs(120),
+        )
+        .await
+        .expect_err("past the cap");
+    assert_eq!(e.code, "S218", "{e:?}");
+    assert!(
+        e.message.contains("files[256]") && e.message.contains("256 files staged"),
+        "{e:?}"
+    );
+    // `parents: true` made the directory; no file is in it.
+    assert_eq!(names_in(&t.root.join("many")), Vec::<String>::new());
+    let mut want = before.clone();
+    want.push("many".into());
+    want.sort();
+    assert_eq!(names_in(&t.root), want);
+    // 256 entries fit.
+    let r = c
+        .call_with_timeout(
+            "shell::fs::write",
+            json!({ "files": files[..256] }),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["files"].as_array().unwrap().len(), 256);
+    assert_eq!(names_in(&t.root.join("many")).len(), 256);
+}
+
+/// Issue 12: the executor is killed (SIGKILL) while a streamed batch is staged, one entry
+/// complete and the next one's channel still open. The call fails, no target changes, and
+/// no temp file is left anywhere in the root (staged entries have no name until commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_killed_mid_batch_leaves_nothing_behind() {
+    let t = setup(|_| {}).await;
+    let c = &t.caller;
+    let before = old_state(&t.root);
+    let (w0, r0) = c.create_channel().await;
+    c.write_channel(&w0, frames(&pseudo_random(200_000, 31)))
+        .await;
+    // Entry 1: a channel whose writer sends one chunk and then stalls.
+    let (w1, r1) = c.create_channel().await;
+    let mut ws1 = c.open_channel(&w1).await.expect("open the writer end");
+    ws1.send(Message::binary(vec![7u8; 1000])).await.unwrap();
+    let call = c.call_with_timeout(
+        "shell::fs::write",
+        json!({"files": [
+            {"path": "a.txt", "content": r0},
+            {"path": "b.bin", "content": r1},
+        ]}),
+        Duration::from_secs(60),
+    );
+    let killer = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let pid = t.worker.executor_pid().expect("the executor's pid");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    };
+    let (r, ()) = tokio::join!(call, killer);
+    let e = r.expect_err("the executor died mid-batch");
+    assert_eq!(e.code, "S216", "{e:?}");
+    assert!(e.message.contains("files[1]"), "{e:?}");
+    drop(ws1);
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("a.txt")).unwrap(),
+        "OLD a"
+    );
+    assert_eq!(names_in(&t.root), before);
+    // The worker serves again (a new executor), and the same batch now lands (a fresh
+    // channel each try: a try that meets the restart window may have spent its channel).
+    let r = loop {
+        let (w0, r0) = c.create_channel().await;
+        c.write_channel(&w0, frames(b"fresh")).await;
+        match c
+            .call("shell::fs::write", json!({"files": [{"path": "a.txt", "content": r0}, {"path": "b.bin", "content": "b"}]}))
+            .await
+        {
+            Err(e) if e.code == "S216" => tokio::time::sleep(Duration::from_millis(200)).await,
+            other => break other,
+        }
+    };
+    r.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("a.txt")).unwrap(),
+        "fresh"
+    );
+}
+
 // ---------------------------------------------------------------- bad channels
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1139,3 +1139,76 @@ async fn a_program_that_does_not_read_cannot_wedge_a_write() {
         .await;
     assert_code(&zero, "S210");
 }
+
+/// Issue 13: a command can reach only the terminals it creates itself. An operator's session
+/// (`shell::pty::open`) lives in the executor's devpts instance, where commands also allocate
+/// theirs; a command that opens the session's `/dev/pts/N` by path, to write fake output or
+/// to read what is typed there, is refused (EACCES), and the session still works (its shell
+/// got its pty from the master and `tty` names it). Unjailed as root, and jailed as a
+/// `run_as` user (root only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_open_a_session_pty_by_path() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::fs::set_permissions(
+        &root_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut configs = vec![(
+        "unjailed",
+        iii_shell_protocol::config::Config::builtin_default(),
+        None,
+    )];
+    if nix::unistd::geteuid().is_root() {
+        let mut c = jailed(&root_path);
+        c.confinement.run_as = Some("4242:4242".into());
+        configs.push(("jailed run_as 4242", c, Some(".")));
+    }
+    for (what, config, cwd) in configs {
+        let engine = TestEngine::start().await;
+        let w = Worker::builder().engine(&engine).seed(&config).start();
+        wait_ready(&engine, &w).await;
+        let caller = engine.client().await;
+        let page = Page::new(&engine, "shell").await;
+        let extra = match cwd {
+            Some(c) => json!({"cwd": c}),
+            None => json!({}),
+        };
+        let s = open(&caller, &page, extra).await;
+        write(&caller, &s, "tty; echo tty-done\n").await;
+        page.wait_text(&s.id, "tty-done\r\n").await;
+        let text = page.text(&s.id);
+        let at = text
+            .rfind("/dev/pts/")
+            .unwrap_or_else(|| panic!("{what}: the session has no tty: {text:?}"));
+        let pts: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '/')
+            .collect();
+        for script in [
+            format!("echo FAKE-OUTPUT > {pts}"),
+            format!("head -c1 {pts}"),
+            format!("chmod 666 {pts}"),
+        ] {
+            let mut req = json!({"command": "sh", "args": ["-c", script], "timeout_ms": 10000});
+            if let Some(c) = cwd {
+                req["cwd"] = json!(c);
+            }
+            let r = caller.call("shell::exec", req).await.expect("shell::exec");
+            assert_ne!(r["exit_code"], 0, "{what}: {script}: {r}");
+            let stderr = r["stderr"].as_str().unwrap_or_default();
+            assert!(
+                stderr.contains("Permission denied") || stderr.contains("Operation not permitted"),
+                "{what}: {script}: {r}"
+            );
+        }
+        write(&caller, &s, "echo still-mine\n").await;
+        page.wait_text(&s.id, "still-mine\r\n").await;
+        assert!(
+            !page.text(&s.id).contains("FAKE-OUTPUT\r\n"),
+            "{what}: a command wrote into the session: {:?}",
+            page.text(&s.id)
+        );
+    }
+}

@@ -36,7 +36,7 @@ pub fn process_report(role: &str) -> ProcessReport {
             vec![(
                 "private devpts instance".into(),
                 if s.private_ptys {
-                    "yes: commands see only the terminals allocated in it, never the host's".into()
+                    "yes: commands never see the host's terminals, and open a pty of it only through its master (TIOCGPTPEER), never by path".into()
                 } else {
                     "NO: commands can open every terminal of the host under /dev/pts".into()
                 },
@@ -127,6 +127,18 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             unsafe { libc::getgid() }
         ),
     };
+    let limits = confine::process_limits::LimitInputs {
+        job_cgroups: crate::tree::cgroups_usable(),
+        pids_controller: crate::tree::cgroup_base().is_some_and(|b| b.pids),
+        memory_controller: crate::tree::cgroup_base().is_some_and(|b| b.memory),
+        pids_max: c.job_limits.pids_max,
+        memory_max: c.job_limits.memory_max_bytes,
+        max_processes: c.rlimits.max_processes,
+        // SAFETY: getuid cannot fail.
+        command_uid: applied
+            .as_ref()
+            .map_or(unsafe { libc::getuid() }, |a| a.uid),
+    };
     let commands = CommandReport {
         mode: match c.mode {
             ConfinementMode::Strict => "strict".into(),
@@ -163,6 +175,8 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         user,
         foreign_chmod,
         run_as_warning: applied.and_then(|a| a.warning),
+        process_limits: confine::process_limits::report(&limits),
+        processes_bounded: confine::process_limits::processes_bounded(&limits),
         gaps: ll.gaps.clone(),
     };
     DoctorReport {

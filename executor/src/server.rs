@@ -194,6 +194,7 @@ pub async fn serve_connection_limited(
     let inflight: Arc<Mutex<HashMap<u64, Arc<Notify>>>> = Arc::default();
     let streams: Arc<Mutex<Streams>> = Arc::default();
     let slots = Arc::new(Semaphore::new(max_in_flight));
+    let staging = crate::fs::staging::Staging::default();
     loop {
         match read_frame::<_, ClientFrame>(&mut rd).await {
             Ok(ClientFrame::Request { id, request }) => {
@@ -224,7 +225,10 @@ pub async fn serve_connection_limited(
                     }
                 };
                 let credits = Arc::new(Semaphore::new(STREAM_WINDOW));
-                let inbound = if matches!(request, Request::Fs(FsOp::WriteStream { .. })) {
+                let inbound = if matches!(
+                    request,
+                    Request::Fs(FsOp::WriteStream { .. } | FsOp::WriteStage { .. })
+                ) {
                     let (stx, srx) = mpsc::channel(STREAM_WINDOW + 2);
                     lock(&streams).inbound.insert(id, stx);
                     Some(srx)
@@ -237,6 +241,7 @@ pub async fn serve_connection_limited(
                     inbound,
                     out: tx.clone(),
                     credits,
+                    staging: staging.clone(),
                 };
                 let (exec, tx, inflight, streams, wr) = (
                     exec.clone(),
@@ -327,6 +332,8 @@ pub async fn serve_connection_limited(
             c.close();
         }
     }
+    // Staged batches belong to this connection: their unnamed temp files go with them.
+    crate::fs::staging::clear(&staging);
     // Watchers serve the broker that asked for them; a reconnecting broker starts them again.
     exec.watches.clear();
     drop(tx);

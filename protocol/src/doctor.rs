@@ -59,6 +59,13 @@ pub struct CommandReport {
     /// The start-up warning about the command user, if any (doctor shows it too).
     #[serde(default)]
     pub run_as_warning: Option<String>,
+    /// Which process and memory limits bind a command (`pids.max`, `memory.max`,
+    /// `RLIMIT_NPROC`), each with what holds and why not where it does not.
+    #[serde(default)]
+    pub process_limits: Vec<(String, String)>,
+    /// Whether anything bounds how many processes one command may start.
+    #[serde(default)]
+    pub processes_bounded: bool,
     pub gaps: Vec<String>,
 }
 

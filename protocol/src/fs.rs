@@ -541,6 +541,26 @@ pub enum FsOp {
         mode: u32,
         parents: bool,
     },
+    /// One entry of a streamed `files[]` batch: validated and written to a fsynced temp file
+    /// beside its target, kept under `batch` until [`FsOp::WriteCommit`]; the data follows as
+    /// stream chunks on the same request id. Replies `Write` (the entry's path and size).
+    /// `index` of `count` names the entry in an error.
+    WriteStage {
+        batch: u64,
+        index: u32,
+        count: u32,
+        path: String,
+        mode: u32,
+        parents: bool,
+    },
+    /// Installs every staged entry of `batch` in order. Replies `Write` with `files`.
+    WriteCommit {
+        batch: u64,
+    },
+    /// Drops every staged entry of `batch`; nothing is written. Replies `Write` (empty).
+    WriteAbort {
+        batch: u64,
+    },
     /// A streamed read: the reply carries [`ReadStart`], then the data follows as chunks.
     Read {
         path: String,

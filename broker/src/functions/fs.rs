@@ -296,10 +296,10 @@ async fn write(
         if files.is_empty() {
             return Err(invalid("'files' is empty"));
         }
-        for f in files {
+        for (i, f) in files.into_iter().enumerate() {
             need_path(&f.path, "files[].path")?;
             planned.push(Planned {
-                mode: mode(rt, &f.mode)?,
+                mode: mode(rt, &f.mode).map_err(|e| name_failed_entry(e, i, &f.path))?,
                 path: f.path,
                 content: f.content,
                 parents: f.parents,
@@ -407,65 +407,125 @@ async fn write(
             _ => Err(unexpected_reply()),
         };
     }
-    // Otherwise (streamed or large entries) each file is its own request, and large inline
-    // content is streamed to the executor so no single socket frame has to carry it. Such a
-    // batch is validated up front (above) but not staged across requests: an entry that
-    // fails at the executor leaves the entries before it written.
-    let mut results = Vec::new();
-    for p in planned {
-        let w = match p.content {
-            WriteContentWire::Inline(text) if text.len() > INLINE_FRAME_MAX => {
-                write_inline_streamed(services, text.into_bytes(), p.path, p.mode, p.parents)
-                    .await?
-            }
-            WriteContentWire::Inline(text) => {
-                let file = WriteFile {
-                    path: p.path,
-                    mode: p.mode,
-                    parents: p.parents,
-                    data: text.into_bytes(),
-                };
-                match host(services, FsOp::Write { files: vec![file] }).await? {
-                    FsReply::Write(w) => w,
-                    _ => return Err(unexpected_reply()),
-                }
-            }
-            WriteContentWire::Stream(cref) => {
-                write_stream(services, &cref, p.path, p.mode, p.parents).await?
-            }
-        };
-        results.push(WriteFileResult {
-            path: w.path,
-            bytes_written: w.bytes_written,
-        });
-    }
+    // Otherwise (streamed or large entries) a batch is staged entry by entry at the executor
+    // and committed at once: all or nothing.
     if batch {
-        to_value(&WriteResponse {
-            bytes_written: results.iter().map(|r| r.bytes_written).sum(),
-            path: String::new(),
-            files: results,
-        })
-    } else {
-        let r = results.remove(0);
-        to_value(&WriteResponse {
-            bytes_written: r.bytes_written,
-            path: r.path,
-            files: Vec::new(),
-        })
+        return write_staged(services, planned).await;
     }
+    // A single file; large inline content is streamed to the executor so no single socket
+    // frame has to carry it.
+    let Some(p) = planned.pop() else {
+        return Err(invalid("missing 'path' (or use 'files')"));
+    };
+    let op = FsOp::WriteStream {
+        path: p.path.clone(),
+        mode: p.mode,
+        parents: p.parents,
+    };
+    let w = match p.content {
+        WriteContentWire::Inline(text) if text.len() > INLINE_FRAME_MAX => {
+            write_inline_streamed(services, text.into_bytes(), op).await?
+        }
+        WriteContentWire::Inline(text) => {
+            let file = WriteFile {
+                path: p.path,
+                mode: p.mode,
+                parents: p.parents,
+                data: text.into_bytes(),
+            };
+            match host(services, FsOp::Write { files: vec![file] }).await? {
+                FsReply::Write(w) => w,
+                _ => return Err(unexpected_reply()),
+            }
+        }
+        WriteContentWire::Stream(cref) => write_stream(services, &cref, op).await?,
+    };
+    to_value(&WriteResponse {
+        bytes_written: w.bytes_written,
+        path: w.path,
+        files: Vec::new(),
+    })
 }
 
 /// Inline content above this size goes to the executor as a stream of chunks rather than in
 /// one request frame (frames are capped at `MAX_FRAME_BYTES`).
 const INLINE_FRAME_MAX: usize = 8 << 20;
 
-/// Sends inline bytes to the executor as a streamed write.
+/// Drops a staged batch at the executor unless it was committed: on an entry's failure, and
+/// when the call is abandoned (its future dropped) part-way. The executor also drops it when
+/// the connection ends, and its temp files are unnamed, so nothing is ever left on disk.
+struct AbortUncommitted {
+    services: Arc<Services>,
+    batch: u64,
+    committed: bool,
+}
+
+impl Drop for AbortUncommitted {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        let (services, batch) = (self.services.clone(), self.batch);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = host(&services, FsOp::WriteAbort { batch }).await;
+            });
+        }
+    }
+}
+
+/// Names entry `i` of a batch in a broker-side error (an executor-side one already does).
+fn name_failed_entry(mut e: WireError, i: usize, path: &str) -> WireError {
+    if !e.message.starts_with("files[") {
+        e.message = format!("files[{i}] ({path}): {}; no file was written", e.message);
+    }
+    e
+}
+
+/// A `files[]` batch with streamed (or large) entries: every entry is staged at the executor
+/// as a fsynced temp file under one batch id, and one commit renames them all into place. An
+/// entry that fails (bad path, over a cap, a channel that breaks) aborts the batch: no target
+/// changes, and the error names the entry.
+async fn write_staged(services: &Arc<Services>, planned: Vec<Planned>) -> Result<Value, WireError> {
+    let mut guard = AbortUncommitted {
+        services: services.clone(),
+        batch: uuid::Uuid::new_v4().as_u64_pair().0,
+        committed: false,
+    };
+    let batch = guard.batch;
+    let count = planned.len() as u32;
+    for (i, p) in planned.into_iter().enumerate() {
+        let op = FsOp::WriteStage {
+            batch,
+            index: i as u32,
+            count,
+            path: p.path.clone(),
+            mode: p.mode,
+            parents: p.parents,
+        };
+        let r = match p.content {
+            WriteContentWire::Inline(text) => {
+                write_inline_streamed(services, text.into_bytes(), op).await
+            }
+            WriteContentWire::Stream(cref) => write_stream(services, &cref, op).await,
+        };
+        r.map_err(|e| name_failed_entry(e, i, &p.path))?;
+    }
+    let reply = host(services, FsOp::WriteCommit { batch }).await;
+    // Whatever the commit answered, the executor no longer holds the batch.
+    guard.committed = true;
+    match reply? {
+        FsReply::Write(w) => to_value(&w),
+        _ => Err(unexpected_reply()),
+    }
+}
+
+/// Sends inline bytes to the executor as a streamed write (`op` is a `WriteStream` or a
+/// `WriteStage`).
 async fn write_inline_streamed(
     services: &Arc<Services>,
     data: Vec<u8>,
-    path: String,
-    mode: u32,
-    parents: bool,
+    op: FsOp,
 ) -> Result<WriteResponse, WireError> {
     let (tx, rx) = tokio::sync::mpsc::channel(iii_shell_protocol::messages::STREAM_WINDOW);
     let feed = tokio::spawn(async move {
@@ -475,16 +535,14 @@ async fn write_inline_streamed(
             }
         }
     });
-    streamed_write(services, path, mode, parents, rx, feed).await
+    streamed_write(services, op, rx, feed).await
 }
 
 /// Relays the reader end of the caller's channel to the executor as a streamed write.
 async fn write_stream(
     services: &Arc<Services>,
     cref: &ContentRef,
-    path: String,
-    mode: u32,
-    parents: bool,
+    op: FsOp,
 ) -> Result<WriteResponse, WireError> {
     let engine = services.engine()?;
     let ws = channel::open(&engine, cref, ContentDirection::Read)
@@ -492,30 +550,18 @@ async fn write_stream(
         .map_err(|e| WireError::new(Code::S216, e))?;
     let (tx, rx) = tokio::sync::mpsc::channel(iii_shell_protocol::messages::STREAM_WINDOW);
     let pump = tokio::spawn(channel::pump_reader(ws, tx, CHANNEL_IDLE));
-    streamed_write(services, path, mode, parents, rx, pump).await
+    streamed_write(services, op, rx, pump).await
 }
 
 /// Sends a streamed write whose chunks come from `rx`, fed by `feeder`, which is stopped once
 /// the executor has answered.
 async fn streamed_write(
     services: &Arc<Services>,
-    path: String,
-    mode: u32,
-    parents: bool,
+    op: FsOp,
     rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
     feeder: tokio::task::JoinHandle<()>,
 ) -> Result<WriteResponse, WireError> {
-    let reply = services
-        .executor
-        .call_with_input(
-            Request::Fs(FsOp::WriteStream {
-                path,
-                mode,
-                parents,
-            }),
-            rx,
-        )
-        .await;
+    let reply = services.executor.call_with_input(Request::Fs(op), rx).await;
     feeder.abort();
     match reply? {
         Reply::Fs(FsReply::Write(w)) => Ok(w),

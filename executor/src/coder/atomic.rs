@@ -1,6 +1,11 @@
 //! Atomic commit of one file for coder writes: a temp file next to the target, the exact
 //! mode (and the previous owner when replacing), write, fsync, rename over the target, fsync
 //! of the directory. A failure before the rename leaves the target byte-identical.
+//!
+//! Owner: a replaced file keeps its uid and gid. When the executor may not give the temp
+//! file that owner (`EPERM`: no `CAP_CHOWN`, or a group it is not in), the write is refused
+//! with C216 before any byte is written, rather than silently handing the file to the
+//! executor's user or giving up the atomic rename.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -51,19 +56,25 @@ pub fn commit(
     // SAFETY: a new descriptor that nothing else owns.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let guard = Unlink { dir, name: &name };
-    if let Some((uid, gid)) = owner {
-        // SAFETY: fchown on a descriptor we own. Failing to keep the owner (no CAP_CHOWN) is
-        // not fatal: the file then belongs to the executor, as any new file would.
-        unsafe {
-            libc::fchown(file.as_raw_fd(), uid, gid);
-        }
-    }
     // SAFETY: fchmod on a descriptor we own; applies the exact mode past the umask.
     if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
         return Err(CErr::io(format!(
             "chmod temp file: {}",
             std::io::Error::last_os_error()
         )));
+    }
+    // The owner goes last: once the temp file belongs to another user, only CAP_FOWNER
+    // could still change its mode.
+    if let Some((uid, gid)) = owner {
+        // SAFETY: fchown on a descriptor we own. The temp file holds no data yet: when the
+        // owner cannot be kept the guard removes it and the target stays as it was.
+        if unsafe { libc::fchown(file.as_raw_fd(), uid, gid) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) => owner_refusal(parent, uid, gid),
+                _ => CErr::io(format!("chown temp file: {e}")),
+            });
+        }
     }
     file.write_all(data)
         .map_err(|e| CErr::io(format!("write: {e}")))?;
@@ -106,6 +117,17 @@ pub fn commit(
         libc::fsync(dir);
     }
     Ok(())
+}
+
+/// The refusal when replacing a file would hand it to the executor's user: an edit never
+/// changes who owns a file, and writing in place would give up atomicity, so nothing is done.
+fn owner_refusal(parent: &Parent, uid: u32, gid: u32) -> CErr {
+    // SAFETY: geteuid/getegid cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    CErr::io(format!(
+        "cannot keep the owner of {} (uid {uid}, gid {gid}): the executor runs as uid {euid} gid {egid} without CAP_CHOWN, and replacing the file would hand it to that user; nothing was written. Edit it as its owner (confinement.run_as), or keep CAP_CHOWN in confinement.capabilities",
+        parent.path.display()
+    ))
 }
 
 /// Removes the temp file unless the commit got as far as the rename.

@@ -13,7 +13,7 @@ pub fn count_lines(bytes: &[u8]) -> u64 {
 }
 
 fn memchr_count(bytes: &[u8]) -> u64 {
-    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+    memchr::memchr_iter(b'\n', bytes).count() as u64
 }
 
 /// The lines of `bytes`, each with its terminator.
@@ -61,7 +61,8 @@ pub fn read_window<R: BufRead>(
         total: None,
         utf8: true,
     };
-    // Skip to line `from`.
+    // Skip to line `from`, a buffer at a time: count the buffer's line ends, and when the
+    // window starts inside it, consume up to the end of line `from - 1`.
     let mut line_no: u64 = 1;
     let mut partial = false;
     while line_no < from {
@@ -70,16 +71,19 @@ pub fn read_window<R: BufRead>(
             w.total = Some(line_no - 1 + u64::from(partial));
             return Ok(w);
         }
-        match buf.iter().position(|&b| b == b'\n') {
+        let need = usize::try_from(from - line_no).unwrap_or(usize::MAX);
+        let mut ends = memchr::memchr_iter(b'\n', buf);
+        match ends.nth(need - 1) {
             Some(i) => {
                 r.consume(i + 1);
-                line_no += 1;
+                line_no = from;
                 partial = false;
             }
             None => {
-                let n = buf.len();
+                let (n, seen) = (buf.len(), memchr_count(buf));
+                partial = buf.last() != Some(&b'\n');
                 r.consume(n);
-                partial = true;
+                line_no += seen;
             }
         }
     }
@@ -250,5 +254,33 @@ mod tests {
         assert_eq!((w.content.as_str(), w.utf8), ("ok\n\u{fffd}x\n", false));
         let w = read_window(&mut &b"ok\n\xffx\n"[..], 1, Some(1), 100, false).unwrap();
         assert!(w.utf8);
+    }
+
+    /// The skip counts line ends a buffer at a time: with buffers of 1 to 8 bytes (so lines
+    /// and windows straddle buffer ends) every window equals the one-buffer answer.
+    #[test]
+    fn windows_across_buffer_ends() {
+        let texts = [
+            "l1\nl2\nl3\nl4\n",
+            "a\n\n\nbb\nccc",
+            "x",
+            "\n\n\n",
+            "long line\nz\n",
+        ];
+        for text in texts {
+            for from in 1..=6 {
+                for to in [None, Some(from), Some(from + 1)] {
+                    let whole = win(text, from, to, 1000, true);
+                    for cap in 1..=8 {
+                        let mut r = std::io::BufReader::with_capacity(cap, text.as_bytes());
+                        let got = read_window(&mut r, from, to, 1000, true).unwrap();
+                        assert_eq!(got, whole, "{text:?} {from} {to:?} buffer {cap}");
+                    }
+                }
+            }
+        }
+        assert_eq!(win("a\nbb\nccc", 3, None, 100, false).content, "ccc");
+        assert_eq!(win("a\nbb\nccc", 5, None, 100, false).total, Some(3));
+        assert_eq!(win("a\nbb\n", 5, None, 100, false).total, Some(2));
     }
 }

@@ -101,6 +101,127 @@ impl Prune {
     }
 }
 
+/// True when one of `a` and `b` is the other or lies under it.
+fn related(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// `globs` split into those of the form `G/**` and the rest. A path matches `G/**` exactly
+/// when `G` matches one of its proper prefixes that ends before a `/`, i.e. the path of one of
+/// its ancestors; so `G/**` matches an entry if and only if it matches `<parent>/x`.
+fn split_suffix(globs: &[String]) -> (Vec<String>, Vec<String>) {
+    globs
+        .iter()
+        .cloned()
+        .partition(|g| g.strip_suffix("/**").is_some_and(|head| !head.is_empty()))
+}
+
+/// The path rules a walk under `w` applies to its files, cut down to what can match below
+/// `w`, with exactly the policy's answers there:
+///
+/// * the denylist entries and roots that are `w`, above it or below it (any other cannot be
+///   a prefix of a path under `w`);
+/// * the `G/**` non-accessible and default-exclude globs are decided once per folder (a
+///   folder whose `<folder>/x` matches one is listed but not entered: everything in it would
+///   be refused) and once for `w` itself, so a file is matched only against the others. When
+///   `w` is itself inside such a glob, files are matched against every glob.
+///
+/// This keeps the per-file cost of the policy to the globs that can only match a file: the
+/// difference between this walk and rg's.
+struct WalkRules<'a> {
+    policy: &'a crate::policy::Policy,
+    /// The file globs that start with `**/`: matched once, on the absolute path (a match on
+    /// a root-relative path implies one on the absolute path, which ends with it).
+    file_anywhere: GlobSet,
+    file_deny: Option<Jail>,
+    content_denied: Option<Jail>,
+    file_noise: Option<RootedGlobs>,
+}
+
+impl<'a> WalkRules<'a> {
+    fn new(ctx: &Ctx<'a>, w: &Path, use_noise: bool) -> WalkRules<'a> {
+        let c = &ctx.policy.config;
+        let roots: Vec<String> = ctx
+            .policy
+            .jail
+            .roots()
+            .iter()
+            .filter(|r| related(&r.path, w))
+            .map(|r| display(&r.path))
+            .collect();
+        let deny: Vec<String> =
+            c.fs.denylist_paths
+                .iter()
+                .filter(|d| {
+                    let lexical = crate::jail::normalize(Path::new(d));
+                    related(&lexical, w)
+                        || std::fs::canonicalize(&lexical).is_ok_and(|canon| related(&canon, w))
+                })
+                .cloned()
+                .collect();
+        let probe = w.join("x");
+        let (suffix, rest) = split_suffix(&c.code.non_accessible_globs);
+        let content_denied = Jail::new(&roots, &[], &suffix).ok();
+        let whole = content_denied
+            .as_ref()
+            .is_none_or(|j| j.is_denied_by_name(&probe));
+        let file_globs = if whole {
+            c.code.non_accessible_globs.clone()
+        } else {
+            rest
+        };
+        let (anywhere, file_globs): (Vec<String>, Vec<String>) =
+            file_globs.into_iter().partition(|g| g.starts_with("**/"));
+        let mut b = GlobSetBuilder::new();
+        let mut built = true;
+        for g in &anywhere {
+            match globset::Glob::new(g) {
+                Ok(g) => {
+                    b.add(g);
+                }
+                Err(_) => built = false,
+            }
+        }
+        let file_anywhere = b.build().ok().filter(|_| built);
+        let file_noise = use_noise.then(|| {
+            let (suffix, rest) = split_suffix(&c.code.default_exclude_globs);
+            if RootedGlobs::new(&suffix, &ctx.bases).is_match_dir(w) {
+                ctx.excludes()
+            } else {
+                RootedGlobs::new(&rest, &ctx.bases)
+            }
+        });
+        WalkRules {
+            policy: ctx.policy,
+            file_deny: file_anywhere
+                .as_ref()
+                .and_then(|_| Jail::new(&roots, &deny, &file_globs).ok()),
+            file_anywhere: file_anywhere.unwrap_or_else(GlobSet::empty),
+            content_denied: content_denied.filter(|_| !whole),
+            file_noise,
+        }
+    }
+
+    /// A file the policy refuses by name (the identity check is the caller's).
+    fn file_denied(&self, abs: &Path) -> bool {
+        match &self.file_deny {
+            Some(j) => self.file_anywhere.is_match(abs) || j.is_denied_by_name(abs),
+            None => self.policy.jail.is_denied_by_name(abs),
+        }
+    }
+
+    fn file_excluded(&self, abs: &Path) -> bool {
+        self.file_noise.as_ref().is_some_and(|n| n.is_match(abs))
+    }
+
+    /// A folder (already listed) whose whole content is non-accessible: not entered.
+    fn content_denied(&self, abs: &Path) -> bool {
+        self.content_denied
+            .as_ref()
+            .is_some_and(|j| j.is_denied_by_name(&abs.join("x")))
+    }
+}
+
 fn rel_of(abs: &Path, root_len: usize) -> Option<&Path> {
     let rel = abs.as_os_str().as_bytes().get(root_len..)?;
     Some(Path::new(OsStr::from_bytes(rel)))
@@ -248,7 +369,7 @@ impl PathSet {
 /// Collects one file's matches.
 struct FileSink<'a> {
     matcher: &'a RegexMatcher,
-    path: &'a str,
+    path: &'a Path,
     max_line: usize,
     cap: usize,
     before: Vec<String>,
@@ -278,7 +399,7 @@ impl Sink for FileSink<'_> {
         }
         let before = std::mem::take(&mut self.before);
         self.out.push(ContentMatch {
-            path: self.path.to_string(),
+            path: display(self.path),
             line: u32::try_from(m.line_number().unwrap_or(0)).unwrap_or(u32::MAX),
             column: u32::try_from(found.start() + 1).unwrap_or(u32::MAX),
             text: cut(body, self.max_line),
@@ -308,8 +429,9 @@ impl Sink for FileSink<'_> {
     }
 }
 
-/// Opens a regular file `rel` beneath `root` without following any symlink.
-fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<File> {
+/// Opens a regular file `rel` beneath `root` without following any symlink; with its
+/// (device, inode).
+fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<(File, (u64, u64))> {
     let fd = open_beneath(
         Some(root),
         rel,
@@ -321,7 +443,7 @@ fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<File> {
     if !is_file(&st) || st.st_size as u64 > max {
         return None;
     }
-    Some(File::from(fd))
+    Some((File::from(fd), (st.st_dev, st.st_ino)))
 }
 
 /// Quick-open score of `cand` (a root-relative path) for `query`: `None` when the query's
@@ -330,14 +452,32 @@ fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<File> {
 /// paths score a little lower.
 pub fn fuzzy_score(query: &str, cand: &str) -> Option<i64> {
     let q: Vec<u8> = query.bytes().map(|b| b.to_ascii_lowercase()).collect();
+    fuzzy_score_lower(&q, cand)
+}
+
+/// [`fuzzy_score`] with the query already lower-cased (once per search, not per path).
+fn fuzzy_score_lower(q: &[u8], cand: &str) -> Option<i64> {
     if q.is_empty() {
         return Some(0);
     }
     let c = cand.as_bytes();
+    // Most paths do not hold the query at all: one greedy pass says so.
+    let mut qi = 0;
+    for &b in c {
+        if b.to_ascii_lowercase() == q[qi] {
+            qi += 1;
+            if qi == q.len() {
+                break;
+            }
+        }
+    }
+    if qi < q.len() {
+        return None;
+    }
     // Greedy from every place the first character occurs; the best alignment wins.
     (0..c.len())
         .filter(|&i| c[i].to_ascii_lowercase() == q[0])
-        .filter_map(|start| align(&q, c, start))
+        .filter_map(|start| align(q, c, start))
         .max()
         .map(|s| s * 4 - c.len() as i64)
 }
@@ -454,6 +594,8 @@ pub fn search_with_threads(
     let root_len = walk_root.as_os_str().len()
         + usize::from(!walk_root.as_os_str().as_bytes().ends_with(b"/"));
     let noise = req.use_default_excludes.then(|| ctx.excludes());
+    let rules = WalkRules::new(ctx, &walk_root, req.use_default_excludes);
+    let query_lower: Vec<u8> = req.query.bytes().map(|b| b.to_ascii_lowercase()).collect();
     let c = &ctx.policy.config;
     let prune = Prune {
         deny: Jail::new(
@@ -500,6 +642,7 @@ pub fn search_with_threads(
         e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) || !p2.prunes_dir(e.path())
     });
     let single_file = is_file(&root_st);
+    let protected = !ctx.policy.jail.protected().ids.is_empty();
     b.build_parallel().run(|| {
         let mut searcher: Searcher = SearcherBuilder::new()
             .line_number(true)
@@ -507,8 +650,14 @@ pub fn search_with_threads(
             .before_context(before as usize)
             .after_context(after as usize)
             .build();
-        let (content, path_re, include, exclude, noise) =
-            (&content, &path_re, &include, &exclude, &noise);
+        let (content, path_re, include, exclude, rules, query_lower) = (
+            &content,
+            &path_re,
+            &include,
+            &exclude,
+            &rules,
+            query_lower.as_slice(),
+        );
         let (contents, paths, root_fd, policy) = (&contents, &paths, &root_fd, ctx.policy);
         Box::new(move |entry| {
             let Ok(entry) = entry else {
@@ -529,18 +678,20 @@ pub fn search_with_threads(
                 return WalkState::Continue;
             }
             // Folders reaching here passed `Prune` (the same rules); files are checked here,
-            // against the policy itself.
-            if !is_dir && policy.jail.is_denied(abs) {
+            // by name against the policy itself, and by identity (a protected inode under
+            // another name, see `Jail::is_denied`) where they are used: a path match is
+            // checked with an lstat, a content search on the fstat of the opened file. So
+            // the walk costs no syscall per entry beyond rg's own.
+            if !is_dir && rules.file_denied(abs) {
                 return WalkState::Continue;
             }
             if !is_dir
-                && (noise.as_ref().is_some_and(|n| n.is_match(abs))
+                && (rules.file_excluded(abs)
                     || (!exclude.empty && exclude.is_match(rel))
                     || (!include.empty && !include.is_match(rel)))
             {
                 return WalkState::Continue;
             }
-            let abs_s = display(abs);
             if req.search_paths && (!is_dir || include.empty || include.is_match(rel)) {
                 let rel_s = rel.to_string_lossy();
                 let subject: &str = if is_dir && !req.fuzzy_paths {
@@ -549,19 +700,19 @@ pub fn search_with_threads(
                     &rel_s
                 };
                 let hit = if req.fuzzy_paths {
-                    fuzzy_score(&req.query, subject)
+                    fuzzy_score_lower(query_lower, subject)
                 } else if let Some(re) = path_re {
                     re.is_match(subject).then_some(0)
                 } else {
                     Some(0)
                 };
-                if let Some(score) = hit {
+                if let Some(score) = hit.filter(|_| !protected || !policy.jail.is_denied(abs)) {
                     let depth = rel.components().count();
                     lock(paths).add(
                         score,
                         depth,
                         PathMatch {
-                            path: abs_s.clone(),
+                            path: display(abs),
                             kind: if is_dir {
                                 PathMatchKind::Dir
                             } else {
@@ -572,28 +723,39 @@ pub fn search_with_threads(
                 }
             }
             if is_dir {
-                return WalkState::Continue;
+                return if rules.content_denied(abs) {
+                    WalkState::Skip
+                } else {
+                    WalkState::Continue
+                };
             }
             let Some(matcher) = content else {
                 return WalkState::Continue;
             };
-            let key = sort_key(abs);
-            let beyond = lock(contents).beyond(&key);
-            let Some(file) = open_regular(root_fd, rel, max_read) else {
+            let beyond = {
+                let c = lock(contents);
+                c.full() && c.beyond(&sort_key(abs))
+            };
+            let Some((file, id)) = open_regular(root_fd, rel, max_read) else {
                 return WalkState::Continue;
             };
+            if protected && policy.jail.protected().ids.contains(&id) {
+                return WalkState::Continue;
+            }
             let mut sink = FileSink {
                 matcher,
-                path: &abs_s,
+                path: abs,
                 max_line,
                 cap: if beyond { 0 } else { limit },
                 before: Vec::new(),
                 out: Vec::new(),
                 more: false,
             };
-            if searcher.search_file(matcher, &file, &mut sink).is_ok() {
+            if searcher.search_file(matcher, &file, &mut sink).is_ok()
+                && (sink.more || !sink.out.is_empty())
+            {
                 let (out, more) = (std::mem::take(&mut sink.out), sink.more);
-                lock(contents).add(key, out, more);
+                lock(contents).add(sort_key(abs), out, more);
             }
             WalkState::Continue
         })
@@ -655,6 +817,112 @@ mod tests {
         assert!(c > d, "{c} {d}");
         assert_eq!(fuzzy_score("", "anything"), Some(0));
         assert!(fuzzy_score("MAIN", "src/main.rs").is_some());
+    }
+
+    #[test]
+    fn split_suffix_keeps_only_folder_globs_aside() {
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (suffix, rest) = split_suffix(&g(&[
+            "**/secrets/**",
+            "**/.env",
+            "vendor/**",
+            "/**",
+            "**",
+            "**/*.pem",
+            "a/**/b",
+        ]));
+        assert_eq!(suffix, g(&["**/secrets/**", "vendor/**"]));
+        assert_eq!(rest, g(&["**/.env", "/**", "**", "**/*.pem", "a/**/b"]));
+    }
+
+    /// The cut-down rules answer exactly as the policy does for every entry below the walk
+    /// root: a file is refused by `file_denied` or by a folder on its way that is not entered
+    /// (`content_denied`) exactly when the policy's jail refuses its name; the same for the
+    /// default excludes. Checked for walks at the root, inside a `secrets` folder and below
+    /// it, with rooted, `**/` and `G/**` globs and denylist entries inside and outside.
+    #[test]
+    fn walk_rules_answer_as_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in ["a/secrets/deep", "a/b", "vendor/x", "node_modules/p", "c"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let mut config = iii_shell_protocol::config::Config::default();
+        config.fs.host_roots = vec![display(&root)];
+        config.fs.allow_unjailed = false;
+        config.fs.denylist_paths = vec![display(&root.join("a/b/deny")), "/etc/shadow".into()];
+        config.code.non_accessible_globs = vec![
+            "**/secrets/**".into(),
+            "vendor/**".into(),
+            "**/.env".into(),
+            "**/*.pem".into(),
+            "c/private*".into(),
+        ];
+        config.code.default_exclude_globs = vec!["**/node_modules/**".into(), "**/*.min.js".into()];
+        let policy =
+            crate::policy::Policy::build(1, &serde_json::to_string(&config).unwrap()).unwrap();
+        let ctx = Ctx::new(&policy, &FsScope::default()).unwrap();
+        let noise = ctx.excludes();
+        let files = [
+            "f.txt",
+            ".env",
+            "k.pem",
+            "a/f.txt",
+            "a/secrets/f.txt",
+            "a/secrets/deep/f.txt",
+            "a/b/deny",
+            "a/b/deny/x",
+            "a/b/ok.txt",
+            "vendor/x/y.rs",
+            "vendor/v.rs",
+            "node_modules/p/i.js",
+            "c/private.txt",
+            "c/public.txt",
+            "c/app.min.js",
+        ];
+        for walk in [
+            "",
+            "a",
+            "a/secrets",
+            "a/secrets/deep",
+            "vendor",
+            "node_modules",
+            "c",
+        ] {
+            let w = root.join(walk);
+            let rules = WalkRules::new(&ctx, &w, true);
+            for f in files.iter().filter(|f| Path::new(f).starts_with(walk)) {
+                let abs = root.join(f);
+                // The folders on the way from `w` (not `w` itself) to `f`: the walker's
+                // prune (unchanged: the policy's name check and the excludes on folders) and
+                // the new "listed, not entered" rule.
+                let (mut pruned_deny, mut pruned_noise, mut skipped) = (false, false, false);
+                let mut d = abs.parent().unwrap().to_path_buf();
+                while d != w && d.starts_with(&w) {
+                    pruned_deny |= policy.jail.is_denied_by_name(&d);
+                    pruned_noise |= noise.is_match_dir(&d);
+                    skipped |= rules.content_denied(&d);
+                    d = d.parent().unwrap().to_path_buf();
+                }
+                // Refused by name: the same answer as checking every file against the policy.
+                assert_eq!(
+                    pruned_deny || skipped || rules.file_denied(&abs),
+                    pruned_deny || policy.jail.is_denied_by_name(&abs),
+                    "walk {walk:?}, file {f}"
+                );
+                // Reached and kept: the same as before the rules were cut down.
+                let before = !(pruned_deny
+                    || pruned_noise
+                    || policy.jail.is_denied_by_name(&abs)
+                    || noise.is_match(&abs));
+                let now = !(pruned_deny
+                    || pruned_noise
+                    || skipped
+                    || rules.file_denied(&abs)
+                    || rules.file_excluded(&abs));
+                assert_eq!(now, before, "walk {walk:?}, file {f} (kept)");
+            }
+        }
     }
 
     #[test]

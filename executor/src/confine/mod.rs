@@ -13,6 +13,7 @@
 //! it with raw system calls: rlimits, no_new_privs, `landlock_restrict_self`, `seccomp`.
 
 pub mod landlock_rules;
+pub mod process_limits;
 
 pub use iii_shell_confine::{
     caps, no_new_privs, observe, ptys, seccomp, set_no_new_privs, special_bits, Rlimits, SelfReport,

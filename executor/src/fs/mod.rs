@@ -5,6 +5,7 @@ pub mod entry;
 pub mod grep;
 pub mod ops;
 pub mod sed;
+pub mod staging;
 pub mod stream;
 pub mod walk;
 pub mod workspace;
@@ -33,6 +34,8 @@ pub struct RequestIo {
     pub out: mpsc::Sender<ServerFrame>,
     /// Credit for outbound chunks, replenished by the broker's acks.
     pub credits: Arc<Semaphore>,
+    /// The staged batches of this request's broker connection.
+    pub staging: staging::Staging,
 }
 
 async fn blocking<T: Send + 'static>(
@@ -98,6 +101,54 @@ pub async fn handle(
             // Drain whatever the broker still sends so its window never blocks on us.
             tokio::spawn(async move { while inbound.recv().await.is_some() {} });
             FsReply::Write(r?)
+        }
+        FsOp::WriteStage {
+            batch,
+            index,
+            count,
+            path,
+            mode,
+            parents,
+        } => {
+            let mut inbound = io
+                .inbound
+                .take()
+                .ok_or_else(|| ExecError::Internal("no input stream".into()))?;
+            let (out, id) = (io.out.clone(), io.id);
+            let ack = move || {
+                let _ = out.try_send(ServerFrame::StreamAck { id });
+            };
+            let r = staging::stage(
+                &io.staging,
+                &policy,
+                batch,
+                index as usize,
+                count as usize,
+                &path,
+                mode,
+                parents,
+                &mut inbound,
+                ack,
+            )
+            .await;
+            tokio::spawn(async move { while inbound.recv().await.is_some() {} });
+            FsReply::Write(r?)
+        }
+        FsOp::WriteCommit { batch } => {
+            let st = io.staging.clone();
+            blocking(move || staging::commit(&st, batch).map(FsReply::Write)).await?
+        }
+        FsOp::WriteAbort { batch } => {
+            let st = io.staging.clone();
+            blocking(move || {
+                staging::abort(&st, batch);
+                Ok(FsReply::Write(iii_shell_protocol::fs::WriteResponse {
+                    bytes_written: 0,
+                    path: String::new(),
+                    files: Vec::new(),
+                }))
+            })
+            .await?
         }
         FsOp::Read { path } => {
             let (file, st, _) = blocking(move || ops::open_for_read(&p, &path, true)).await?;

@@ -25,7 +25,7 @@ fn cstr(name: &std::ffi::OsStr) -> Result<CString, ExecError> {
         .map_err(|_| ExecError::Invalid("path contains a NUL byte".into()))
 }
 
-fn display(p: &Path) -> String {
+pub(crate) fn display(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
@@ -738,7 +738,7 @@ pub fn write_target(
 /// Says which entry of a batch failed (a single write keeps its message as it is). A
 /// not-found or escape already names the entry's own path, in the wording shared with
 /// missing paths.
-fn name_entry(e: ExecError, i: usize, n: usize, path: &str) -> ExecError {
+pub(crate) fn name_entry(e: ExecError, i: usize, n: usize, path: &str) -> ExecError {
     if n == 1 {
         return e;
     }
