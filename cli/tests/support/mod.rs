@@ -7,6 +7,9 @@
 //! orphaned by a killed executor).
 #![allow(dead_code)]
 
+// A test binary with both `common` and `support` loads it twice; each copy is private to
+// its harness, so that is harmless.
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/shared.rs"]
 mod shared;
 #[allow(unused_imports)] // not every test binary uses every helper
