@@ -372,3 +372,102 @@ async fn bad_bindings_are_refused_and_answered_again_when_offered_again_and_a_re
         "one watcher per binding id after the replay: {ev:?}"
     );
 }
+
+/// An executor respawn: the watchers are started again on the new executor, and every
+/// binding gets the overflow signal (changes while no watcher ran are unknown), then the feed
+/// goes on with one watcher per binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_executor_respawn_the_watcher_is_back_and_the_subscriber_was_told() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("r1").await;
+    std::fs::write(s.root.join("before.txt"), "x").unwrap();
+    s.settled_events("before.txt").await;
+    let overflow = |s: &Setup| {
+        s.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(d, _)| d["overflow"] == true && d["path"] == "." && d["kind"] == "modified")
+            .count()
+    };
+    assert_eq!(overflow(&s), 0);
+    let pid = s.worker.executor_pid().expect("executor");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    s.worker.wait_executor(Some(pid)).await;
+    let told = eventually(WAIT, || overflow(&s) == 1).await;
+    assert!(
+        told,
+        "no overflow signal after the respawn: {:?}; {}",
+        s.seen.lock().unwrap(),
+        s.worker.stderr()
+    );
+    let (data, meta) = s
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(d, _)| d["overflow"] == true)
+        .cloned()
+        .unwrap();
+    assert_eq!(data["root"], s.root.to_string_lossy().as_ref(), "{data}");
+    assert_eq!(meta, Some(json!({"subscription": "r1", "owner": "test"})));
+    // Written while the new executor runs: delivered once.
+    std::fs::write(s.root.join("after-respawn.txt"), "x").unwrap();
+    let ev = s.settled_events("after-respawn.txt").await;
+    assert_one_event(&ev, &s.root, "after-respawn.txt", &["created", "modified"], "r1");
+    assert_eq!(overflow(&s), 1);
+}
+
+/// `watch.max_watchers` through the engine: a binding past it is refused with the key named;
+/// unbinding one makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_watchers_a_binding_is_refused_until_one_is_unbound() {
+    let s = setup(|c| c.watch.max_watchers = 1).await;
+    s.bind_ok("m1").await;
+    s.bind("m2", json!({"path": s.root.to_string_lossy()}));
+    let r = s.wait_results("m2", 1).await;
+    let e = r[0].as_ref().expect("m2 accepted past watch.max_watchers");
+    assert_eq!(e.code, "trigger_registration_failed");
+    assert!(e.message.contains("watch.max_watchers = 1"), "{e:?}");
+    s.binder.send_raw(
+        json!({"type": "unregistertrigger", "id": "m1", "trigger_type": "shell::changed"}),
+    );
+    s.worker.expect_log("shell::changed watcher stopped").await;
+    s.bind_ok("m3").await;
+    std::fs::write(s.root.join("m3.txt"), "x").unwrap();
+    let ev = s.settled_events("m3.txt").await;
+    assert_one_event(&ev, &s.root, "m3.txt", &["created", "modified"], "m3");
+}
+
+/// A binder that disconnects takes its bindings with it: the engine unregisters them and the
+/// watcher is torn down, while another binder's watcher carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binders_disconnect_tears_its_watcher_down() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("stays").await;
+    let other = s.engine.client_in_namespace("binder2", "ns1").await;
+    other
+        .register_function("test::other-changed", |_, _| async { Ok(json!({})) })
+        .await
+        .unwrap();
+    other.send_raw(json!({
+        "type": "registertrigger", "id": "leaves", "trigger_type": "shell::changed",
+        "function_id": "test::other-changed", "config": {"path": s.root.to_string_lossy()},
+        "namespace": "ns1",
+    }));
+    let r = s.wait_results("leaves", 1).await;
+    assert_eq!(r[0], None);
+    assert_eq!(s.worker.log_lines("shell::changed watcher stopped").len(), 0);
+    other.close().await;
+    s.worker.expect_log("shell::changed watcher stopped").await;
+    let stopped = s.worker.log_lines("shell::changed watcher stopped");
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert!(stopped[0].contains("leaves"), "{stopped:?}");
+    std::fs::write(s.root.join("still.txt"), "x").unwrap();
+    let ev = s.settled_events("still.txt").await;
+    assert_one_event(&ev, &s.root, "still.txt", &["created", "modified"], "stays");
+}
