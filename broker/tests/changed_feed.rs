@@ -34,6 +34,32 @@ struct Setup {
 const TARGET: &str = "test::on-changed";
 
 async fn setup(tweak: impl FnOnce(&mut Config)) -> Setup {
+    setup_wrapped(tweak, &[]).await
+}
+
+/// The worker in its own user namespace (uids and gids 0-65535 mapped to the host's, so the
+/// broker can still drop to `nobody`) whose inotify watch limit is `watches`:
+/// `/proc/sys/user/max_inotify_watches` is per user namespace, so the host's limit and every
+/// other process are untouched and nothing needs restoring. The outer shell `exec`s into
+/// `unshare`, which `exec`s into the worker: the spawned pid stays the worker's. A background
+/// subshell (still in the host namespace, with its privileges) writes the id maps once the
+/// worker's pid has entered the new namespace; the shell there waits for them, then `exec`s a
+/// fresh shell (root with capabilities in the namespace now that uid 0 is mapped) to set the
+/// limit and `exec` the worker.
+fn low_inotify_limit(watches: u32) -> Vec<String> {
+    let inner = format!(
+        r#"until grep -q . /proc/self/uid_map; do sleep 0.02; done; exec sh -c "echo {watches} > /proc/sys/user/max_inotify_watches && exec \"\$0\" \"\$@\"" "$0" "$@""#
+    );
+    let script = format!(
+        r#"p=$$; me=$(readlink /proc/self/ns/user)
+( while [ "$(readlink /proc/$p/ns/user)" = "$me" ]; do sleep 0.02; done
+  echo "0 0 65536" > /proc/$p/uid_map; echo "0 0 65536" > /proc/$p/gid_map ) &
+exec unshare -U sh -c '{inner}' "$0" "$@""#
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+async fn setup_wrapped(tweak: impl FnOnce(&mut Config), wrapper: &[String]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(dir.path()).unwrap();
     let root = base.join("root");
@@ -49,10 +75,12 @@ async fn setup(tweak: impl FnOnce(&mut Config)) -> Setup {
         .push(root.join("private").to_string_lossy().into_owned());
     tweak(&mut config);
     let engine = TestEngine::start().await;
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     let worker = Worker::builder()
         .engine(&engine)
         .fast_keepalive()
         .seed(&config)
+        .wrapper(&wrapper)
         .start();
     wait_ready(&engine, &worker).await;
     let ok = engine
@@ -418,7 +446,13 @@ async fn after_an_executor_respawn_the_watcher_is_back_and_the_subscriber_was_to
     // Written while the new executor runs: delivered once.
     std::fs::write(s.root.join("after-respawn.txt"), "x").unwrap();
     let ev = s.settled_events("after-respawn.txt").await;
-    assert_one_event(&ev, &s.root, "after-respawn.txt", &["created", "modified"], "r1");
+    assert_one_event(
+        &ev,
+        &s.root,
+        "after-respawn.txt",
+        &["created", "modified"],
+        "r1",
+    );
     assert_eq!(overflow(&s), 1);
 }
 
@@ -461,7 +495,10 @@ async fn a_binders_disconnect_tears_its_watcher_down() {
     }));
     let r = s.wait_results("leaves", 1).await;
     assert_eq!(r[0], None);
-    assert_eq!(s.worker.log_lines("shell::changed watcher stopped").len(), 0);
+    assert_eq!(
+        s.worker.log_lines("shell::changed watcher stopped").len(),
+        0
+    );
     other.close().await;
     s.worker.expect_log("shell::changed watcher stopped").await;
     let stopped = s.worker.log_lines("shell::changed watcher stopped");
@@ -470,4 +507,56 @@ async fn a_binders_disconnect_tears_its_watcher_down() {
     std::fs::write(s.root.join("still.txt"), "x").unwrap();
     let ev = s.settled_events("still.txt").await;
     assert_one_event(&ev, &s.root, "still.txt", &["created", "modified"], "stays");
+}
+
+/// inotify watch exhaustion, under a real kernel limit (16 watches for the worker's user
+/// namespace): a tree that needs more watches than are left refuses the binding with the
+/// sysctl named; a watched tree that grows past the limit sends the subscriber the overflow
+/// signal and logs an ERROR saying what to raise — never a silent gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inotify_watch_exhaustion_refuses_or_signals_overflow_and_is_logged() {
+    let s = setup_wrapped(|_| {}, &low_inotify_limit(16)).await;
+    let big = s.root.join("big");
+    for i in 0..20 {
+        std::fs::create_dir_all(big.join(format!("d{i}"))).unwrap();
+    }
+    s.bind("too-big", json!({"path": big.to_string_lossy()}));
+    let r = s.wait_results("too-big", 1).await;
+    let e = r[0]
+        .as_ref()
+        .expect("a tree past the watch limit was accepted");
+    assert_eq!(e.code, "trigger_registration_failed");
+    assert!(
+        e.message.contains("inotify watch limit") && e.message.contains("max_user_watches"),
+        "{e:?}"
+    );
+    // A small tree binds (its watches fit), then grows past the limit.
+    let small = s.root.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    s.bind("grows", json!({"path": small.to_string_lossy()}));
+    assert_eq!(s.wait_results("grows", 1).await[0], None);
+    for i in 0..30 {
+        std::fs::create_dir_all(small.join(format!("n{i}"))).unwrap();
+    }
+    let ok = eventually(WAIT, || {
+        s.seen.lock().unwrap().iter().any(|(d, m)| {
+            d["overflow"] == true
+                && d["path"] == "."
+                && d["kind"] == "modified"
+                && d["root"] == small.to_string_lossy().as_ref()
+                && m.as_ref().is_some_and(|m| m["subscription"] == "grows")
+        })
+    })
+    .await;
+    assert!(
+        ok,
+        "no overflow signal: {:?}; {}",
+        s.seen.lock().unwrap(),
+        s.worker.stderr()
+    );
+    s.worker
+        .expect_log("raise fs.inotify.max_user_watches")
+        .await;
+    let errors = s.worker.log_lines("lost events");
+    assert!(errors.iter().any(|l| l.contains("ERROR")), "{errors:?}");
 }
