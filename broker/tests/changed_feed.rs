@@ -8,6 +8,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -559,4 +560,110 @@ async fn inotify_watch_exhaustion_refuses_or_signals_overflow_and_is_logged() {
         .await;
     let errors = s.worker.log_lines("lost events");
     assert!(errors.iter().any(|l| l.contains("ERROR")), "{errors:?}");
+}
+
+/// TRIG-08, TRIG-09 through the engine, inside a Git repository: `.git` internals never
+/// arrive; git-ignored paths arrive only for the binding with `include_ignored: true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_internals_never_arrive_and_ignored_paths_only_with_include_ignored() {
+    let s = setup(|_| {}).await;
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&s.root)
+        .status()
+        .expect("git");
+    assert!(st.success());
+    std::fs::write(s.root.join(".gitignore"), "*.log\nbuild/\n").unwrap();
+    s.bind_ok("plain").await;
+    s.bind(
+        "all",
+        json!({"path": s.root.to_string_lossy(), "include_ignored": true}),
+    );
+    assert_eq!(s.wait_results("all", 1).await[0], None);
+    std::fs::create_dir_all(s.root.join("build")).unwrap();
+    std::fs::write(s.root.join("build/out.o"), "o").unwrap();
+    std::fs::write(s.root.join("run.log"), "l").unwrap();
+    std::fs::write(s.root.join(".git/objects/junk"), "g").unwrap();
+    std::fs::write(s.root.join(".git/HEAD"), "ref: refs/heads/other\n").unwrap();
+    std::fs::write(s.root.join("last.txt"), "x").unwrap();
+    let for_binding = |id: &str| -> Vec<String> {
+        s.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, m)| m.as_ref().is_some_and(|m| m["subscription"] == id))
+            .map(|(d, _)| d["path"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let ok = eventually(WAIT, || {
+        for_binding("plain").contains(&"last.txt".to_string())
+            && for_binding("all").contains(&"last.txt".to_string())
+    })
+    .await;
+    assert!(ok, "{:?}", s.seen.lock().unwrap());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (plain, all) = (for_binding("plain"), for_binding("all"));
+    for p in plain.iter().chain(all.iter()) {
+        assert!(
+            !p.starts_with(".git/") && p != ".git",
+            "git internal {p} delivered"
+        );
+    }
+    for p in ["run.log", "build", "build/out.o"] {
+        assert!(
+            !plain.iter().any(|x| x == p),
+            "{p} (ignored) delivered: {plain:?}"
+        );
+    }
+    for p in ["run.log", "build/out.o"] {
+        assert!(
+            all.iter().any(|x| x == p),
+            "{p} missing with include_ignored: {all:?}"
+        );
+    }
+}
+
+/// TRIG-11: a subscriber that takes seconds per event delays neither the watcher nor another
+/// subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_delays_nobody_else() {
+    let s = setup(|_| {}).await;
+    let slow = s.engine.client_in_namespace("slow", "ns1").await;
+    let slow_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = slow_calls.clone();
+    slow.register_function("test::slow-changed", move |_, _| {
+        let n = n.clone();
+        async move {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            Ok(json!({}))
+        }
+    })
+    .await
+    .unwrap();
+    slow.send_raw(json!({
+        "type": "registertrigger", "id": "slow", "trigger_type": "shell::changed",
+        "function_id": "test::slow-changed", "config": {"path": s.root.to_string_lossy()},
+        "namespace": "ns1",
+    }));
+    assert_eq!(s.wait_results("slow", 1).await[0], None);
+    s.bind_ok("fast").await;
+    for i in 0..5 {
+        let t0 = Instant::now();
+        let name = format!("s{i}.txt");
+        std::fs::write(s.root.join(&name), "x").unwrap();
+        let ok = eventually(WAIT, || !s.events_for(&name).is_empty()).await;
+        assert!(ok, "no event for {name}");
+        // The window is 200 ms; a fast subscriber queued behind a 20 s one would wait 20 s.
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{name} took {:?}",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        slow_calls.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "the slow subscriber was fired at most once: fire-and-forget means every event goes out"
+    );
 }
