@@ -483,6 +483,26 @@ async fn past_the_blob_cap_the_oldest_turns_bodies_go_and_their_revert_fails_cle
                 .clone()
         }
     };
+    // TURNS-10: newest first.
+    let list = s
+        .call("shell::turns::list", json!({"session_id": "s1"}))
+        .await;
+    let ids: Vec<&str> = list["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["turn_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["t2", "t1"], "{list}");
+    // TURNS-11: no turn_id is the newest; a session with none is null.
+    let newest = s
+        .call("shell::turns::get", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(newest["turn"]["turn_id"], "t2");
+    let none = s
+        .call("shell::turns::get", json!({"session_id": "nobody"}))
+        .await;
+    assert_eq!(none, json!({"session_id": "nobody", "turn": null}));
     let b1 = get("t1").await;
     assert_eq!(b1["stored"], false, "{b1}");
     assert!(

@@ -1074,6 +1074,73 @@ mod tests {
         );
     }
 
+    /// TURNS-09: `get` fills in at most 64 KiB of one body and 1 MiB across the response;
+    /// past either, `truncated: true` and no content (the body is still kept and reverts).
+    #[test]
+    fn get_caps_bodies_per_file_and_per_response() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        let big = "b".repeat(MAX_PRE_IMAGE_BYTES + 1);
+        std::fs::write(root.join("big"), &big).unwrap();
+        for i in 0..20 {
+            std::fs::write(
+                root.join(format!("m{i:02}")),
+                format!("{i:02}").repeat(30 * 1024),
+            )
+            .unwrap();
+        }
+        let p = policy(&root, &data, 1 << 30);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let mut paths = vec!["big".to_string()];
+        paths.extend((0..20).map(|i| format!("m{i:02}")));
+        for f in &paths {
+            let r = root.join(f);
+            hooked(&t, &p, "shell::fs::write", json!({"path": f}), || {
+                std::fs::write(&r, "new").unwrap()
+            });
+        }
+        let got = call(
+            &t,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let files = got["turn"]["files"].as_array().unwrap();
+        let b = &files[0]["before"];
+        assert_eq!(
+            (b["stored"].clone(), b["truncated"].clone()),
+            (json!(true), json!(true)),
+            "{b}"
+        );
+        assert!(b.get("content").is_none_or(Value::is_null), "{b}");
+        // 60 KiB bodies: 17 fit in the 1 MiB budget, the rest are truncated.
+        let filled = files[1..]
+            .iter()
+            .filter(|f| f["before"]["content"].is_string())
+            .count();
+        assert_eq!(filled, (MAX_RESPONSE_BODIES / (60 * 1024)), "{filled}");
+        assert!(files[1..]
+            .iter()
+            .filter(|f| !f["before"]["content"].is_string())
+            .all(|f| f["before"]["truncated"] == true));
+        let rv = call(
+            &t,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(rv["reverted"], 21, "{rv}");
+        assert_eq!(std::fs::read_to_string(root.join("big")).unwrap(), big);
+    }
+
     #[test]
     fn change_diffs_come_from_the_same_store() {
         let d = tempfile::tempdir().unwrap();
