@@ -600,3 +600,39 @@ async fn the_hooks_are_bound_with_the_hyphenated_names_and_fail_open() {
         );
     }
 }
+
+/// TURNS-06 and the executor's own recording: a turn store that cannot be opened (its
+/// directory is a file) blocks nothing — the hooks continue, the turn event says `ok: false`,
+/// and fs and coder calls made while the turn is open succeed, with an ERROR logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_turn_store_blocks_no_call() {
+    let blocker = tempfile::NamedTempFile::new().unwrap();
+    let path = blocker.path().to_string_lossy().into_owned();
+    let s = setup_with(|c| c.turns.data_dir = path).await;
+    let ok = s
+        .call(
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await;
+    assert_eq!(ok, json!({"ok": false}));
+    s.hooked(
+        "shell::fs::write",
+        json!({"path": "a.txt", "content": "written anyway\n"}),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("a.txt")).unwrap(),
+        "written anyway\n"
+    );
+    let v = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "b.txt", "content": "b\n"}]}),
+        )
+        .await;
+    assert_eq!(v["results"][0]["success"], true, "{v}");
+    s.worker
+        .expect_log("cannot keep the pre-images of a call in the open turn")
+        .await;
+}
