@@ -25,6 +25,9 @@ use serde_json::{json, Value};
 use super::{lock, now_ms, TurnCtx, Turns};
 use crate::policy::Policy;
 
+/// Open turns remembered at most (the least recently seen is forgotten first).
+pub const MAX_OPEN: usize = 1024;
+
 /// One top-level turn between `on-turn-started` and `on-turn-completed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenTurn {
@@ -149,6 +152,17 @@ impl Turns {
         let mut open = lock(&self.open);
         let seen = self.next_seen();
         open.retain(|o| o.session != session);
+        // Turns whose completion never came must not grow this without bound.
+        if open.len() >= MAX_OPEN {
+            if let Some(i) = open
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, o)| o.seen)
+                .map(|(i, _)| i)
+            {
+                open.swap_remove(i);
+            }
+        }
         open.push(OpenTurn {
             session: session.to_string(),
             turn: turn.to_string(),
@@ -272,6 +286,26 @@ mod tests {
             pick_open(&nested, Some("/w/a/x")).map(|o| o.session.as_str()),
             Some("outer"),
             "both hold it: the most recently seen"
+        );
+    }
+
+    #[test]
+    fn open_turns_are_bounded_and_a_session_has_one() {
+        let t = Turns::default();
+        for i in 0..MAX_OPEN + 10 {
+            t.mark_open(&format!("s{i}"), "t");
+        }
+        t.mark_open("s5000", "a");
+        t.mark_open("s5000", "b");
+        let open = lock(&t.open);
+        assert_eq!(open.len(), MAX_OPEN);
+        assert!(!open.iter().any(|o| o.session == "s0"), "the oldest went");
+        assert_eq!(
+            open.iter()
+                .filter(|o| o.session == "s5000")
+                .map(|o| o.turn.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
         );
     }
 
