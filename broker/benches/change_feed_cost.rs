@@ -104,6 +104,8 @@ async fn main() {
     let mut config = Config::default();
     config.fs.host_roots = vec![root.to_string_lossy().into_owned()];
     config.fs.allow_unjailed = false;
+    // The temp dirs are root's: act as root (unset, the executor would act as nobody).
+    config.confinement.run_as = Some("root".into());
     config.turns.data_dir = base.join("turns").to_string_lossy().into_owned();
     let seed = base.join("seed.yaml");
     std::fs::write(&seed, serde_norway::to_string(&config).unwrap()).unwrap();
