@@ -1141,6 +1141,75 @@ mod tests {
         assert_eq!(std::fs::read_to_string(root.join("big")).unwrap(), big);
     }
 
+    /// TURNS-13: `after` is filled in only when a later turn kept this turn's after-body as
+    /// its own pre-image; TURNS-18: `adopt-root` records the files created since the turn
+    /// started under a new root as `created`, skipping build directories.
+    #[test]
+    fn after_comes_from_a_later_turns_pre_image_and_adopt_root_records_new_files() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a"), "one\n").unwrap();
+        let p = policy(&root, &data, 1 << 20);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let r = root.clone();
+        hooked(&t, &p, "shell::fs::write", json!({"path": "a"}), || {
+            std::fs::write(r.join("a"), "two\n").unwrap()
+        });
+        let got = call(
+            &t,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert!(got["turn"]["files"][0].get("after").is_none(), "{got}");
+        let h = json!({"session_id": "s1", "turn_id": "t2", "call": {"function_id": "shell::fs::write", "arguments": {"path": "a"}}});
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t2"}),
+        );
+        call(&t, &p, "shell::turns::on-pre-trigger", h);
+        let got = call(
+            &t,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let f = &got["turn"]["files"][0];
+        assert_eq!(f["before"]["content"], "one\n", "{f}");
+        assert_eq!(f["after"]["content"], "two\n", "{f}");
+
+        let proj = root.join("proj");
+        std::fs::create_dir_all(proj.join("src")).unwrap();
+        std::fs::create_dir_all(proj.join("node_modules/x")).unwrap();
+        std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(proj.join("node_modules/x/i.js"), "x").unwrap();
+        let n = call(
+            &t,
+            &p,
+            "shell::turns::adopt-root",
+            json!({"session_id": "s1", "turn_id": "t2", "root": proj.to_string_lossy()}),
+        );
+        assert_eq!(n, json!({"recorded": 1}));
+        let list = call(&t, &p, "shell::turns::list", json!({"session_id": "s1"}));
+        let files = list["turns"][0]["files"].as_array().unwrap();
+        let adopted = files
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with("src/main.rs"))
+            .unwrap();
+        assert_eq!(adopted["kind"], "created", "{list}");
+        assert_eq!(adopted["root"], proj.to_string_lossy().as_ref(), "{list}");
+    }
+
     #[test]
     fn change_diffs_come_from_the_same_store() {
         let d = tempfile::tempdir().unwrap();
