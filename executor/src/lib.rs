@@ -102,23 +102,55 @@ impl Executor {
         }
         if let Request::Fs(op) = request {
             return match self.current() {
-                Ok(p) => match fs::handle(p, op, io).await {
-                    Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
-                    Err(e) => (Err(e.to_wire()), None),
-                },
+                Ok(p) => {
+                    // Pre-images into the open turn, if any (`turns::calls`).
+                    let rec = match turns::calls::fs_call(&p, &op) {
+                        Some((f, args)) if self.turns.any_open() => {
+                            let (t, pp) = (self.turns.clone(), p.clone());
+                            tokio::task::spawn_blocking(move || t.begin(&pp, f, args))
+                                .await
+                                .ok()
+                                .flatten()
+                        }
+                        _ => None,
+                    };
+                    let out = fs::handle(p.clone(), op, io).await;
+                    if let Some(rec) = rec {
+                        let t = self.turns.clone();
+                        let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec)).await;
+                    }
+                    match out {
+                        Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
+                        Err(e) => (Err(e.to_wire()), None),
+                    }
+                }
                 Err(e) => (Err(e.to_wire()), None),
             };
         }
         if let Request::Coder(call) = request {
+            let turns = self.turns.clone();
             let result = match self.current() {
-                Ok(p) => tokio::task::spawn_blocking(move || coder::handle(&p, *call))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(WireError::new(
-                            Code::C216,
-                            format!("coder task failed: {e}"),
-                        ))
-                    }),
+                Ok(p) => tokio::task::spawn_blocking(move || {
+                    // change-diff snapshots and the open turn's pre-images live in the turn
+                    // store (`coder::changes`, `turns::calls`).
+                    let _bound = coder::changes::bind(turns.clone(), p.clone());
+                    let rec = match turns::calls::coder_call(&p, &call) {
+                        Some((f, args)) if turns.any_open() => turns.begin(&p, f, args),
+                        _ => None,
+                    };
+                    let out = coder::handle(&p, *call);
+                    if let Some(rec) = rec {
+                        turns.finish(&p, rec);
+                    }
+                    out
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    Err(WireError::new(
+                        Code::C216,
+                        format!("coder task failed: {e}"),
+                    ))
+                }),
                 Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
             };
             return (result.map(|r| Reply::Coder(Box::new(r))), None);
