@@ -3,7 +3,7 @@
 //! flood throughput of `cat` of a 64 MiB file in a session against the same `cat` to a pipe;
 //! executor RSS of 100 idle sessions.
 //!
-//! `cargo bench -p iii-shell-broker --bench pty` (release build of the worker and engine).
+//! `cargo bench -p iii-shell --bench pty` (release build of the worker and engine).
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -1,7 +1,7 @@
 //! Spawn-path benchmark: a raw `posix_spawn` of `/bin/true` against a full `shell::exec`
 //! through the broker library and a real executor process, measured interleaved in one run.
 //!
-//! Run with `cargo bench -p iii-shell-broker --bench spawn_path` (builds the `iii-shell`
+//! Run with `cargo bench -p iii-shell --bench spawn_path` (builds the `iii-shell`
 //! binary too); `BENCH_ITERS=200` makes a quick run. Results are recorded in BENCHMARKS.md.
 //! `BENCH_BASELINE_EXE=<an iii-shell binary of another build>` first runs this build's
 //! executor against that one in rotation; `BENCH_BASELINE_ONLY=1` stops after that.
@@ -28,7 +28,7 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::{ExecSpec, Request};
 use serde_json::{json, Value};
 
-const COMMAND: &str = "cargo bench -p iii-shell-broker --bench spawn_path";
+const COMMAND: &str = "cargo bench -p iii-shell --bench spawn_path";
 const EXE: &str = env!("CARGO_BIN_EXE_iii-shell");
 const TRUE: &str = "/bin/true";
 const WARMUP: usize = 200;

@@ -8,6 +8,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,32 @@ struct Setup {
 const TARGET: &str = "test::on-changed";
 
 async fn setup(tweak: impl FnOnce(&mut Config)) -> Setup {
+    setup_wrapped(tweak, &[]).await
+}
+
+/// The worker in its own user namespace (uids and gids 0-65535 mapped to the host's, so the
+/// broker can still drop to `nobody`) whose inotify watch limit is `watches`:
+/// `/proc/sys/user/max_inotify_watches` is per user namespace, so the host's limit and every
+/// other process are untouched and nothing needs restoring. The outer shell `exec`s into
+/// `unshare`, which `exec`s into the worker: the spawned pid stays the worker's. A background
+/// subshell (still in the host namespace, with its privileges) writes the id maps once the
+/// worker's pid has entered the new namespace; the shell there waits for them, then `exec`s a
+/// fresh shell (root with capabilities in the namespace now that uid 0 is mapped) to set the
+/// limit and `exec` the worker.
+fn low_inotify_limit(watches: u32) -> Vec<String> {
+    let inner = format!(
+        r#"until grep -q . /proc/self/uid_map; do sleep 0.02; done; exec sh -c "echo {watches} > /proc/sys/user/max_inotify_watches && exec \"\$0\" \"\$@\"" "$0" "$@""#
+    );
+    let script = format!(
+        r#"p=$$; me=$(readlink /proc/self/ns/user)
+( while [ "$(readlink /proc/$p/ns/user)" = "$me" ]; do sleep 0.02; done
+  echo "0 0 65536" > /proc/$p/uid_map; echo "0 0 65536" > /proc/$p/gid_map ) &
+exec unshare -U sh -c '{inner}' "$0" "$@""#
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+async fn setup_wrapped(tweak: impl FnOnce(&mut Config), wrapper: &[String]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(dir.path()).unwrap();
     let root = base.join("root");
@@ -49,10 +76,12 @@ async fn setup(tweak: impl FnOnce(&mut Config)) -> Setup {
         .push(root.join("private").to_string_lossy().into_owned());
     tweak(&mut config);
     let engine = TestEngine::start().await;
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     let worker = Worker::builder()
         .engine(&engine)
         .fast_keepalive()
         .seed(&config)
+        .wrapper(&wrapper)
         .start();
     wait_ready(&engine, &worker).await;
     let ok = engine
@@ -370,5 +399,271 @@ async fn bad_bindings_are_refused_and_answered_again_when_offered_again_and_a_re
         ev.len(),
         1,
         "one watcher per binding id after the replay: {ev:?}"
+    );
+}
+
+/// An executor respawn: the watchers are started again on the new executor, and every
+/// binding gets the overflow signal (changes while no watcher ran are unknown), then the feed
+/// goes on with one watcher per binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_executor_respawn_the_watcher_is_back_and_the_subscriber_was_told() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("r1").await;
+    std::fs::write(s.root.join("before.txt"), "x").unwrap();
+    s.settled_events("before.txt").await;
+    let overflow = |s: &Setup| {
+        s.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(d, _)| d["overflow"] == true && d["path"] == "." && d["kind"] == "modified")
+            .count()
+    };
+    assert_eq!(overflow(&s), 0);
+    let pid = s.worker.executor_pid().expect("executor");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    s.worker.wait_executor(Some(pid)).await;
+    let told = eventually(WAIT, || overflow(&s) == 1).await;
+    assert!(
+        told,
+        "no overflow signal after the respawn: {:?}; {}",
+        s.seen.lock().unwrap(),
+        s.worker.stderr()
+    );
+    let (data, meta) = s
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(d, _)| d["overflow"] == true)
+        .cloned()
+        .unwrap();
+    assert_eq!(data["root"], s.root.to_string_lossy().as_ref(), "{data}");
+    assert_eq!(meta, Some(json!({"subscription": "r1", "owner": "test"})));
+    // Written while the new executor runs: delivered once.
+    std::fs::write(s.root.join("after-respawn.txt"), "x").unwrap();
+    let ev = s.settled_events("after-respawn.txt").await;
+    assert_one_event(
+        &ev,
+        &s.root,
+        "after-respawn.txt",
+        &["created", "modified"],
+        "r1",
+    );
+    assert_eq!(overflow(&s), 1);
+}
+
+/// `watch.max_watchers` through the engine: a binding past it is refused with the key named;
+/// unbinding one makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_watchers_a_binding_is_refused_until_one_is_unbound() {
+    let s = setup(|c| c.watch.max_watchers = 1).await;
+    s.bind_ok("m1").await;
+    s.bind("m2", json!({"path": s.root.to_string_lossy()}));
+    let r = s.wait_results("m2", 1).await;
+    let e = r[0].as_ref().expect("m2 accepted past watch.max_watchers");
+    assert_eq!(e.code, "trigger_registration_failed");
+    assert!(e.message.contains("watch.max_watchers = 1"), "{e:?}");
+    s.binder.send_raw(
+        json!({"type": "unregistertrigger", "id": "m1", "trigger_type": "shell::changed"}),
+    );
+    s.worker.expect_log("shell::changed watcher stopped").await;
+    s.bind_ok("m3").await;
+    std::fs::write(s.root.join("m3.txt"), "x").unwrap();
+    let ev = s.settled_events("m3.txt").await;
+    assert_one_event(&ev, &s.root, "m3.txt", &["created", "modified"], "m3");
+}
+
+/// A binder that disconnects takes its bindings with it: the engine unregisters them and the
+/// watcher is torn down, while another binder's watcher carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binders_disconnect_tears_its_watcher_down() {
+    let s = setup(|_| {}).await;
+    s.bind_ok("stays").await;
+    let other = s.engine.client_in_namespace("binder2", "ns1").await;
+    other
+        .register_function("test::other-changed", |_, _| async { Ok(json!({})) })
+        .await
+        .unwrap();
+    other.send_raw(json!({
+        "type": "registertrigger", "id": "leaves", "trigger_type": "shell::changed",
+        "function_id": "test::other-changed", "config": {"path": s.root.to_string_lossy()},
+        "namespace": "ns1",
+    }));
+    let r = s.wait_results("leaves", 1).await;
+    assert_eq!(r[0], None);
+    assert_eq!(
+        s.worker.log_lines("shell::changed watcher stopped").len(),
+        0
+    );
+    other.close().await;
+    s.worker.expect_log("shell::changed watcher stopped").await;
+    let stopped = s.worker.log_lines("shell::changed watcher stopped");
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert!(stopped[0].contains("leaves"), "{stopped:?}");
+    std::fs::write(s.root.join("still.txt"), "x").unwrap();
+    let ev = s.settled_events("still.txt").await;
+    assert_one_event(&ev, &s.root, "still.txt", &["created", "modified"], "stays");
+}
+
+/// inotify watch exhaustion, under a real kernel limit (16 watches for the worker's user
+/// namespace): a tree that needs more watches than are left refuses the binding with the
+/// sysctl named; a watched tree that grows past the limit sends the subscriber the overflow
+/// signal and logs an ERROR saying what to raise — never a silent gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inotify_watch_exhaustion_refuses_or_signals_overflow_and_is_logged() {
+    let s = setup_wrapped(|_| {}, &low_inotify_limit(16)).await;
+    let big = s.root.join("big");
+    for i in 0..20 {
+        std::fs::create_dir_all(big.join(format!("d{i}"))).unwrap();
+    }
+    s.bind("too-big", json!({"path": big.to_string_lossy()}));
+    let r = s.wait_results("too-big", 1).await;
+    let e = r[0]
+        .as_ref()
+        .expect("a tree past the watch limit was accepted");
+    assert_eq!(e.code, "trigger_registration_failed");
+    assert!(
+        e.message.contains("inotify watch limit") && e.message.contains("max_user_watches"),
+        "{e:?}"
+    );
+    // A small tree binds (its watches fit), then grows past the limit.
+    let small = s.root.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    s.bind("grows", json!({"path": small.to_string_lossy()}));
+    assert_eq!(s.wait_results("grows", 1).await[0], None);
+    for i in 0..30 {
+        std::fs::create_dir_all(small.join(format!("n{i}"))).unwrap();
+    }
+    let ok = eventually(WAIT, || {
+        s.seen.lock().unwrap().iter().any(|(d, m)| {
+            d["overflow"] == true
+                && d["path"] == "."
+                && d["kind"] == "modified"
+                && d["root"] == small.to_string_lossy().as_ref()
+                && m.as_ref().is_some_and(|m| m["subscription"] == "grows")
+        })
+    })
+    .await;
+    assert!(
+        ok,
+        "no overflow signal: {:?}; {}",
+        s.seen.lock().unwrap(),
+        s.worker.stderr()
+    );
+    s.worker
+        .expect_log("raise fs.inotify.max_user_watches")
+        .await;
+    let errors = s.worker.log_lines("lost events");
+    assert!(errors.iter().any(|l| l.contains("ERROR")), "{errors:?}");
+}
+
+/// TRIG-08, TRIG-09 through the engine, inside a Git repository: `.git` internals never
+/// arrive; git-ignored paths arrive only for the binding with `include_ignored: true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_internals_never_arrive_and_ignored_paths_only_with_include_ignored() {
+    let s = setup(|_| {}).await;
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&s.root)
+        .status()
+        .expect("git");
+    assert!(st.success());
+    std::fs::write(s.root.join(".gitignore"), "*.log\nbuild/\n").unwrap();
+    s.bind_ok("plain").await;
+    s.bind(
+        "all",
+        json!({"path": s.root.to_string_lossy(), "include_ignored": true}),
+    );
+    assert_eq!(s.wait_results("all", 1).await[0], None);
+    std::fs::create_dir_all(s.root.join("build")).unwrap();
+    std::fs::write(s.root.join("build/out.o"), "o").unwrap();
+    std::fs::write(s.root.join("run.log"), "l").unwrap();
+    std::fs::write(s.root.join(".git/objects/junk"), "g").unwrap();
+    std::fs::write(s.root.join(".git/HEAD"), "ref: refs/heads/other\n").unwrap();
+    std::fs::write(s.root.join("last.txt"), "x").unwrap();
+    let for_binding = |id: &str| -> Vec<String> {
+        s.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, m)| m.as_ref().is_some_and(|m| m["subscription"] == id))
+            .map(|(d, _)| d["path"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let ok = eventually(WAIT, || {
+        for_binding("plain").contains(&"last.txt".to_string())
+            && for_binding("all").contains(&"last.txt".to_string())
+    })
+    .await;
+    assert!(ok, "{:?}", s.seen.lock().unwrap());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (plain, all) = (for_binding("plain"), for_binding("all"));
+    for p in plain.iter().chain(all.iter()) {
+        assert!(
+            !p.starts_with(".git/") && p != ".git",
+            "git internal {p} delivered"
+        );
+    }
+    for p in ["run.log", "build", "build/out.o"] {
+        assert!(
+            !plain.iter().any(|x| x == p),
+            "{p} (ignored) delivered: {plain:?}"
+        );
+    }
+    for p in ["run.log", "build/out.o"] {
+        assert!(
+            all.iter().any(|x| x == p),
+            "{p} missing with include_ignored: {all:?}"
+        );
+    }
+}
+
+/// TRIG-11: a subscriber that takes seconds per event delays neither the watcher nor another
+/// subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_delays_nobody_else() {
+    let s = setup(|_| {}).await;
+    let slow = s.engine.client_in_namespace("slow", "ns1").await;
+    let slow_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = slow_calls.clone();
+    slow.register_function("test::slow-changed", move |_, _| {
+        let n = n.clone();
+        async move {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            Ok(json!({}))
+        }
+    })
+    .await
+    .unwrap();
+    slow.send_raw(json!({
+        "type": "registertrigger", "id": "slow", "trigger_type": "shell::changed",
+        "function_id": "test::slow-changed", "config": {"path": s.root.to_string_lossy()},
+        "namespace": "ns1",
+    }));
+    assert_eq!(s.wait_results("slow", 1).await[0], None);
+    s.bind_ok("fast").await;
+    for i in 0..5 {
+        let t0 = Instant::now();
+        let name = format!("s{i}.txt");
+        std::fs::write(s.root.join(&name), "x").unwrap();
+        let ok = eventually(WAIT, || !s.events_for(&name).is_empty()).await;
+        assert!(ok, "no event for {name}");
+        // The window is 200 ms; a fast subscriber queued behind a 20 s one would wait 20 s.
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{name} took {:?}",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        slow_calls.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "the slow subscriber was fired at most once: fire-and-forget means every event goes out"
     );
 }

@@ -25,12 +25,17 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with(|_| {}).await
+}
+
+async fn setup_with(tweak: impl FnOnce(&mut Config)) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(dir.path()).unwrap();
     let root = base.join("root");
     std::fs::create_dir_all(root.join("src")).unwrap();
     let mut config: Config = jailed(&root);
     config.turns.data_dir = base.join("turns").to_string_lossy().into_owned();
+    tweak(&mut config);
     let engine = TestEngine::start().await;
     let worker = Worker::builder().engine(&engine).seed(&config).start();
     wait_ready(&engine, &worker).await;
@@ -170,20 +175,25 @@ async fn a_turn_reverted_through_the_engine_leaves_the_tree_byte_identical() {
 async fn an_executor_killed_mid_turn_leaves_a_store_that_lists_and_reverts() {
     let s = setup().await;
     std::fs::write(s.root.join("a.txt"), "original\n").unwrap();
+    std::fs::write(s.root.join("b.txt"), "b before\n").unwrap();
     let before = hashes(&s.root);
     s.call(
         "shell::turns::on-turn-started",
         json!({"session_id": "s1", "turn_id": "t1"}),
     )
     .await;
+    // A completed call (recorded by the executor itself: pre-image and after-revision)…
+    s.call(
+        "shell::fs::write",
+        json!({"path": "b.txt", "content": "agent wrote b\n"}),
+    )
+    .await;
+    // …and one caught in the middle: its pre-image is kept, its write lands, and the
+    // executor dies before anything records the after-revision.
     let h = json!({"session_id": "s1", "turn_id": "t1",
         "call": {"function_id": "shell::fs::write", "arguments": {"path": "a.txt", "content": "x"}}});
     s.call("shell::turns::on-pre-trigger", h).await;
-    s.call(
-        "shell::fs::write",
-        json!({"path": "a.txt", "content": "agent wrote this\n"}),
-    )
-    .await;
+    std::fs::write(s.root.join("a.txt"), "agent wrote this\n").unwrap();
     let pid = s.worker.executor_pid().expect("executor");
     kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
     s.worker.wait_executor(Some(pid)).await;
@@ -204,27 +214,339 @@ async fn an_executor_killed_mid_turn_leaves_a_store_that_lists_and_reverts() {
         }
     };
     // The respawned executor has no memory of the turn: only the store.
-    assert_eq!(list["turns"][0]["files"][0]["kind"], "modified", "{list}");
+    let files = list["turns"][0]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{list}");
+    assert!(files.iter().all(|f| f["kind"] == "modified"), "{list}");
     let got = s
         .call("shell::turns::get", json!({"session_id": "s1"}))
         .await;
-    assert_eq!(got["turn"]["files"][0]["before"]["content"], "original\n");
-    // No post-trigger was recorded, so there is no after-revision: revert asks for force.
+    let a = got["turn"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("a.txt"))
+        .unwrap()
+        .clone();
+    assert_eq!(a["before"]["content"], "original\n");
+    assert!(a.get("after_revision").is_none(), "{a}");
+    // b.txt has its after-revision and reverts; a.txt has none, so revert asks for force.
     let rv = s
         .call(
             "shell::turns::revert",
             json!({"session_id": "s1", "turn_id": "t1"}),
         )
         .await;
-    assert_eq!(rv["failed"], 1, "{rv}");
+    assert_eq!(
+        (rv["reverted"].clone(), rv["failed"].clone()),
+        (json!(1), json!(1)),
+        "{rv}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("b.txt")).unwrap(),
+        "b before\n"
+    );
     let rv = s
         .call(
             "shell::turns::revert",
-            json!({"session_id": "s1", "turn_id": "t1", "force": true}),
+            json!({"session_id": "s1", "turn_id": "t1", "paths": [a["path"]], "force": true}),
         )
         .await;
     assert_eq!(rv["reverted"], 1, "{rv}");
     assert_eq!(hashes(&s.root), before);
+}
+
+/// The executor keeps the pre-images of its own `coder::*` and `shell::fs::*` mutations in the
+/// open turn, with no harness hook around them (the harness may not hook every call): a turn of
+/// coder creates, updates, deletes and moves plus an fs batch and a sed reverts to a
+/// byte-identical tree. A sub-agent's hooked call records under the top-level turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coder_and_fs_calls_without_hooks_record_into_the_open_turn_and_revert_byte_identically() {
+    let s = setup().await;
+    std::fs::write(s.root.join("src/lib.rs"), "fn one() {}\n").unwrap();
+    std::fs::write(s.root.join("src/dead.rs"), "fn dead() {}\n").unwrap();
+    std::fs::write(s.root.join("from.txt"), "moving\n").unwrap();
+    std::fs::write(s.root.join("over.txt"), "overwritten by the move\n").unwrap();
+    std::fs::write(s.root.join("batch1"), "batch one\n").unwrap();
+    std::fs::write(s.root.join("sed.txt"), "colour colour\n").unwrap();
+    std::fs::write(s.root.join("bin.dat"), [0u8, 0xff, 0x80, 1]).unwrap();
+    let before = hashes(&s.root);
+    // No turn open: nothing is recorded.
+    s.call(
+        "coder::create-file",
+        json!({"files": [{"path": "untracked.txt", "content": "u\n"}]}),
+    )
+    .await;
+    std::fs::remove_file(s.root.join("untracked.txt")).unwrap();
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1", "message_preview": "coder work"}),
+    )
+    .await;
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "sub1", "turn_id": "st1", "parent": {"session_id": "s1", "turn_id": "t1"}}),
+    )
+    .await;
+    let c = |f: &'static str, v: Value| {
+        let s = &s;
+        async move {
+            let out = s.call(f, v).await;
+            if let Some(rs) = out["results"].as_array() {
+                assert!(rs.iter().all(|r| r["success"] == true), "{f}: {out}");
+            }
+        }
+    };
+    c(
+        "coder::create-file",
+        json!({"files": [{"path": "src/new.rs", "content": "fn new() {}\n"},
+                         {"path": "deep/er/n.txt", "content": "n\n"}]}),
+    )
+    .await;
+    c(
+        "coder::update-file",
+        json!({"files": [{"path": "src/lib.rs", "ops": [{"op": "insert", "at_line": 2, "content": "fn two() {}\n"}]}]}),
+    )
+    .await;
+    c("coder::delete-file", json!({"paths": ["src/dead.rs"]})).await;
+    c(
+        "coder::move",
+        json!({"files": [{"from": "from.txt", "to": "over.txt", "overwrite": true}]}),
+    )
+    .await;
+    c(
+        "coder::create-file",
+        json!({"files": [{"path": "bin.dat", "content": "text now", "overwrite": true}]}),
+    )
+    .await;
+    s.call(
+        "shell::fs::write",
+        json!({"files": [{"path": "batch1", "content": "changed\n"}, {"path": "batch2", "content": "new\n"}]}),
+    )
+    .await;
+    s.call(
+        "shell::fs::sed",
+        json!({"path": "sed.txt", "pattern": "colour", "replacement": "color"}),
+    )
+    .await;
+    // A failed entry changes nothing and is not recorded.
+    let out = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "src/lib.rs", "content": "no"}]}),
+        )
+        .await;
+    assert_eq!(out["results"][0]["success"], false, "{out}");
+    // The sub-agent's call, hooked, lands in the top-level turn with its agent.
+    let h = json!({"session_id": "sub1", "turn_id": "st1",
+        "metadata": {"parent_session_id": "s1", "parent_turn_id": "t1", "subagent_display": {"name": "helper"}},
+        "call": {"function_id": "coder::create-file", "arguments": {"files": [{"path": "sub.txt", "content": "s"}]}}});
+    s.call("shell::turns::on-pre-trigger", h.clone()).await;
+    c(
+        "coder::create-file",
+        json!({"files": [{"path": "sub.txt", "content": "from the sub-agent\n"}]}),
+    )
+    .await;
+    let mut post = h;
+    post["result"] = json!({"is_error": false});
+    s.call("shell::turns::on-post-trigger", post).await;
+    s.call(
+        "shell::turns::on-turn-completed",
+        json!({"session_id": "sub1", "turn_id": "st1", "parent": {"session_id": "s1", "turn_id": "t1"}}),
+    )
+    .await;
+    s.call(
+        "shell::turns::on-turn-completed",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    // After the turn: not recorded.
+    std::fs::write(s.root.join("late.txt"), "x").unwrap();
+    s.call("coder::delete-file", json!({"paths": ["late.txt"]}))
+        .await;
+    assert_ne!(hashes(&s.root), before);
+    assert!(s
+        .call("shell::turns::list", json!({"session_id": "sub1"}))
+        .await["turns"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    let list = s
+        .call("shell::turns::list", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(list["turns"].as_array().unwrap().len(), 1, "{list}");
+    let mut files: Vec<(String, String)> = list["turns"][0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let p = f["path"].as_str().unwrap();
+            let rel = p.strip_prefix(&*s.root.to_string_lossy()).unwrap_or(p);
+            (rel.to_string(), f["kind"].as_str().unwrap().to_string())
+        })
+        .collect();
+    files.sort();
+    let want: Vec<(String, String)> = [
+        ("/batch1", "modified"),
+        ("/batch2", "modified"),
+        ("/bin.dat", "created"),
+        ("/deep/er/n.txt", "created"),
+        ("/over.txt", "moved"),
+        ("/sed.txt", "modified"),
+        ("/src/dead.rs", "deleted"),
+        ("/src/lib.rs", "modified"),
+        ("/src/new.rs", "created"),
+        ("/sub.txt", "created"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(files, want, "{list}");
+    let got = s
+        .call("shell::turns::get", json!({"session_id": "s1"}))
+        .await;
+    let sub = got["turn"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("/sub.txt"))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        sub["agent"],
+        json!({"session_id": "sub1", "name": "helper"}),
+        "{sub}"
+    );
+    let lib = got["turn"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("/src/lib.rs"))
+        .unwrap()
+        .clone();
+    assert_eq!(lib["cause"], "coder::update-file");
+    assert_eq!(lib["before"]["content"], "fn one() {}\n");
+
+    let rv = s
+        .call(
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await;
+    assert_eq!(
+        (rv["reverted"].clone(), rv["failed"].clone()),
+        (json!(10), json!(0)),
+        "{rv}"
+    );
+    // The empty directories the creates made are left (revert removes files only).
+    std::fs::remove_dir(s.root.join("deep/er")).unwrap();
+    std::fs::remove_dir(s.root.join("deep")).unwrap();
+    assert_eq!(hashes(&s.root), before, "{rv}");
+}
+
+/// `turns.max_blob_bytes` through the engine: the second turn's pre-image takes the store
+/// past the cap, the oldest turn's body is evicted (`stored: false`), and its revert fails
+/// with an error and changes nothing, while the newer turn still reverts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_blob_cap_the_oldest_turns_bodies_go_and_their_revert_fails_cleanly() {
+    let s = setup_with(|c| c.turns.max_blob_bytes = 1000).await;
+    let (a0, b0) = ("a".repeat(600), "b".repeat(600));
+    std::fs::write(s.root.join("a.txt"), &a0).unwrap();
+    std::fs::write(s.root.join("b.txt"), &b0).unwrap();
+    for (turn, file) in [("t1", "a.txt"), ("t2", "b.txt")] {
+        s.call(
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": turn}),
+        )
+        .await;
+        s.call(
+            "shell::fs::write",
+            json!({"path": file, "content": format!("{turn} wrote this\n")}),
+        )
+        .await;
+        s.call(
+            "shell::turns::on-turn-completed",
+            json!({"session_id": "s1", "turn_id": turn}),
+        )
+        .await;
+        // Blob mtimes order the eviction: keep the two turns apart on the clock.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    let get = |t: &'static str| {
+        let s = &s;
+        async move {
+            s.call(
+                "shell::turns::get",
+                json!({"session_id": "s1", "turn_id": t}),
+            )
+            .await["turn"]["files"][0]["before"]
+                .clone()
+        }
+    };
+    // TURNS-10: newest first.
+    let list = s
+        .call("shell::turns::list", json!({"session_id": "s1"}))
+        .await;
+    let ids: Vec<&str> = list["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["turn_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["t2", "t1"], "{list}");
+    // TURNS-11: no turn_id is the newest; a session with none is null.
+    let newest = s
+        .call("shell::turns::get", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(newest["turn"]["turn_id"], "t2");
+    let none = s
+        .call("shell::turns::get", json!({"session_id": "nobody"}))
+        .await;
+    assert_eq!(none, json!({"session_id": "nobody", "turn": null}));
+    let b1 = get("t1").await;
+    assert_eq!(b1["stored"], false, "{b1}");
+    assert!(
+        b1["revision"].as_str().unwrap().starts_with("sha256:"),
+        "{b1}"
+    );
+    assert!(b1.get("content").is_none_or(Value::is_null), "{b1}");
+    let b2 = get("t2").await;
+    assert_eq!(
+        (b2["stored"].clone(), b2["content"].clone()),
+        (json!(true), json!(b0))
+    );
+    let after = hashes(&s.root);
+    let rv = s
+        .call(
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await;
+    assert_eq!(
+        (rv["reverted"].clone(), rv["failed"].clone()),
+        (json!(0), json!(1)),
+        "{rv}"
+    );
+    assert_eq!(rv["results"][0]["success"], false);
+    assert_eq!(rv["results"][0]["action"], "restored");
+    let err = rv["results"][0]["error"].as_str().unwrap();
+    assert!(
+        err.contains("stored: false") && err.contains("not reverting"),
+        "{err}"
+    );
+    assert_eq!(hashes(&s.root), after, "a failed revert changes nothing");
+    let rv = s
+        .call(
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t2"}),
+        )
+        .await;
+    assert_eq!(rv["reverted"], 1, "{rv}");
+    assert_eq!(std::fs::read_to_string(s.root.join("b.txt")).unwrap(), b0);
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("a.txt")).unwrap(),
+        "t1 wrote this\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,4 +599,40 @@ async fn the_hooks_are_bound_with_the_hyphenated_names_and_fail_open() {
             b.trigger_type
         );
     }
+}
+
+/// TURNS-06 and the executor's own recording: a turn store that cannot be opened (its
+/// directory is a file) blocks nothing — the hooks continue, the turn event says `ok: false`,
+/// and fs and coder calls made while the turn is open succeed, with an ERROR logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_turn_store_blocks_no_call() {
+    let blocker = tempfile::NamedTempFile::new().unwrap();
+    let path = blocker.path().to_string_lossy().into_owned();
+    let s = setup_with(|c| c.turns.data_dir = path).await;
+    let ok = s
+        .call(
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await;
+    assert_eq!(ok, json!({"ok": false}));
+    s.hooked(
+        "shell::fs::write",
+        json!({"path": "a.txt", "content": "written anyway\n"}),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("a.txt")).unwrap(),
+        "written anyway\n"
+    );
+    let v = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "b.txt", "content": "b\n"}]}),
+        )
+        .await;
+    assert_eq!(v["results"][0]["success"], true, "{v}");
+    s.worker
+        .expect_log("cannot keep the pre-images of a call in the open turn")
+        .await;
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use iii_shell_protocol::coder::CoderCall;
 use iii_shell_protocol::exec::StatusResponse;
+use iii_shell_protocol::fs::FsOp;
 use iii_shell_protocol::messages::{ExecSpec, Reply, Request};
 use iii_shell_protocol::turns::TurnsCall;
 use iii_shell_protocol::ui_state::UiStateOp;
@@ -15,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, doctor, fs, jobs, pty, run, run_as, ui_state, Executor};
+use crate::{coder, doctor, fs, jobs, pty, run, run_as, turns, ui_state, Executor};
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -51,10 +52,7 @@ impl Executor {
             Request::JobList => done(Ok(Reply::JobList(self.jobs.list()))),
             Request::JobKill { job_id } => done(self.jobs.kill(&job_id).await.map(Reply::JobKill)),
             Request::Fs(op) => match self.current() {
-                Ok(p) => match fs::handle(p, op, io).await {
-                    Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
-                    Err(e) => (Err(e.to_wire()), None),
-                },
+                Ok(p) => self.fs_call(p, op, io).await,
                 Err(e) => done(Err(e)),
             },
             Request::Doctor => (Ok(self.doctor().await), None),
@@ -132,17 +130,55 @@ impl Executor {
         (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont)
     }
 
-    /// `Coder`: checked and served on the blocking pool (its errors are C-codes).
+    /// `Fs`: checked and served by `fs::handle`; a mutating call records its pre-images into
+    /// the open turn, if any (`turns::calls`).
+    async fn fs_call(&self, p: Arc<Policy>, op: FsOp, io: &mut fs::RequestIo) -> Handled {
+        let rec = match turns::calls::fs_call(&p, &op) {
+            Some((f, args)) if self.turns.any_open() => {
+                let (t, pp) = (self.turns.clone(), p.clone());
+                tokio::task::spawn_blocking(move || t.begin(&pp, f, args))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        };
+        let out = fs::handle(p.clone(), op, io).await;
+        if let Some(rec) = rec {
+            let t = self.turns.clone();
+            let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec)).await;
+        }
+        match out {
+            Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
+            Err(e) => (Err(e.to_wire()), None),
+        }
+    }
+
+    /// `Coder`: checked and served on the blocking pool (its errors are C-codes). change-diff
+    /// snapshots and the open turn's pre-images live in the turn store (`coder::changes`,
+    /// `turns::calls`).
     async fn coder(&self, call: CoderCall) -> Result<Reply, WireError> {
+        let turns = self.turns.clone();
         let result = match self.current() {
-            Ok(p) => tokio::task::spawn_blocking(move || coder::handle(&p, call))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(WireError::new(
-                        Code::C216,
-                        format!("coder task failed: {e}"),
-                    ))
-                }),
+            Ok(p) => tokio::task::spawn_blocking(move || {
+                let _bound = coder::changes::bind(turns.clone(), p.clone());
+                let rec = match turns::calls::coder_call(&p, &call) {
+                    Some((f, args)) if turns.any_open() => turns.begin(&p, f, args),
+                    _ => None,
+                };
+                let out = coder::handle(&p, call);
+                if let Some(rec) = rec {
+                    turns.finish(&p, rec);
+                }
+                out
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(WireError::new(
+                    Code::C216,
+                    format!("coder task failed: {e}"),
+                ))
+            }),
             Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
         };
         result.map(|r| Reply::Coder(Box::new(r)))

@@ -44,10 +44,6 @@ pub const ECHO_MAX_LINES: usize = 12;
 pub const ECHO_CONTEXT_LINES: usize = 2;
 /// Match sites one `replace` op echoes.
 pub const ECHO_MAX_REPLACE_SITES: usize = 5;
-/// Change snapshots `coder::change-diff` keeps (oldest dropped first).
-pub const CHANGE_STORE_ENTRIES: usize = 64;
-/// Bytes of pre/post bodies the change store keeps in total (oldest dropped first).
-pub const CHANGE_STORE_BYTES: usize = 32 * 1024 * 1024;
 
 fn dot() -> String {
     ".".to_string()

@@ -23,6 +23,9 @@ pub struct Harness {
     pub services: Arc<Services>,
     pub child: std::process::Child,
     pub executor_pid: u32,
+    /// The turn store (`coder::*` keeps its change-diff bodies there): a relative
+    /// `turns.data_dir` would land in the crate directory.
+    pub turns_dir: tempfile::TempDir,
 }
 
 impl Harness {
@@ -31,7 +34,11 @@ impl Harness {
     }
 
     /// An executor started with `extra` arguments (`--no-prestart`, say).
-    pub async fn with_args(config: Config, extra: &[&str]) -> Harness {
+    pub async fn with_args(mut config: Config, extra: &[&str]) -> Harness {
+        let turns = tempdir();
+        if !config.turns.data_dir.starts_with('/') {
+            config.turns.data_dir = turns.path().join("turns").to_string_lossy().into_owned();
+        }
         let services = Services::new();
         services.snapshots.install(config);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
@@ -44,6 +51,7 @@ impl Harness {
             services,
             child,
             executor_pid,
+            turns_dir: turns,
         }
     }
 

@@ -217,8 +217,12 @@ pub fn q(p: &Path) -> String {
 
 /// A harness whose executor was started with `--pin-config FILE` holding `pinned` (the
 /// executor's own start-up confinement comes from that envelope), then given `live`.
-pub async fn pinned_harness(pinned: &Config, live: Config) -> Harness {
+pub async fn pinned_harness(pinned: &Config, mut live: Config) -> Harness {
     let dir = tempdir();
+    let turns_dir = tempdir();
+    if !live.turns.data_dir.starts_with('/') {
+        live.turns.data_dir = s(&turns_dir.path().join("turns"));
+    }
     let path = dir.path().join("pinned.yaml");
     // JSON is YAML; the file must be owned by root (or us) and writable by nobody else.
     std::fs::write(&path, serde_json::to_string_pretty(pinned).unwrap()).unwrap();
@@ -241,6 +245,7 @@ pub async fn pinned_harness(pinned: &Config, live: Config) -> Harness {
         services,
         child,
         executor_pid,
+        turns_dir,
     }
 }
 

@@ -58,6 +58,7 @@ pub struct WorkerBuilder {
     config_flag: bool,
     cwd: Option<PathBuf>,
     setsid: bool,
+    wrapper: Vec<String>,
 }
 
 impl Default for WorkerBuilder {
@@ -77,7 +78,15 @@ impl WorkerBuilder {
             config_flag: true,
             cwd: None,
             setsid: false,
+            wrapper: Vec::new(),
         }
+    }
+
+    /// Starts the binary through `wrapper` (`wrapper[0] wrapper[1..] iii-shell args…`): the
+    /// wrapper must end by exec'ing its arguments, so the worker keeps the spawned pid.
+    pub fn wrapper(mut self, wrapper: &[&str]) -> Self {
+        self.wrapper = wrapper.iter().map(|s| s.to_string()).collect();
+        self
     }
 
     /// `III_URL` = the engine's URL.
@@ -147,7 +156,14 @@ impl WorkerBuilder {
             .config
             .clone()
             .unwrap_or_else(|| self.dir.path().join("no-seed.yaml"));
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match self.wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         if self.subcommand {
             cmd.arg("serve");
         }

@@ -5,23 +5,24 @@
 //! takes a call's function id and arguments, works out the files it is about to change
 //! ([`model::touches`]), resolves each through the jail, keeps its bytes in the blob store and
 //! appends a durable `pre` record; [`Turns::after_call`] appends the `post` record (the
-//! after-revision). The harness hooks `on-pre-trigger`/`on-post-trigger` call exactly these, so
-//! a `coder::*` implementation in the executor can call them around its own mutation too:
-//! `exec.turns.before_call(&policy, &ctx, "coder::update-file", &args)` and then
-//! `exec.turns.after_call(&policy, &ctx, "coder::update-file", &args, is_error)`.
+//! after-revision). The harness hooks `on-pre-trigger`/`on-post-trigger` call exactly these.
+//! The executor's own `shell::fs::*` and `coder::*` requests record into the open turn without
+//! a hook ([`calls`]: `begin`/`finish` around the request, at dispatch).
 //!
 //! Records (one JSON line each, `store.rs`): `start`, `end`, `pre`, `post`, `drop`. Loading
 //! folds them into [`model::TurnRecord`]s; a `pre` with no `post` (the executor died mid-call)
 //! still lists, with no after-revision.
 //!
-//! **`coder::change-diff`** (for the `coder::*` module): keep each side with
-//! [`Turns::keep_body`], map the change id to the two revisions, answer with
-//! [`Turns::change_diff`]. Bodies share the blob cap and eviction with the pre-images.
+//! **`coder::change-diff`** (`coder/changes.rs`): [`Turns::record_change`] keeps both sides
+//! with [`Turns::keep_body`] and maps the change id to the two revisions;
+//! [`Turns::change_diff_by_id`] answers. Bodies share the blob cap and eviction with the
+//! pre-images.
 
+pub mod calls;
 pub mod model;
 pub mod store;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -67,6 +68,23 @@ pub struct Turns {
     parents: Mutex<HashMap<String, (String, Option<String>)>>,
     /// Session → its newest turn.
     active: Mutex<HashMap<String, String>>,
+    /// Top-level turns started and not completed (`calls`: where requests record).
+    open: Mutex<Vec<calls::OpenTurn>>,
+    seen: std::sync::atomic::AtomicU64,
+    /// `coder::change-diff` ids → the kept bodies' revisions, newest last, at most
+    /// [`CHANGE_IDS`].
+    changes: Mutex<VecDeque<ChangeRef>>,
+}
+
+/// How many `coder::change-diff` ids are remembered (the bodies live in the blob store, under
+/// its cap and eviction; an id past this count, or whose body was evicted, is C211).
+pub const CHANGE_IDS: usize = 4096;
+
+struct ChangeRef {
+    id: String,
+    path: String,
+    old: String,
+    new: String,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -210,6 +228,7 @@ impl Turns {
             session_id: session.clone(),
             name: h.agent_name(),
         });
+        self.mark_seen(&top, &turn, h.scope_root().as_deref());
         Some(TurnCtx {
             session: top,
             turn,
@@ -244,6 +263,7 @@ impl Turns {
             }
         }
         lock(&self.active).insert(session.clone(), turn.clone());
+        self.mark_open(&session, &turn);
         let title: Option<String> = ev
             .message_preview
             .as_deref()
@@ -264,6 +284,7 @@ impl Turns {
         if ev.parent.as_ref().is_some_and(|p| p.session_id.is_some()) {
             return Ok(());
         }
+        self.mark_closed(&session, &turn);
         self.with_store(policy, |s| {
             s.append(
                 &session,
@@ -301,21 +322,34 @@ impl Turns {
         function_id: &str,
         args: &Value,
     ) -> Result<usize, ExecError> {
-        let mut n = 0;
+        self.before_inner(policy, ctx, function_id, args)
+            .map(|v| v.len())
+    }
+
+    /// [`Self::before_call`], returning each recorded path with its pre-image revision.
+    fn before_inner(
+        &self,
+        policy: &Policy,
+        ctx: &TurnCtx,
+        function_id: &str,
+        args: &Value,
+    ) -> Result<Vec<(String, Option<String>)>, ExecError> {
+        let mut recorded = Vec::new();
         for t in touches(function_id, args) {
             let path = Self::absolute(policy, ctx, &t.path);
             let Some(before) = self.capture(policy, &path) else {
                 continue;
             };
+            let rev = before.revision.clone();
             let from = t.from.as_deref().map(|f| Self::absolute(policy, ctx, f));
             let rec = json!({"t": "pre", "turn_id": ctx.turn, "path": path, "kind": t.kind,
                 "cause": function_id, "from": from, "root": ctx.root, "agent": ctx.agent,
                 "before": before, "at": now_ms()});
             self.with_store(policy, |s| s.append(&ctx.session, &rec))?
                 .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
-            n += 1;
+            recorded.push((path, rev));
         }
-        Ok(n)
+        Ok(recorded)
     }
 
     /// The pre-image API, after the call: records each file's after-revision.
@@ -521,6 +555,38 @@ impl Turns {
             .map(|_| rev)
     }
 
+    /// Records a `coder::*` change for `coder::change-diff`: both bodies into the blob store
+    /// (shared cap and eviction with the pre-images), `id` → their revisions in memory. A
+    /// body the store cannot keep leaves the id unknown.
+    pub fn record_change(&self, policy: &Policy, id: &str, path: &str, old: &[u8], new: &[u8]) {
+        let (Some(old), Some(new)) = (self.keep_body(policy, old), self.keep_body(policy, new))
+        else {
+            return;
+        };
+        let mut c = lock(&self.changes);
+        c.retain(|x| x.id != id);
+        c.push_back(ChangeRef {
+            id: id.to_string(),
+            path: path.to_string(),
+            old,
+            new,
+        });
+        while c.len() > CHANGE_IDS {
+            c.pop_front();
+        }
+    }
+
+    /// `coder::change-diff` of a change recorded with [`Self::record_change`]: `None` for an
+    /// unknown id, an error when a body was evicted since.
+    pub fn change_diff_by_id(&self, policy: &Policy, id: &str) -> Option<Result<Value, ExecError>> {
+        let (path, old, new) = {
+            let c = lock(&self.changes);
+            let r = c.iter().rev().find(|x| x.id == id)?;
+            (r.path.clone(), r.old.clone(), r.new.clone())
+        };
+        Some(self.change_diff(policy, &path, Some(&old), Some(&new)))
+    }
+
     /// The `coder::change-diff` response for a change whose bodies were kept with
     /// [`Self::keep_body`] (`None` revision = the path did not exist on that side). An evicted
     /// body is an error: the diff is no longer available (C211 for the caller).
@@ -642,9 +708,11 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                 let files = &mut turns[i].files;
                 match files.iter_mut().find(|f| f.path == path) {
                     Some(f) => {
-                        f.kind = compose(&f.kind, kind).to_string();
                         f.last_seen = at;
-                        f.cause = r["cause"].as_str().unwrap_or_default().to_string();
+                        f.pending = Some((
+                            kind.to_string(),
+                            r["cause"].as_str().unwrap_or_default().to_string(),
+                        ));
                     }
                     None => files.push(FileRecord {
                         path,
@@ -658,6 +726,7 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                         before: serde_json::from_value(r["before"].clone()).ok(),
                         after: None,
                         after_revision: None,
+                        pending: None,
                     }),
                 }
             }
@@ -667,6 +736,10 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                 if let Some(f) = turns[i].files.iter_mut().find(|f| f.path == path) {
                     f.after_revision = r["after_revision"].as_str().map(String::from);
                     f.last_seen = at.max(f.last_seen);
+                    if let Some((kind, cause)) = f.pending.take() {
+                        f.kind = compose(&f.kind, &kind).to_string();
+                        f.cause = cause;
+                    }
                 }
             }
             Some("drop_if_same") => {
@@ -679,6 +752,9 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                     let unchanged = before == now && f.after_revision.is_none();
                     !(f.path == path && unchanged)
                 });
+                if let Some(f) = turns[i].files.iter_mut().find(|f| f.path == path) {
+                    f.pending = None;
+                }
             }
             _ => {}
         }
@@ -949,6 +1025,189 @@ mod tests {
         assert_eq!(rv["failed"], 0, "{rv}");
         assert_eq!(rv["reverted"], 5, "{rv}");
         assert_eq!(tree(&root), before, "{rv}");
+    }
+
+    #[test]
+    fn a_failed_call_leaves_the_kind_and_cause_of_an_earlier_change() {
+        let r = |v: Value| v;
+        let recs = [
+            r(json!({"t": "start", "turn_id": "t", "started_at": 1})),
+            r(
+                json!({"t": "pre", "turn_id": "t", "path": "/a", "kind": "modified", "cause": "coder::update-file", "before": {"revision": "sha256:1"}, "at": 2}),
+            ),
+            r(
+                json!({"t": "post", "turn_id": "t", "path": "/a", "after_revision": "sha256:2", "at": 3}),
+            ),
+            // A create refused because /a exists: its pre, then nothing changed.
+            r(
+                json!({"t": "pre", "turn_id": "t", "path": "/a", "kind": "created", "cause": "coder::create-file", "before": {"revision": "sha256:2"}, "at": 4}),
+            ),
+            r(json!({"t": "drop_if_same", "turn_id": "t", "path": "/a", "revision": "sha256:2"})),
+            // A later delete that completed composes.
+            r(
+                json!({"t": "pre", "turn_id": "t", "path": "/b", "kind": "created", "cause": "coder::create-file", "before": {"missing": true}, "at": 5}),
+            ),
+            r(
+                json!({"t": "post", "turn_id": "t", "path": "/b", "after_revision": "sha256:3", "at": 6}),
+            ),
+            r(
+                json!({"t": "pre", "turn_id": "t", "path": "/b", "kind": "deleted", "cause": "shell::fs::rm", "before": {"revision": "sha256:3"}, "at": 7}),
+            ),
+            r(json!({"t": "post", "turn_id": "t", "path": "/b", "after_revision": null, "at": 8})),
+        ];
+        let t = fold(&recs);
+        let f: Vec<(&str, &str, &str)> = t[0]
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.kind.as_str(), f.cause.as_str()))
+            .collect();
+        assert_eq!(
+            f,
+            [
+                ("/a", "modified", "coder::update-file"),
+                ("/b", "deleted", "shell::fs::rm")
+            ]
+        );
+        assert_eq!(
+            t[0].files[0].before.as_ref().unwrap().revision.as_deref(),
+            Some("sha256:1")
+        );
+    }
+
+    /// TURNS-09: `get` fills in at most 64 KiB of one body and 1 MiB across the response;
+    /// past either, `truncated: true` and no content (the body is still kept and reverts).
+    #[test]
+    fn get_caps_bodies_per_file_and_per_response() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        let big = "b".repeat(MAX_PRE_IMAGE_BYTES + 1);
+        std::fs::write(root.join("big"), &big).unwrap();
+        for i in 0..20 {
+            std::fs::write(
+                root.join(format!("m{i:02}")),
+                format!("{i:02}").repeat(30 * 1024),
+            )
+            .unwrap();
+        }
+        let p = policy(&root, &data, 1 << 30);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let mut paths = vec!["big".to_string()];
+        paths.extend((0..20).map(|i| format!("m{i:02}")));
+        for f in &paths {
+            let r = root.join(f);
+            hooked(&t, &p, "shell::fs::write", json!({"path": f}), || {
+                std::fs::write(&r, "new").unwrap()
+            });
+        }
+        let got = call(
+            &t,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let files = got["turn"]["files"].as_array().unwrap();
+        let b = &files[0]["before"];
+        assert_eq!(
+            (b["stored"].clone(), b["truncated"].clone()),
+            (json!(true), json!(true)),
+            "{b}"
+        );
+        assert!(b.get("content").is_none_or(Value::is_null), "{b}");
+        // 60 KiB bodies: 17 fit in the 1 MiB budget, the rest are truncated.
+        let filled = files[1..]
+            .iter()
+            .filter(|f| f["before"]["content"].is_string())
+            .count();
+        assert_eq!(filled, (MAX_RESPONSE_BODIES / (60 * 1024)), "{filled}");
+        assert!(files[1..]
+            .iter()
+            .filter(|f| !f["before"]["content"].is_string())
+            .all(|f| f["before"]["truncated"] == true));
+        let rv = call(
+            &t,
+            &p,
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(rv["reverted"], 21, "{rv}");
+        assert_eq!(std::fs::read_to_string(root.join("big")).unwrap(), big);
+    }
+
+    /// TURNS-13: `after` is filled in only when a later turn kept this turn's after-body as
+    /// its own pre-image; TURNS-18: `adopt-root` records the files created since the turn
+    /// started under a new root as `created`, skipping build directories.
+    #[test]
+    fn after_comes_from_a_later_turns_pre_image_and_adopt_root_records_new_files() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a"), "one\n").unwrap();
+        let p = policy(&root, &data, 1 << 20);
+        let t = Turns::default();
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let r = root.clone();
+        hooked(&t, &p, "shell::fs::write", json!({"path": "a"}), || {
+            std::fs::write(r.join("a"), "two\n").unwrap()
+        });
+        let got = call(
+            &t,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert!(got["turn"]["files"][0].get("after").is_none(), "{got}");
+        let h = json!({"session_id": "s1", "turn_id": "t2", "call": {"function_id": "shell::fs::write", "arguments": {"path": "a"}}});
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t2"}),
+        );
+        call(&t, &p, "shell::turns::on-pre-trigger", h);
+        let got = call(
+            &t,
+            &p,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let f = &got["turn"]["files"][0];
+        assert_eq!(f["before"]["content"], "one\n", "{f}");
+        assert_eq!(f["after"]["content"], "two\n", "{f}");
+
+        let proj = root.join("proj");
+        std::fs::create_dir_all(proj.join("src")).unwrap();
+        std::fs::create_dir_all(proj.join("node_modules/x")).unwrap();
+        std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(proj.join("node_modules/x/i.js"), "x").unwrap();
+        let n = call(
+            &t,
+            &p,
+            "shell::turns::adopt-root",
+            json!({"session_id": "s1", "turn_id": "t2", "root": proj.to_string_lossy()}),
+        );
+        assert_eq!(n, json!({"recorded": 1}));
+        let list = call(&t, &p, "shell::turns::list", json!({"session_id": "s1"}));
+        let files = list["turns"][0]["files"].as_array().unwrap();
+        let adopted = files
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with("src/main.rs"))
+            .unwrap();
+        assert_eq!(adopted["kind"], "created", "{list}");
+        assert_eq!(adopted["root"], proj.to_string_lossy().as_ref(), "{list}");
     }
 
     #[test]

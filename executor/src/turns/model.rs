@@ -57,6 +57,11 @@ pub struct FileRecord {
     pub after: Option<PreImage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_revision: Option<String>,
+    /// While folding: the kind (and cause) of a later call on this path, applied once its
+    /// `post` shows it completed; a failed call that changed nothing leaves the record as it
+    /// was. Never on the wire.
+    #[serde(skip)]
+    pub pending: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -40,6 +40,9 @@ pub fn session_stem(id: &str) -> String {
 pub struct Store {
     dir: PathBuf,
     max_blob_bytes: u64,
+    /// The blobs' total size as last walked plus what was written since: the directory is
+    /// walked again only when this passes the cap (so a write costs no directory scan).
+    total: std::sync::atomic::AtomicU64,
 }
 
 fn hex_of(rev: &str) -> Option<&str> {
@@ -51,10 +54,14 @@ impl Store {
     pub fn open(dir: &Path, max_blob_bytes: u64) -> std::io::Result<Store> {
         std::fs::create_dir_all(dir.join("objects"))?;
         std::fs::create_dir_all(dir.join("sessions"))?;
-        Ok(Store {
+        let s = Store {
             dir: dir.to_path_buf(),
             max_blob_bytes,
-        })
+            total: Default::default(),
+        };
+        let total = s.blobs().iter().map(|b| b.1).sum();
+        s.total.store(total, std::sync::atomic::Ordering::Relaxed);
+        Ok(s)
     }
 
     pub fn dir(&self) -> &Path {
@@ -105,15 +112,21 @@ impl Store {
             tracing::error!(error = %e, dir = %self.dir.display(), "cannot keep a pre-image in the turn store; check that turns.data_dir is writable and has space");
             return false;
         }
-        self.evict(&path);
+        let total = self
+            .total
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed)
+            + data.len() as u64;
+        if total > self.max_blob_bytes {
+            self.evict(&path);
+        }
         true
     }
 
-    /// Oldest-first eviction down to 90 % of the cap, sparing `keep`.
-    fn evict(&self, keep: &Path) {
+    /// Every blob: (mtime, size, path).
+    fn blobs(&self) -> Vec<(std::time::SystemTime, u64, PathBuf)> {
         let mut blobs: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
         let Ok(dirs) = std::fs::read_dir(self.dir.join("objects")) else {
-            return;
+            return blobs;
         };
         for d in dirs.flatten() {
             let Ok(files) = std::fs::read_dir(d.path()) else {
@@ -128,8 +141,16 @@ impl Store {
                 }
             }
         }
+        blobs
+    }
+
+    /// Oldest-first eviction down to 90 % of the cap, sparing `keep`.
+    fn evict(&self, keep: &Path) {
+        let mut blobs = self.blobs();
         let mut total: u64 = blobs.iter().map(|b| b.1).sum();
         if total <= self.max_blob_bytes {
+            self.total
+                .store(total, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         let target = self.max_blob_bytes / 10 * 9;
@@ -146,6 +167,8 @@ impl Store {
                 tracing::info!(blob = %p.display(), "turn store over turns.max_blob_bytes: evicted the oldest pre-image");
             }
         }
+        self.total
+            .store(total, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn log_path(&self, session: &str) -> PathBuf {

@@ -20,7 +20,7 @@ pub fn is_git_internal(rel: &Path) -> bool {
         .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
 }
 
-/// True for the executor's own staging files (`.<name>.iii-<32 hex>.tmp`, `fs/atomic.rs`):
+/// True for the executor's own staging files (`fs/atomic.rs` and `coder/atomic.rs`):
 /// an atomic write's visible outcome is the target's event alone.
 pub fn is_own_temp(rel: &Path) -> bool {
     let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
@@ -29,8 +29,13 @@ pub fn is_own_temp(rel: &Path) -> bool {
     let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
         return false;
     };
+    // `fs/atomic.rs` names them `.<name>.iii-<32 hex>.tmp`, `coder/atomic.rs`
+    // `.<name>.iii-coder-<32 hex>.tmp`.
     match stem.rsplit_once(".iii-") {
-        Some((_, hex)) => hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        Some((_, tail)) => {
+            let hex = tail.strip_prefix("coder-").unwrap_or(tail);
+            hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        }
         None => false,
     }
 }
@@ -146,7 +151,16 @@ mod tests {
             Path::new("src/.a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
             false
         ));
+        assert!(!f.delivers(
+            Path::new("src/.a.rs.iii-coder-0123456789abcdef0123456789abcdef.tmp"),
+            false
+        ));
         assert!(f.delivers(Path::new("src/.a.rs.iii-0123.tmp"), false));
+        assert!(f.delivers(Path::new("src/.a.rs.iii-coder-0123.tmp"), false));
+        assert!(f.delivers(
+            Path::new("src/.a.rs.iii-other-0123456789abcdef0123456789abcdef.tmp"),
+            false
+        ));
         assert!(f.delivers(
             Path::new("src/a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
             false

@@ -8,6 +8,10 @@
 //! * Raw events go through a bounded channel into a coalescer task (`coalesce`): per path, a
 //!   200 ms window opened by its first event, kinds merged toward the visible outcome
 //!   ([`ChangeKind::merge`]); at the window's end one [`Event::Changed`] batch is pushed.
+//! * A new directory's own watch is set only after its creation event, so what was written
+//!   into it in between raised no event: when a created directory's window closes, its
+//!   entries (recursively, symlinks not followed) are reported as `created` too, unless they
+//!   are pending already; more than `watch.max_pending_paths` of them is the overflow signal.
 //! * Paths the policy denies, `.git` internals and (unless `include_ignored`) ignored paths
 //!   are never delivered (`filter`).
 //! * Nothing is ever lost silently: a kernel queue overflow, a watch limit reached while the
@@ -341,6 +345,34 @@ async fn coalesce(mut c: Coalescer) {
                 dir: is_dir,
                 overflow: false,
             });
+            if is_dir && kind == ChangeKind::Created {
+                // What was written into a new directory before its own watch was set raised
+                // no event: report its contents once, now that the window has passed.
+                let mut found = Vec::new();
+                if !list_new_dir(&c.via, &rel, c.max_pending, &mut found) {
+                    tracing::error!(binding = %c.binding_id, "a new directory in a shell::changed tree holds more than watch.max_pending_paths entries; sending one overflow signal instead");
+                    c.lost.store(true, Ordering::SeqCst);
+                    break;
+                }
+                for (sub, dir) in found {
+                    if pending.contains_key(&sub)
+                        || !c.filter.delivers(&sub, dir)
+                        || c.policy.jail.is_denied(&c.root.join(&sub))
+                    {
+                        continue;
+                    }
+                    changes.push(Change {
+                        path: sub.to_string_lossy().into_owned(),
+                        kind: ChangeKind::Created,
+                        dir,
+                        overflow: false,
+                    });
+                }
+            }
+        }
+        if c.lost.load(Ordering::SeqCst) {
+            c.wake.notify_one();
+            continue;
         }
         if !changes.is_empty() {
             let _ = c.events.send(Event::Changed {
@@ -349,6 +381,26 @@ async fn coalesce(mut c: Coalescer) {
             });
         }
     }
+}
+
+/// Every entry under `via/rel` (symlinks not followed), root-relative, with whether it is a
+/// directory; false when there are more than `cap`.
+fn list_new_dir(via: &Path, rel: &Path, cap: usize, out: &mut Vec<(PathBuf, bool)>) -> bool {
+    let Ok(entries) = std::fs::read_dir(via.join(rel)) else {
+        return true;
+    };
+    for e in entries.flatten() {
+        let sub = rel.join(e.file_name());
+        let dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if out.len() >= cap {
+            return false;
+        }
+        out.push((sub.clone(), dir));
+        if dir && !filter::is_git_internal(&sub) && !list_new_dir(via, &sub, cap, out) {
+            return false;
+        }
+    }
+    true
 }
 
 /// True when `path` (not followed) is the directory `fd` names.
