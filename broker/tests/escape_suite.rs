@@ -95,6 +95,7 @@
 //! | 124 | two units: a policy whose command user is the socket's peer uid | refused (S210 naming the socket); another user runs — root |
 //! | 125 | setuid/setgid from `shell::exec` (pre-started and `--no-prestart`), `exec_bg`, a terminal session, as root | no mode changed; each command's `Seccomp_filters` is the executor's (the rule is inherited, none loaded per spawn) — root |
 //! | 126 | reloads: `fs.allow_special_bits` true at start (fs::chmod 4755 and commands work), then false; false at start, then true | true→false: refused on every path, one filter loaded per spawn; false→true: S210 "restart the worker", still refused — root |
+//! | 127 | `run_as: 4242:4242`: job cgroups where a root executor has them; a command's cgroup; a setsid daemon after its command | still on (base owned by 4242), the command in a job cgroup, the daemon killed — root |
 //! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
 //! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
 //! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |
@@ -2569,4 +2570,48 @@ async fn escape_126_special_bits_across_reloads() {
     h.ok("shell::fs::chmod", json!({"path": "b", "mode": "0750"}))
         .await;
     assert_eq!(mode_of(&j.root.join("b")), 0o750);
+}
+
+#[tokio::test]
+async fn escape_127_job_cgroups_survive_the_uid_switch() {
+    require_root!();
+    // Where the test's own cgroup lets a root executor make job cgroups, the one that becomes
+    // the command user keeps them: the base is handed to that user before the switch.
+    let control = Harness::default().await;
+    let usable = job_cgroups_enabled(control.executor_pid);
+    drop(control);
+    if !usable {
+        eprintln!("no writable cgroup v2 here: only the fallback (sessions and parentage) runs");
+    }
+    let j = user_jail();
+    let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
+    assert_eq!(job_cgroups_enabled(h.executor_pid), usable);
+    if let Some(base) = job_cgroup_base_of(h.executor_pid) {
+        assert_eq!(std::fs::metadata(&base).unwrap().uid(), CMD_UID, "{base:?}");
+    }
+    // A setsid daemon that closed its output outlives its command only without job cgroups.
+    let m = marker();
+    let o = sh(
+        &h,
+        &format!("setsid sleep {m} </dev/null >/dev/null 2>&1 & grep ^0:: /proc/self/cgroup"),
+    )
+    .await;
+    o.ok();
+    let needle = format!("sleep {m}");
+    if usable {
+        assert!(
+            o.stdout.contains(&format!("/iii-shell-{}/", h.executor_pid)),
+            "the command ran outside the job cgroups: {o:?}"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || procs_with(&needle).is_empty()).await,
+            "the setsid daemon outlived its command"
+        );
+    }
+    for p in procs_with(&needle) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
