@@ -1042,9 +1042,8 @@ async fn update_file_keeps_special_bits_only_when_allowed() {
         let f = j.root.join("tool.sh");
         std::fs::write(&f, "a\n").unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o7751)).unwrap();
-        let v = j
-            .h
-            .ok(
+        let v =
+            j.h.ok(
                 "coder::update-file",
                 json!({"files": [{"path": "tool.sh", "ops": [
                     {"op": "insert", "at_line": 1, "content": "b\n"},

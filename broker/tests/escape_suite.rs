@@ -113,9 +113,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use iii_shell_protocol::messages::Request;
 use escape::*;
 use iii_shell_protocol::config::{Config, NetworkAccess};
+use iii_shell_protocol::messages::Request;
 use serde_json::json;
 
 /// The kernel's Landlock ABI (0 = none).
@@ -2482,7 +2482,11 @@ async fn special_bits_on_every_path(h: &Harness, j: &Jail) -> [(String, String);
 }
 
 /// Sends `config` to the executor as a reload would (a newer generation).
-async fn reload(h: &Harness, generation: u64, config: &Config) -> Result<(), iii_shell_protocol::WireError> {
+async fn reload(
+    h: &Harness,
+    generation: u64,
+    config: &Config,
+) -> Result<(), iii_shell_protocol::WireError> {
     h.services
         .executor
         .call(Request::SetPolicy {
@@ -2552,7 +2556,9 @@ async fn escape_126_special_bits_across_reloads() {
     let mut c = with_run_as(&j, Some("root"));
     let h = Harness::new(c.clone()).await;
     c.fs.allow_special_bits = true;
-    let e = reload(&h, 1_000, &c).await.expect_err("a widening the filter cannot follow");
+    let e = reload(&h, 1_000, &c)
+        .await
+        .expect_err("a widening the filter cannot follow");
     assert_eq!(e.code, "S210", "{e:?}");
     assert!(
         e.message.contains("fs.allow_special_bits") && e.message.contains("restart the worker"),
@@ -2600,7 +2606,8 @@ async fn escape_127_job_cgroups_survive_the_uid_switch() {
     let needle = format!("sleep {m}");
     if usable {
         assert!(
-            o.stdout.contains(&format!("/iii-shell-{}/", h.executor_pid)),
+            o.stdout
+                .contains(&format!("/iii-shell-{}/", h.executor_pid)),
             "the command ran outside the job cgroups: {o:?}"
         );
         assert!(

@@ -381,7 +381,10 @@ fn doctor_reports_the_command_user_and_the_foreign_chmod_probe() {
     let v = doctor_with(&c);
     let cmds = &v["commands"];
     assert!(
-        cmds["user"].as_str().unwrap().starts_with("4242:4343 groups [4343]"),
+        cmds["user"]
+            .as_str()
+            .unwrap()
+            .starts_with("4242:4343 groups [4343]"),
         "{v}"
     );
     assert_eq!(observed(&v, "Uid:"), "Uid: 4242 4242 4242 4242");
@@ -414,11 +417,16 @@ fn doctor_reports_the_command_user_and_the_foreign_chmod_probe() {
     let v = doctor_with(&Config::builtin_default());
     assert_eq!(observed(&v, "Uid:"), "Uid: 0 0 0 0");
     assert!(
-        v["commands"]["foreign_chmod"].as_str().unwrap().starts_with("yes"),
+        v["commands"]["foreign_chmod"]
+            .as_str()
+            .unwrap()
+            .starts_with("yes"),
         "{v}"
     );
     assert!(
-        v["warnings"].to_string().contains("unjailed as root: commands run as root"),
+        v["warnings"]
+            .to_string()
+            .contains("unjailed as root: commands run as root"),
         "{v}"
     );
 }

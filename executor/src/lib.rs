@@ -236,8 +236,7 @@ impl Executor {
                             allow, seccomp,
                         ));
                         p.commands.replace_special_bits(allow, seccomp).map(|()| p)
-                    })
-                {
+                    }) {
                     Ok(p) => {
                         tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
                         self.policy.set(p);

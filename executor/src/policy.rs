@@ -58,9 +58,7 @@ fn spawn_filter(
 ) -> Option<Arc<seccomp::Filter>> {
     let deny = seccomp.as_ref().filter(|_| per_spawn);
     match placement {
-        special_bits::Placement::PerSpawn => {
-            Some(Arc::new(special_bits::with(deny.map(|f| &**f))))
-        }
+        special_bits::Placement::PerSpawn => Some(Arc::new(special_bits::with(deny.map(|f| &**f)))),
         special_bits::Placement::Off | special_bits::Placement::Inherited => deny.cloned(),
     }
 }

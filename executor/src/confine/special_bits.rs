@@ -151,7 +151,11 @@ pub fn placement(
     seccomp: bool,
     in_executor: bool,
 ) -> Result<Placement, &'static str> {
-    match (in_executor, allow_special_bits, wanted(allow_special_bits, seccomp)) {
+    match (
+        in_executor,
+        allow_special_bits,
+        wanted(allow_special_bits, seccomp),
+    ) {
         (true, true, _) => Err(NEEDS_RESTART),
         (true, false, _) => Ok(Placement::Inherited),
         (false, _, true) => Ok(Placement::PerSpawn),
