@@ -108,8 +108,7 @@ async fn bench(iters: usize, warmup: usize) {
             &config,
             &raw,
             &payload,
-            Path::new(&baseline),
-            &extra,
+            (Path::new(&baseline), &extra),
             iters,
             warmup,
         )
@@ -533,8 +532,7 @@ async fn baseline_comparison(
     config: &Config,
     raw: &RawSpawn,
     payload: &Value,
-    baseline: &Path,
-    extra: &[&str],
+    (baseline, extra): (&Path, &[&str]),
     iters: usize,
     warmup: usize,
 ) {
