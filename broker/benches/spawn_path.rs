@@ -8,7 +8,8 @@
 //! `BENCH_EXE=<an iii-shell binary>` swaps the main executor. `BENCH_RUN_AS=<user|uid[:gid]>`
 //! jails the executors to a fresh directory with that `confinement.run_as` (as root: the
 //! executor switches to that user); `BENCH_NO_PRESTART=1` starts them with `--no-prestart`
-//! (every command through the fallback spawn path).
+//! (every command through the fallback spawn path); `BENCH_BASELINE_RUN_AS` gives the
+//! baseline executor another `confinement.run_as` (the same binary as both, for the uid switch).
 
 use std::ffi::CString;
 use std::future::Future;
@@ -536,7 +537,17 @@ async fn baseline_comparison(
     iters: usize,
     warmup: usize,
 ) {
-    let (base, mut child, base_pid) = start_executor_from(baseline, config, extra).await;
+    // `BENCH_BASELINE_RUN_AS` gives the baseline another `confinement.run_as` (the same
+    // binary as root in the jail against the command user, say).
+    let mut base_config = config.clone();
+    if let Some(u) = std::env::var("BENCH_BASELINE_RUN_AS")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        println!("baseline: confinement.run_as {u}");
+        base_config.confinement.run_as = Some(u);
+    }
+    let (base, mut child, base_pid) = start_executor_from(baseline, &base_config, extra).await;
     let [this, other] = blocks(services, &base, raw, payload, iters, warmup).await;
     println!(
         "this build's executor against {} ({iters} pairs each, alternating blocks of raw/iii pairs, as in the goal rows):",
