@@ -280,7 +280,16 @@ impl Executor {
                 match Policy::build(generation, &config_json)
                     .and_then(|p| self.within_envelope(p))
                     .and_then(|p| run_as::apply(&p.config).map(|()| p))
-                {
+                    .and_then(|mut p| {
+                        // The first policy decides whether the executor's own filter holds
+                        // the special-bits rule (then no child loads it); place it again.
+                        let allow = p.config.fs.allow_special_bits;
+                        let seccomp = p.config.confinement.seccomp;
+                        confine::special_bits::settle(confine::special_bits::wanted(
+                            allow, seccomp,
+                        ));
+                        p.commands.replace_special_bits(allow, seccomp).map(|()| p)
+                    }) {
                     Ok(p) => {
                         tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
                         self.policy.set(p);
