@@ -85,7 +85,6 @@
 //! | 115 | jailed: write to / read from a pts the test opened on the host | not in the command's devpts (ENOENT; EACCES with O_CREAT); nothing reaches the pty (FIXED) |
 //! | 116 | unjailed default: the same                               | the same (FIXED) |
 //! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
-//! | 125 | a command opens another command's pty by path (read, write) or chmods it | EACCES / EPERM, nothing read or written, jailed and unjailed (FIXED: owner `(uid_t)-2`, mode 0000) |
 //! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
 //! | 118 | `run_as: 4242:4242`: chmod/chown/chgrp/touch -d on outside files (root's, another user's) | Operation not permitted, all untouched — root |
 //! | 119 | setuid/setgid on the command's own files in the root (`chmod`, python `os.chmod`/`os.fchmod`), as 4242 and as root | EPERM, modes unchanged; control: `fs.allow_special_bits` allows it — root |
@@ -97,6 +96,7 @@
 //! | 125 | setuid/setgid from `shell::exec` (pre-started and `--no-prestart`), `exec_bg`, a terminal session, as root | no mode changed; each command's `Seccomp_filters` is the executor's (the rule is inherited, none loaded per spawn) — root |
 //! | 126 | reloads: `fs.allow_special_bits` true at start (fs::chmod 4755 and commands work), then false; false at start, then true | true→false: refused on every path, one filter loaded per spawn; false→true: S210 "restart the worker", still refused — root |
 //! | 127 | `run_as: 4242:4242`: job cgroups where a root executor has them; a command's cgroup; a setsid daemon after its command | still on (base owned by 4242), the command in a job cgroup, the daemon killed — root |
+//! | 128 | a command opens another command's pty by path (read, write) or chmods it | EACCES / EPERM, nothing read or written, jailed and unjailed (FIXED: owner `(uid_t)-2`, mode 0000) |
 //! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
 //! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
 //! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |
@@ -1837,7 +1837,7 @@ open(d + '/done', 'w').close()
 "#;
 
 #[tokio::test]
-async fn escape_125_command_cannot_open_another_commands_pty() {
+async fn escape_128_command_cannot_open_another_commands_pty() {
     // Every command of one executor shares its private devpts instance: a pty one command
     // (or an operator's shell::pty session) holds must not open by path from another, for
     // reading (what is typed there) or writing (fake output), nor be chmod-ed back open.
