@@ -5,7 +5,11 @@
 //! binary too); `BENCH_ITERS=200` makes a quick run. Results are recorded in BENCHMARKS.md.
 //! `BENCH_BASELINE_EXE=<an iii-shell binary of another build>` first runs this build's
 //! executor against that one in rotation; `BENCH_BASELINE_ONLY=1` stops after that.
-//! `BENCH_EXE=<an iii-shell binary>` swaps the main executor.
+//! `BENCH_EXE=<an iii-shell binary>` swaps the main executor. `BENCH_RUN_AS=<user|uid[:gid]>`
+//! jails the executors to a fresh directory with that `confinement.run_as` (as root: the
+//! executor switches to that user); `BENCH_NO_PRESTART=1` starts them with `--no-prestart`
+//! (every command through the fallback spawn path); `BENCH_BASELINE_RUN_AS` gives the
+//! baseline executor another `confinement.run_as` (the same binary as both, for the uid switch).
 
 use std::ffi::CString;
 use std::future::Future;
@@ -76,8 +80,16 @@ fn main() {
 async fn bench(iters: usize, warmup: usize) {
     standalone_rss();
 
-    let config = Config::builtin_default();
-    let (services, mut child, executor_pid) = start_executor(&config, &[]).await;
+    let (config, _jail) = bench_config();
+    let extra = bench_executor_args();
+    let (services, mut child, executor_pid) = start_executor(&config, &extra).await;
+    println!(
+        "configuration: {}; executor arguments: {extra:?}",
+        match &config.confinement.run_as {
+            Some(u) => format!("jailed, confinement.run_as {u}"),
+            None => "the built-in default".into(),
+        }
+    );
     let mut rss = vec![(
         "idle, right after start-up + SetPolicy",
         vm_rss_kib(executor_pid),
@@ -97,7 +109,7 @@ async fn bench(iters: usize, warmup: usize) {
             &config,
             &raw,
             &payload,
-            Path::new(&baseline),
+            (Path::new(&baseline), &extra),
             iters,
             warmup,
         )
@@ -521,11 +533,21 @@ async fn baseline_comparison(
     config: &Config,
     raw: &RawSpawn,
     payload: &Value,
-    baseline: &Path,
+    (baseline, extra): (&Path, &[&str]),
     iters: usize,
     warmup: usize,
 ) {
-    let (base, mut child, base_pid) = start_executor_from(baseline, config, &[]).await;
+    // `BENCH_BASELINE_RUN_AS` gives the baseline another `confinement.run_as` (the same
+    // binary as root in the jail against the command user, say).
+    let mut base_config = config.clone();
+    if let Some(u) = std::env::var("BENCH_BASELINE_RUN_AS")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        println!("baseline: confinement.run_as {u}");
+        base_config.confinement.run_as = Some(u);
+    }
+    let (base, mut child, base_pid) = start_executor_from(baseline, &base_config, extra).await;
     let [this, other] = blocks(services, &base, raw, payload, iters, warmup).await;
     println!(
         "this build's executor against {} ({iters} pairs each, alternating blocks of raw/iii pairs, as in the goal rows):",
@@ -698,6 +720,29 @@ fn cpu_of(pid: u32) -> Option<(u64, u64, u64)> {
 
 /// Starts `iii-shell executor` with `extra` arguments, connects and installs `config`.
 /// Returns the services that reach it, the process and its pid.
+/// The configuration of the measured executors: the built-in default, or (`BENCH_RUN_AS`)
+/// jailed to a fresh directory with that `confinement.run_as`. The directory is returned to
+/// keep it alive.
+fn bench_config() -> (Config, Option<tempfile::TempDir>) {
+    let mut c = Config::builtin_default();
+    let Some(user) = std::env::var("BENCH_RUN_AS").ok().filter(|u| !u.is_empty()) else {
+        return (c, None);
+    };
+    let dir = tempfile::tempdir().expect("a temporary jail root");
+    c.fs.host_roots = vec![dir.path().to_string_lossy().into_owned()];
+    c.fs.allow_unjailed = false;
+    c.confinement.run_as = Some(user);
+    (c, Some(dir))
+}
+
+/// `--no-prestart` when `BENCH_NO_PRESTART` is set.
+fn bench_executor_args() -> Vec<&'static str> {
+    match std::env::var_os("BENCH_NO_PRESTART") {
+        Some(_) => vec!["--no-prestart"],
+        None => Vec::new(),
+    }
+}
+
 async fn start_executor(config: &Config, extra: &[&str]) -> (Arc<Services>, Child, u32) {
     let exe = std::env::var_os("BENCH_EXE").map(std::path::PathBuf::from);
     start_executor_from(exe.as_deref().unwrap_or(Path::new(EXE)), config, extra).await

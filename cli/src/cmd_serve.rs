@@ -365,7 +365,10 @@ fn kill_what_it_left(dead: u32, broker_pid: u32) {
     }
     let me = std::process::id() as i32;
     let spared = |p: i32| p == broker_pid as i32 || p == me || p <= 1;
-    for _ in 0..3 {
+    // A SIGKILLed process can take a while to exit on a loaded host: keep killing until no
+    // orphan is left alive (zombies are reaped below), within a bound.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
         let table = procfs::all();
         let orphans: Vec<i32> = table
             .iter()
@@ -373,6 +376,10 @@ fn kill_what_it_left(dead: u32, broker_pid: u32) {
             .map(|p| p.pid)
             .collect();
         if orphans.is_empty() {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(left = ?orphans, "processes of the dead executor are still exiting after 2 s of SIGKILL");
             break;
         }
         let mut victims = Vec::new();

@@ -1094,6 +1094,32 @@ async fn concurrent_creates_with_one_revision_conflict() {
 // coder::update-file
 // ---------------------------------------------------------------------------------------------
 
+/// An edit of a setuid/setgid file keeps those bits only when `fs.allow_special_bits`:
+/// otherwise the rewritten copy drops them (sticky and permission bits stay), and the edit
+/// succeeds although the executor's seccomp filter refuses setting them (it failed with an
+/// I/O error before).
+#[tokio::test]
+async fn update_file_keeps_special_bits_only_when_allowed() {
+    for (allow, want) in [(false, 0o1751), (true, 0o7751)] {
+        let j = jailed_with(|c, _| c.fs.allow_special_bits = allow).await;
+        let f = j.root.join("tool.sh");
+        std::fs::write(&f, "a\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o7751)).unwrap();
+        let v =
+            j.h.ok(
+                "coder::update-file",
+                json!({"files": [{"path": "tool.sh", "ops": [
+                    {"op": "insert", "at_line": 1, "content": "b\n"},
+                ]}]}),
+            )
+            .await;
+        assert_eq!(result(&v, 0)["success"], true, "allow {allow}: {v}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "b\na\n");
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, want, "allow {allow}: mode {mode:o}");
+    }
+}
+
 /// CODER-53..64: ops, echoes, mode and owner kept, result shape.
 #[tokio::test]
 async fn update_file_applies_and_echoes() {

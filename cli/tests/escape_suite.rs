@@ -86,7 +86,6 @@
 //! | 115 | jailed: write to / read from a pts the test opened on the host | not in the command's devpts (ENOENT; EACCES with O_CREAT); nothing reaches the pty (FIXED) |
 //! | 116 | unjailed default: the same                               | the same (FIXED) |
 //! | 117 | a command allocates its own pty (python `pty.openpty`, `script`) | works, jailed and unjailed |
-//! | 125 | a command opens another command's pty by path (read, write) or chmods it | EACCES / EPERM, nothing read or written, jailed and unjailed (FIXED: owner `(uid_t)-2`, mode 0000) |
 //! | 114 | LIMIT: a `.env` created after the policy was built (in a dir with no protected entry) | a command reads it; the fs surface still hides it (by name) |
 //! | 118 | `run_as: 4242:4242`: chmod/chown/chgrp/touch -d on outside files (root's, another user's) | Operation not permitted, all untouched — root |
 //! | 119 | setuid/setgid on the command's own files in the root (`chmod`, python `os.chmod`/`os.fchmod`), as 4242 and as root | EPERM, modes unchanged; control: `fs.allow_special_bits` allows it — root |
@@ -95,6 +94,10 @@
 //! | 122 | root-owned primary root, run_as unset                    | uid 65534, jail readable not writable, one WARN naming the fix; strict refuses (also `run_as: root`) — root |
 //! | 123 | the worker itself runs as 4242 (`setpriv`)               | commands as 4242; outside chmod/chown/touch refused; no special bits — root (to set it up) |
 //! | 124 | two units: a policy whose command user is the socket's peer uid | refused (S210 naming the socket); another user runs — root |
+//! | 125 | setuid/setgid from `shell::exec` (pre-started and `--no-prestart`), `exec_bg`, a terminal session, as root | no mode changed; each command's `Seccomp_filters` is the executor's (the rule is inherited, none loaded per spawn) — root |
+//! | 126 | reloads: `fs.allow_special_bits` true at start (fs::chmod 4755 and commands work), then false; false at start, then true | true→false: refused on every path, one filter loaded per spawn; false→true: S210 "restart the worker", still refused — root |
+//! | 127 | `run_as: 4242:4242`: job cgroups where a root executor has them; a command's cgroup; a setsid daemon after its command | still on (base owned by 4242), the command in a job cgroup, the daemon killed — root |
+//! | 128 | a command opens another command's pty by path (read, write) or chmods it | EACCES / EPERM, nothing read or written, jailed and unjailed (FIXED: owner `(uid_t)-2`, mode 0000) |
 //! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
 //! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
 //! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |
@@ -114,6 +117,7 @@ use std::time::Duration;
 use common::*;
 use escape::*;
 use iii_shell_protocol::config::{Config, NetworkAccess};
+use iii_shell_protocol::messages::Request;
 use serde_json::json;
 
 /// The kernel's Landlock ABI (0 = none).
@@ -1827,7 +1831,7 @@ open(d + '/done', 'w').close()
 "#;
 
 #[tokio::test]
-async fn escape_125_command_cannot_open_another_commands_pty() {
+async fn escape_128_command_cannot_open_another_commands_pty() {
     // Every command of one executor shares its private devpts instance: a pty one command
     // (or an operator's shell::pty session) holds must not open by path from another, for
     // reading (what is typed there) or writing (fake output), nor be chmod-ed back open.
@@ -2499,4 +2503,207 @@ async fn escape_124_commands_never_run_as_the_socket_peer() {
     let out = run_with("4343");
     assert!(out.contains("\"stdout\": \"4343\\n\""), "{out}");
     e.assert_alive();
+}
+
+// ------------------------------------------------------- the special-bits rule, every path
+
+/// `Seccomp_filters` of a process: how many filters it runs under.
+fn seccomp_filters(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    field(&status_fields(&status), "Seccomp_filters").to_string()
+}
+
+/// A script that tries every spelling of setuid/setgid on its own file `<tag>.f` and writes
+/// `changed=<how many worked> filters=<its Seccomp_filters>` to `<tag>.out` (renamed into
+/// place, so a reader never sees half of it).
+fn special_bits_script(tag: &str) -> String {
+    format!(
+        "t={tag}; echo x > $t.f && chmod 0700 $t.f || exit 1
+c=0; for m in 4755 2755 6755 u+s g+s; do chmod $m $t.f 2>/dev/null && c=$((c+1)); done
+n=$(sed -n 's/^Seccomp_filters:[[:space:]]*//p' /proc/self/status)
+echo \"changed=$c filters=$n\" > $t.tmp && mv $t.tmp $t.out"
+    )
+}
+
+/// Waits for `<tag>.out` in the root and returns it.
+async fn special_bits_result(j: &Jail, tag: &str) -> String {
+    let out = j.root.join(format!("{tag}.out"));
+    assert!(
+        eventually(Duration::from_secs(20), || out.exists()).await,
+        "{tag}: the command never wrote its result"
+    );
+    std::fs::read_to_string(out).unwrap().trim_end().to_string()
+}
+
+/// The script through `shell::exec`, `shell::exec_bg` and a terminal session.
+async fn special_bits_on_every_path(h: &Harness, j: &Jail) -> [(String, String); 3] {
+    run(h, Some("."), &["sh", "-c", &special_bits_script("exec")])
+        .await
+        .ok();
+    h.ok(
+        "shell::exec_bg",
+        json!({"command": "sh", "args": ["-c", special_bits_script("bg")], "cwd": "."}),
+    )
+    .await;
+    use iii_shell_protocol::pty::{OpenSpec, PtyOp};
+    h.services
+        .executor
+        .call(Request::Pty(PtyOp::Open(OpenSpec {
+            cwd: s(&j.root),
+            cols: 80,
+            rows: 24,
+            output_function_id: "iii::shell-ui::pty-output::console-escape125".into(),
+            argv: Some(vec!["sh".into(), "-c".into(), special_bits_script("pty")]),
+            env: Vec::new(),
+        })))
+        .await
+        .expect("pty open");
+    let mut r = Vec::new();
+    for tag in ["exec", "bg", "pty"] {
+        r.push((tag.to_string(), special_bits_result(j, tag).await));
+        assert_eq!(mode_of(&j.root.join(format!("{tag}.f"))), 0o700, "{tag}");
+    }
+    r.try_into().unwrap()
+}
+
+/// Sends `config` to the executor as a reload would (a newer generation).
+async fn reload(
+    h: &Harness,
+    generation: u64,
+    config: &Config,
+) -> Result<(), iii_shell_protocol::WireError> {
+    h.services
+        .executor
+        .call(Request::SetPolicy {
+            generation,
+            config_json: serde_json::to_string(config).unwrap(),
+        })
+        .await
+        .map(drop)
+}
+
+#[tokio::test]
+async fn escape_125_no_special_bits_on_any_spawn_path_and_no_filter_per_spawn() {
+    require_root!();
+    // Root commands (run_as: root) would set the bits but for the rule. With and without
+    // pre-started processes (the fallback spawn path).
+    for extra in [&[][..], &["--no-prestart"][..]] {
+        let j = Jail::new();
+        let h = Harness::with_args(with_run_as(&j, Some("root")), extra).await;
+        let executor = seccomp_filters(h.executor_pid);
+        let expected = format!("changed=0 filters={executor}");
+        for (tag, got) in special_bits_on_every_path(&h, &j).await {
+            // The rule is the executor's own: no command loads a filter of its own for it.
+            assert_eq!(got, expected, "{tag} {extra:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn escape_126_special_bits_across_reloads() {
+    require_root!();
+    // Started with fs.allow_special_bits: the executor's filter has no rule, so its own
+    // fs::chmod and commands may set the bits.
+    let j = Jail::new();
+    let mut c = with_run_as(&j, Some("root"));
+    c.fs.allow_special_bits = true;
+    let h = Harness::new(c.clone()).await;
+    let executor = seccomp_filters(h.executor_pid);
+    std::fs::write(j.root.join("a"), "x").unwrap();
+    h.ok("shell::fs::chmod", json!({"path": "a", "mode": "4755"}))
+        .await;
+    assert_eq!(mode_of(&j.root.join("a")), 0o4755);
+    let o = sh(&h, &special_bits_script("on")).await;
+    o.ok();
+    assert_eq!(
+        special_bits_result(&j, "on").await,
+        format!("changed=5 filters={executor}")
+    );
+    // true → false: from then on every command loads the rule itself.
+    c.fs.allow_special_bits = false;
+    reload(&h, 1_000, &c).await.expect("narrowing reload");
+    for (tag, got) in special_bits_on_every_path(&h, &j).await {
+        assert_eq!(
+            got,
+            format!("changed=0 filters={}", executor.parse::<u32>().unwrap() + 1),
+            "{tag}"
+        );
+    }
+    let e = h
+        .err("shell::fs::chmod", json!({"path": "a", "mode": "2755"}))
+        .await;
+    assert_eq!(e.code, "S210", "{e:?}");
+    drop(h);
+
+    // Started without it: the rule is in the executor's filter, which cannot be removed, so
+    // false → true is refused (the reload result says to restart) and the rule still holds.
+    let j = Jail::new();
+    let mut c = with_run_as(&j, Some("root"));
+    let h = Harness::new(c.clone()).await;
+    c.fs.allow_special_bits = true;
+    let e = reload(&h, 1_000, &c)
+        .await
+        .expect_err("a widening the filter cannot follow");
+    assert_eq!(e.code, "S210", "{e:?}");
+    assert!(
+        e.message.contains("fs.allow_special_bits") && e.message.contains("restart the worker"),
+        "{e:?}"
+    );
+    let executor = seccomp_filters(h.executor_pid);
+    let o = sh(&h, &special_bits_script("still")).await;
+    o.ok();
+    assert_eq!(
+        special_bits_result(&j, "still").await,
+        format!("changed=0 filters={executor}")
+    );
+    // The executor's own chmod of a plain mode still works under its rule.
+    std::fs::write(j.root.join("b"), "x").unwrap();
+    h.ok("shell::fs::chmod", json!({"path": "b", "mode": "0750"}))
+        .await;
+    assert_eq!(mode_of(&j.root.join("b")), 0o750);
+}
+
+#[tokio::test]
+async fn escape_127_job_cgroups_survive_the_uid_switch() {
+    require_root!();
+    // Where the test's own cgroup lets a root executor make job cgroups, the one that becomes
+    // the command user keeps them: the base is handed to that user before the switch.
+    let control = Harness::default().await;
+    let usable = job_cgroups_enabled(control.executor_pid);
+    drop(control);
+    if !usable {
+        eprintln!("no writable cgroup v2 here: only the fallback (sessions and parentage) runs");
+    }
+    let j = user_jail();
+    let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
+    assert_eq!(job_cgroups_enabled(h.executor_pid), usable);
+    if let Some(base) = job_cgroup_base_of(h.executor_pid) {
+        assert_eq!(std::fs::metadata(&base).unwrap().uid(), CMD_UID, "{base:?}");
+    }
+    // A setsid daemon that closed its output outlives its command only without job cgroups.
+    let m = marker();
+    let o = sh(
+        &h,
+        &format!("setsid sleep {m} </dev/null >/dev/null 2>&1 & grep ^0:: /proc/self/cgroup"),
+    )
+    .await;
+    o.ok();
+    let needle = format!("sleep {m}");
+    if usable {
+        assert!(
+            o.stdout
+                .contains(&format!("/iii-shell-{}/", h.executor_pid)),
+            "the command ran outside the job cgroups: {o:?}"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || procs_with(&needle).is_empty()).await,
+            "the setsid daemon outlived its command"
+        );
+    }
+    for p in procs_with(&needle) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }

@@ -331,3 +331,100 @@ fn doctor_shows_the_config_id_and_the_resolved_paths() {
     let want = format!("working_dir     {}/data (written \"./data\"", cwd.display());
     assert!(text.contains(&want), "{text}");
 }
+
+/// `doctor --json` with `config` in a file: the report.
+fn doctor_with(config: &Config) -> Value {
+    let dir = tempdir();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, serde_json::to_string(config).unwrap()).unwrap();
+    let out = Command::new(bin())
+        .args(["doctor", "--json", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run doctor");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON")
+}
+
+/// The `observed` line of a real command that starts with `key`, tabs as spaces.
+fn observed(v: &Value, key: &str) -> String {
+    v["commands"]["observed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key} line: {v}"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Issue 15's doctor lines, for each way a root worker is configured: the uid, gid and groups
+/// a real command ran with, whether it could chmod a file it does not own, the warning, and
+/// where the special-bits rule sits.
+#[test]
+fn doctor_reports_the_command_user_and_the_foreign_chmod_probe() {
+    if !is_root() {
+        eprintln!("SKIPPED: the command user cases need root");
+        return;
+    }
+    let root = tempdir();
+    let mut c = jailed(root.path());
+    c.confinement.run_as = Some("4242:4343".into());
+    let v = doctor_with(&c);
+    let cmds = &v["commands"];
+    assert!(
+        cmds["user"]
+            .as_str()
+            .unwrap()
+            .starts_with("4242:4343 groups [4343]"),
+        "{v}"
+    );
+    assert_eq!(observed(&v, "Uid:"), "Uid: 4242 4242 4242 4242");
+    assert_eq!(observed(&v, "Gid:"), "Gid: 4343 4343 4343 4343");
+    assert_eq!(observed(&v, "Groups:"), "Groups: 4343");
+    assert!(
+        cmds["foreign_chmod"].as_str().unwrap().starts_with("no ("),
+        "{v}"
+    );
+    assert!(
+        cmds["seccomp_denied"].as_array().unwrap().iter().any(|s| s
+            == "chmod/fchmod/fchmodat/fchmodat2 setting setuid or setgid (in the executor's own filter)"),
+        "{v}"
+    );
+    assert_eq!(cmds["run_as_warning"], Value::Null, "{v}");
+
+    // A root-owned primary root, run_as unset: nobody, and the warning naming the fix.
+    let mut c = jailed(root.path());
+    c.confinement.run_as = None;
+    let v = doctor_with(&c);
+    assert_eq!(observed(&v, "Uid:"), "Uid: 65534 65534 65534 65534");
+    let w = v["commands"]["run_as_warning"].as_str().unwrap_or_default();
+    assert!(
+        w.contains("confinement.run_as") && w.contains("change the owner of"),
+        "{v}"
+    );
+    assert!(v["warnings"].to_string().contains(w), "{v}");
+
+    // Root, unjailed: root, said plainly; the probe shows a command could chmod root's files.
+    let v = doctor_with(&Config::builtin_default());
+    assert_eq!(observed(&v, "Uid:"), "Uid: 0 0 0 0");
+    assert!(
+        v["commands"]["foreign_chmod"]
+            .as_str()
+            .unwrap()
+            .starts_with("yes"),
+        "{v}"
+    );
+    assert!(
+        v["warnings"]
+            .to_string()
+            .contains("unjailed as root: commands run as root"),
+        "{v}"
+    );
+}

@@ -1,7 +1,8 @@
 //! What per-spawn confinement costs: `/bin/true` spawned and reaped with and without the
 //! child-side Landlock + seccomp + no_new_privs + rlimits, interleaved in one run.
 //!
-//! Run: `cargo bench -p iii-shell-executor --bench confine_cost` (BENCH_ITERS, default 2000).
+//! Run: `cargo bench -p iii-shell-executor --bench confine_cost` (BENCH_ITERS, default 2000;
+//! `BENCH_SPECIAL_BITS=1` adds the special-bits rule loaded per spawn against inherited).
 
 use std::time::Instant;
 
@@ -100,7 +101,46 @@ fn main() {
             p50b / p50a
         );
     }
+    if std::env::var_os("BENCH_SPECIAL_BITS").is_some() {
+        special_bits(iters);
+    }
     println!(
         "command: cargo bench -p iii-shell-executor --bench confine_cost   (iterations: {iters})"
+    );
+}
+
+/// The special-bits rule loaded by every child (as before issue 15's follow-up, and still
+/// after a reload turns `fs.allow_special_bits` off) against inherited from this process (as
+/// the executor now installs it at its first policy), both with Landlock off, interleaved.
+fn special_bits(iters: usize) {
+    use iii_shell_executor::confine::special_bits;
+    let mut c = Config::builtin_default();
+    c.confinement.landlock = false;
+    let per_spawn = CommandConfinement::build(&c, &Default::default()).expect("confinement");
+    assert_eq!(per_spawn.special_bits, special_bits::Placement::PerSpawn);
+    special_bits::settle(true);
+    let mut inherited = CommandConfinement::build(&c, &Default::default()).expect("confinement");
+    inherited
+        .replace_special_bits(false, true)
+        .expect("placement");
+    assert_eq!(inherited.special_bits, special_bits::Placement::Inherited);
+    for _ in 0..200 {
+        once(Some(&per_spawn));
+        once(Some(&inherited));
+    }
+    let (mut a, mut b) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for _ in 0..iters {
+        a.push(once(Some(&per_spawn)));
+        b.push(once(Some(&inherited)));
+    }
+    let (p50a, p99a) = (pct(&mut a, 0.5), pct(&mut a, 0.99));
+    let (p50b, p99b) = (pct(&mut b, 0.5), pct(&mut b, 0.99));
+    println!("special-bits rule (Landlock off, no_new_privs + rlimits in both):");
+    println!("  loaded per spawn      p50 {p50a:7.0} us  p99 {p99a:7.0} us");
+    println!("  inherited             p50 {p50b:7.0} us  p99 {p99b:7.0} us");
+    println!(
+        "  per-spawn load costs  p50 {:+7.0} us  ({:.3}x)",
+        p50a - p50b,
+        p50a / p50b
     );
 }

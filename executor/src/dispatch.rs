@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, doctor, fs, jobs, pty, run, run_as, turns, ui_state, Executor};
+use crate::{coder, confine, doctor, fs, jobs, pty, run, run_as, turns, ui_state, Executor};
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -83,7 +83,15 @@ impl Executor {
         }
         let built = Policy::build(generation, config_json)
             .and_then(|p| self.within_envelope(p))
-            .and_then(|p| run_as::apply(&p.config).map(|()| p));
+            .and_then(|p| run_as::apply(&p.config).map(|()| p))
+            .and_then(|mut p| {
+                // The first policy decides whether the executor's own filter holds the
+                // special-bits rule (then no child loads it); place it again.
+                let allow = p.config.fs.allow_special_bits;
+                let seccomp = p.config.confinement.seccomp;
+                confine::special_bits::settle(confine::special_bits::wanted(allow, seccomp));
+                p.commands.replace_special_bits(allow, seccomp).map(|()| p)
+            });
         match built {
             Ok(p) => {
                 tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");

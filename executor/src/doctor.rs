@@ -154,13 +154,15 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             NetworkAccess::DenyBind => "deny bind".into(),
             NetworkAccess::Deny => "deny bind and connect".into(),
         },
-        seccomp_denied: policy
-            .commands
-            .spawn_filter
-            .iter()
-            .flat_map(|f| f.denied.first())
-            .chain(policy.commands.seccomp.iter().flat_map(|f| f.denied.iter()))
-            .map(|s| s.to_string())
+        seccomp_denied: special_bits_line(policy.commands.special_bits)
+            .into_iter()
+            .chain(
+                policy
+                    .commands
+                    .seccomp
+                    .iter()
+                    .flat_map(|f| f.denied.iter().map(|s| s.to_string())),
+            )
             .collect(),
         rlimits,
         cgroups: crate::tree::cgroups_usable(),
@@ -184,6 +186,16 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         commands,
         envelope,
         jobs: Default::default(),
+    }
+}
+
+/// The special-bits rule as `doctor` lists it, saying where it is loaded.
+fn special_bits_line(p: crate::confine::special_bits::Placement) -> Option<String> {
+    use crate::confine::special_bits::{Placement, DENIED};
+    match p {
+        Placement::Off => None,
+        Placement::Inherited => Some(format!("{DENIED} (in the executor's own filter)")),
+        Placement::PerSpawn => Some(format!("{DENIED} (loaded per spawn)")),
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use iii_shell_protocol::config::{Config, ConfinementMode};
 
-use crate::confine::{landlock_rules, seccomp, Rlimits};
+use crate::confine::{landlock_rules, seccomp, special_bits, Rlimits};
 use crate::spawn::ChildConfinement;
 
 use crate::denylist::Denylist;
@@ -41,9 +41,26 @@ pub struct CommandConfinement {
     /// loading it again per spawn would only cost time.
     pub seccomp_per_spawn: bool,
     /// What each command loads: the per-spawn deny filter when there is one, behind the
-    /// special-bits rule unless `fs.allow_special_bits` (see `confine::special_bits`).
+    /// special-bits rule when that is not in the executor's own filter already (see
+    /// `confine::special_bits`).
     pub spawn_filter: Option<Arc<seccomp::Filter>>,
+    /// Where the special-bits rule sits for this policy.
+    pub special_bits: special_bits::Placement,
     pub rlimits: Rlimits,
+}
+
+/// What each command loads: the per-spawn deny filter (when the live list differs from the
+/// executor's), with the special-bits rule in front when it is placed per spawn.
+fn spawn_filter(
+    seccomp: &Option<Arc<seccomp::Filter>>,
+    per_spawn: bool,
+    placement: special_bits::Placement,
+) -> Option<Arc<seccomp::Filter>> {
+    let deny = seccomp.as_ref().filter(|_| per_spawn);
+    match placement {
+        special_bits::Placement::PerSpawn => Some(Arc::new(special_bits::with(deny.map(|f| &**f)))),
+        special_bits::Placement::Off | special_bits::Placement::Inherited => deny.cloned(),
+    }
 }
 
 impl CommandConfinement {
@@ -63,19 +80,21 @@ impl CommandConfinement {
             (Some(_), None) => true,
             (None, _) => false,
         };
-        let per_spawn = seccomp.as_ref().filter(|_| seccomp_per_spawn);
-        let spawn_filter = if config.confinement.seccomp && !config.fs.allow_special_bits {
-            Some(Arc::new(crate::confine::special_bits::with(
-                per_spawn.map(|f| &**f),
-            )))
-        } else {
-            per_spawn.cloned()
-        };
+        // A policy the executor's filter contradicts (special bits allowed under the rule)
+        // is refused by `replace_special_bits`, after the envelope's checks; until then the
+        // rule the kernel enforces is the inherited one.
+        let placement = special_bits::placement(
+            config.fs.allow_special_bits,
+            config.confinement.seccomp,
+            special_bits::in_executor(),
+        )
+        .unwrap_or(special_bits::Placement::Inherited);
         let c = CommandConfinement {
             landlock,
+            spawn_filter: spawn_filter(&seccomp, seccomp_per_spawn, placement),
+            special_bits: placement,
             seccomp,
             seccomp_per_spawn,
-            spawn_filter,
             rlimits: Rlimits::from_config(&config.confinement.rlimits),
         };
         let mut extra_gaps = Vec::new();
@@ -102,6 +121,20 @@ impl CommandConfinement {
             }
         }
         Ok(c)
+    }
+
+    /// Places the special-bits rule again, after the executor's first policy settled whether
+    /// its own filter holds it (`confine::special_bits::settle`).
+    pub fn replace_special_bits(
+        &mut self,
+        allow_special_bits: bool,
+        seccomp: bool,
+    ) -> Result<(), String> {
+        let placement =
+            special_bits::placement(allow_special_bits, seccomp, special_bits::in_executor())?;
+        self.special_bits = placement;
+        self.spawn_filter = spawn_filter(&self.seccomp, self.seccomp_per_spawn, placement);
+        Ok(())
     }
 
     /// What a spawned child applies to itself.

@@ -186,9 +186,14 @@ pub fn job_cgroup_base_of(pid: u32) -> Option<PathBuf> {
     })?;
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let base = mount
-        .join(rel.trim_start_matches('/'))
-        .join(format!("iii-shell-{pid}"));
+    let here = mount.join(rel.trim_start_matches('/'));
+    // An executor that became the command user moved itself into `<base>/executor`.
+    let name = format!("iii-shell-{pid}");
+    let base = if here.ends_with(Path::new(&name).join("executor")) {
+        here.parent()?.to_path_buf()
+    } else {
+        here.join(name)
+    };
     base.is_dir().then_some(base)
 }
 

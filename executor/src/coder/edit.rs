@@ -283,7 +283,7 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
     commit(
         &parent,
         &applied.body,
-        st.st_mode & 0o7777,
+        ctx.kept_mode(st.st_mode),
         Some((st.st_uid, st.st_gid)),
         false,
     )

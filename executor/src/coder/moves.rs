@@ -202,7 +202,7 @@ fn move_one(ctx: &Ctx<'_>, spec: &MoveFileSpec) -> Result<(String, String, bool)
     commit(
         &dst,
         &data,
-        st.st_mode & 0o7777,
+        ctx.kept_mode(st.st_mode),
         Some((st.st_uid, st.st_gid)),
         !spec.overwrite,
     )
