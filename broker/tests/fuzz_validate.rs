@@ -51,7 +51,7 @@ fn runner(default: u32) -> TestRunner {
 /// cases, the count, wall time and this process's user and system CPU time.
 fn tick(name: &str, n: &std::cell::Cell<u64>, start: std::time::Instant) {
     n.set(n.get() + 1);
-    if n.get() % 250_000 == 0 {
+    if n.get().is_multiple_of(250_000) {
         let (u, s) = cpu_secs();
         eprintln!(
             "{name}: {} cases, {:.0} s wall, {u} s user, {s} s sys",
