@@ -294,3 +294,14 @@ fn fuzz_every_function_in_process() {
     );
     assert!(reached.get() > 0, "no payload passed validation");
 }
+
+/// The case the exec harness found: the broker let an env value with a NUL byte through to
+/// the executor, which refused it. The broker now answers first, with the executor's words.
+#[test]
+fn exec_env_value_with_nul_is_refused_by_the_broker() {
+    let c = config(std::path::Path::new("/tmp"));
+    let payload = serde_json::json!({"command": "echo", "env": {"A": "a\u{0}b"}});
+    let e = exec_request(&payload, &c).expect_err("a NUL in an env value is refused");
+    assert_eq!(e.code, "S210");
+    assert_eq!(e.message, "env value of 'A' contains a NUL byte");
+}
