@@ -119,6 +119,14 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
         .into_iter()
         .collect();
     env_policy::check_overrides(env.iter().map(|(k, _)| k.as_str())).map_err(|e| e.to_wire())?;
+    // The executor refuses these too (`command::check`); the broker answers first, with the
+    // same S210 and wording (found by `tests/fuzz_validate.rs`).
+    if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
+        return Err(WireError::new(
+            Code::S210,
+            format!("env value of '{k}' contains a NUL byte"),
+        ));
+    }
     if let Some(cwd) = &request.cwd {
         if cwd.is_empty() {
             return Err(WireError::new(Code::S210, "cwd is empty"));
