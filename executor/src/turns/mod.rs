@@ -1203,6 +1203,38 @@ mod tests {
     }
 
     #[test]
+    fn structure_folds_first_record_wins_and_stays_off_the_wire() {
+        let recs = [
+            json!({"t": "start", "turn_id": "t", "started_at": 1}),
+            json!({"t": "meta", "turn_id": "t", "path": "/d", "kind": "dir", "existed": false, "mode": 0, "at": 2}),
+            json!({"t": "meta", "turn_id": "t", "path": "/d", "kind": "dir", "existed": true, "mode": 493, "at": 3}),
+            json!({"t": "meta", "turn_id": "t", "path": "/l", "kind": "link", "existed": true, "mode": 511, "link": "x", "at": 4}),
+        ];
+        let t = fold(&recs);
+        assert_eq!(
+            t[0].metas,
+            [
+                Meta {
+                    path: "/d".into(),
+                    kind: "dir".into(),
+                    existed: false,
+                    mode: Some(0),
+                    link: None
+                },
+                Meta {
+                    path: "/l".into(),
+                    kind: "link".into(),
+                    existed: true,
+                    mode: Some(0o777),
+                    link: Some("x".into())
+                },
+            ]
+        );
+        assert!(t[0].files.is_empty());
+        assert!(serde_json::to_value(&t[0]).unwrap().get("metas").is_none());
+    }
+
+    #[test]
     fn a_failed_call_leaves_the_kind_and_cause_of_an_earlier_change() {
         let r = |v: Value| v;
         let recs = [

@@ -214,4 +214,57 @@ mod tests {
             &json!({"paths": ["/a"], "recursive": true})
         ));
     }
+
+    #[test]
+    fn the_directories_a_create_would_make_and_a_tree_scan() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(root.join("have/sub")).unwrap();
+        std::fs::create_dir_all(root.join("private")).unwrap();
+        std::fs::write(root.join("have/sub/f"), "x").unwrap();
+        std::os::unix::fs::symlink("f", root.join("have/sub/l")).unwrap();
+        let v = json!({"fs": {"host_roots": [root.to_string_lossy()],
+            "denylist_paths": [root.join("private").to_string_lossy()]}});
+        let p = Policy::build(1, &v.to_string()).unwrap();
+        let r = root.to_string_lossy();
+        assert_eq!(
+            missing_dirs(&p, &format!("{r}/a/b/c.txt"), false),
+            [format!("{r}/a"), format!("{r}/a/b")]
+        );
+        assert_eq!(
+            missing_dirs(&p, &format!("{r}/have/n"), true),
+            [format!("{r}/have/n")]
+        );
+        assert!(missing_dirs(&p, &format!("{r}/have/sub/g"), false).is_empty());
+        assert!(
+            missing_dirs(&p, &format!("{r}/private/x/y"), false).is_empty(),
+            "a denied ancestor is never recorded"
+        );
+        let mut got: Vec<(String, &str, Option<String>)> = scan(&p, &format!("{r}/have"))
+            .unwrap()
+            .into_iter()
+            .map(|e| {
+                (
+                    e.path.trim_start_matches(r.as_ref()).to_string(),
+                    e.kind,
+                    e.link,
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("/have".to_string(), "dir", None),
+                ("/have/sub".to_string(), "dir", None),
+                ("/have/sub/f".to_string(), "file", None),
+                ("/have/sub/l".to_string(), "link", Some("f".to_string())),
+            ]
+        );
+        assert!(
+            scan(&p, &format!("{r}/have/sub/f")).is_none(),
+            "not a directory"
+        );
+        assert!(scan(&p, &format!("{r}/private")).is_none(), "denied");
+    }
 }
