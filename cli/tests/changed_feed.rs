@@ -667,3 +667,54 @@ async fn a_slow_subscriber_delays_nobody_else() {
         "the slow subscriber was fired at most once: fire-and-forget means every event goes out"
     );
 }
+
+/// A revert restores files through the same atomic replace as any fs call, in a
+/// subdirectory as at the root: the watcher reports both (the console page saw an event for a
+/// root-level file and none for `src/x`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_in_a_subdirectory_of_a_watched_root_produces_an_event_for_that_file() {
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().to_string_lossy().into_owned();
+    let s = setup(|c| c.turns.data_dir = d).await;
+    std::fs::create_dir_all(s.root.join("src/deep")).unwrap();
+    std::fs::write(s.root.join("src/x"), "one\n").unwrap();
+    std::fs::write(s.root.join("src/deep/y"), "one\n").unwrap();
+    s.bind_ok("rv").await;
+    let call = |f: &'static str, v: Value| {
+        let c = &s.caller;
+        async move { c.call(f, v).await.unwrap() }
+    };
+    call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    call(
+        "shell::fs::write",
+        json!({"files": [{"path": "src/x", "content": "two\n"}, {"path": "src/deep/y", "content": "two\n"},
+                         {"path": "plain.txt", "content": "two\n"}]}),
+    )
+    .await;
+    call(
+        "shell::turns::on-turn-completed",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    s.settled_events("src/x").await;
+    s.settled_events("src/deep/y").await;
+    s.seen.lock().unwrap().clear();
+    let rv = call(
+        "shell::turns::revert",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    assert_eq!(rv["reverted"], 3, "{rv}");
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("src/x")).unwrap(),
+        "one\n"
+    );
+    for p in ["plain.txt", "src/x", "src/deep/y"] {
+        let ev = s.settled_events(p).await;
+        assert_one_event(&ev, &s.root, p, &["modified", "created"], "rv");
+    }
+}

@@ -438,9 +438,8 @@ async fn coder_and_fs_calls_without_hooks_record_into_the_open_turn_and_revert_b
         (json!(10), json!(0)),
         "{rv}"
     );
-    // The empty directories the creates made are left (revert removes files only).
-    std::fs::remove_dir(s.root.join("deep/er")).unwrap();
-    std::fs::remove_dir(s.root.join("deep")).unwrap();
+    // The directories the creates made are removed with the files.
+    assert!(!s.root.join("deep").exists(), "{rv}");
     assert_eq!(hashes(&s.root), before, "{rv}");
 }
 
@@ -635,4 +634,153 @@ async fn a_broken_turn_store_blocks_no_call() {
     s.worker
         .expect_log("cannot keep the pre-images of a call in the open turn")
         .await;
+}
+
+/// Every entry below `root`: relative path → type, mode and content hash (a symlink by its
+/// target), so a revert that loses a directory, a mode or a link shows as a difference.
+fn full_tree(root: &Path) -> BTreeMap<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let mode = m.permissions().mode() & 0o7777;
+            let v = if m.file_type().is_symlink() {
+                format!("link->{}", std::fs::read_link(&p).unwrap().display())
+            } else if m.is_dir() {
+                walk(&p, root, out);
+                format!("dir {mode:o}")
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                format!("file {mode:o} {}", iii_shell_test_sha(&bytes))
+            };
+            out.insert(rel, v);
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn iii_shell_test_sha(bytes: &[u8]) -> String {
+    let sum: u64 = bytes
+        .iter()
+        .enumerate()
+        .fold(1469598103934665603u64, |h, (i, b)| {
+            (h ^ (*b as u64 + i as u64)).wrapping_mul(1099511628211)
+        });
+    format!("{sum:x}:{}", bytes.len())
+}
+
+/// Recursive and structural changes (issue 18): `rm -r` of a nested tree holding a 0600 file,
+/// an empty directory and a symlink; `sed` over a tree; `mkdir -p` then a write inside;
+/// `chmod` of a file and a directory. After revert the whole tree (entry set, types, modes,
+/// contents, link targets) is what it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recursive_and_structural_changes_revert_to_an_identical_tree() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup().await;
+    let r = &s.root;
+    std::fs::create_dir_all(r.join("gone/a/b")).unwrap();
+    std::fs::create_dir_all(r.join("gone/empty")).unwrap();
+    std::fs::write(r.join("gone/top.txt"), "top\n").unwrap();
+    std::fs::write(r.join("gone/a/secret"), "only me\n").unwrap();
+    std::fs::set_permissions(r.join("gone/a/secret"), PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::write(r.join("gone/a/b/deep.bin"), [0u8, 1, 2, 0xff]).unwrap();
+    std::fs::set_permissions(r.join("gone/a/b"), PermissionsExt::from_mode(0o750)).unwrap();
+    std::os::unix::fs::symlink("../top.txt", r.join("gone/a/link")).unwrap();
+    std::fs::create_dir_all(r.join("src/m")).unwrap();
+    std::fs::write(r.join("src/m/one.rs"), "colour\n").unwrap();
+    std::fs::write(r.join("src/two.rs"), "colour colour\n").unwrap();
+    std::fs::write(r.join("src/three.rs"), "no match\n").unwrap();
+    std::fs::write(r.join("mode.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(r.join("mode.sh"), PermissionsExt::from_mode(0o644)).unwrap();
+    let before = full_tree(r);
+
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    s.call("shell::fs::rm", json!({"path": "gone", "recursive": true}))
+        .await;
+    assert!(!r.join("gone").exists());
+    let sed = s
+        .call(
+            "shell::fs::sed",
+            json!({"path": "src", "recursive": true, "pattern": "colour", "replacement": "color"}),
+        )
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(r.join("src/m/one.rs")).unwrap(),
+        "color\n",
+        "{sed}"
+    );
+    s.call(
+        "shell::fs::mkdir",
+        json!({"path": "made/x/y", "parents": true}),
+    )
+    .await;
+    s.call(
+        "shell::fs::write",
+        json!({"path": "made/x/y/f.txt", "content": "new\n"}),
+    )
+    .await;
+    s.call(
+        "shell::fs::write",
+        json!({"path": "also/made/g.txt", "content": "new\n", "parents": true}),
+    )
+    .await;
+    s.call(
+        "shell::fs::chmod",
+        json!({"path": "mode.sh", "mode": "0755"}),
+    )
+    .await;
+    s.call("shell::fs::chmod", json!({"path": "src/m", "mode": "0700"}))
+        .await;
+    s.call(
+        "shell::turns::on-turn-completed",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    assert_ne!(full_tree(r), before);
+
+    let got = s
+        .call(
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await;
+    let files: Vec<&str> = got["turn"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for want in [
+        "gone/top.txt",
+        "gone/a/secret",
+        "gone/a/b/deep.bin",
+        "src/m/one.rs",
+        "src/two.rs",
+    ] {
+        assert!(
+            files.iter().any(|f| f.ends_with(want)),
+            "{want} not recorded: {got}"
+        );
+    }
+    assert!(
+        !files.iter().any(|f| f.ends_with("src/three.rs")),
+        "a file sed left alone is not in the turn: {got}"
+    );
+
+    let rv = s
+        .call(
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await;
+    assert_eq!(rv["failed"], 0, "{rv}");
+    assert_eq!(full_tree(r), before, "{rv}");
 }

@@ -65,8 +65,8 @@ fn anchored(base: Option<&Path>, p: &str) -> String {
     }
 }
 
-/// The hooked call an fs request is (`None` for one that changes no file body: reads,
-/// `mkdir`, `chmod`). Relative paths anchor on the primary root, as the jail resolves them.
+/// The hooked call an fs request is (`None` for one that changes nothing: reads). `mkdir` and
+/// `chmod` change no body; they record only structure (`tree`). Relative paths anchor on the primary root, as the jail resolves them.
 pub fn fs_call(policy: &Policy, op: &FsOp) -> Option<(&'static str, Value)> {
     let roots = policy.jail.roots();
     let base = roots.first().map(|r| r.path.as_path());
@@ -77,7 +77,20 @@ pub fn fs_call(policy: &Policy, op: &FsOp) -> Option<(&'static str, Value)> {
             json!({"files": files.iter().map(|f| json!({"path": a(&f.path)})).collect::<Vec<_>>()}),
         ),
         FsOp::WriteStream { path, .. } => ("shell::fs::write", json!({"path": a(path)})),
-        FsOp::Rm { path, .. } => ("shell::fs::rm", json!({"path": a(path)})),
+        FsOp::Rm { path, recursive } => (
+            "shell::fs::rm",
+            json!({"path": a(path), "recursive": recursive}),
+        ),
+        FsOp::Mkdir { path, parents, .. } => (
+            "shell::fs::mkdir",
+            json!({"path": a(path), "parents": parents}),
+        ),
+        FsOp::Chmod {
+            path, recursive, ..
+        } => (
+            "shell::fs::chmod",
+            json!({"path": a(path), "recursive": recursive}),
+        ),
         FsOp::Mv { src, dst, .. } => ("shell::fs::mv", json!({"src": a(src), "dst": a(dst)})),
         FsOp::Sed(s) => (
             "shell::fs::sed",
@@ -199,7 +212,10 @@ impl Turns {
     /// A store failure is logged and the request goes ahead unrecorded.
     pub fn begin(&self, policy: &Policy, function: &'static str, args: Value) -> Option<Recording> {
         let touches = super::model::touches(function, &args);
-        let first = touches.first()?.path.clone();
+        let first = touches
+            .first()
+            .map(|t| t.path.clone())
+            .or_else(|| args.get("path").and_then(Value::as_str).map(String::from))?;
         let ctx = self.open_ctx(Some(&first))?;
         match self.before_inner(policy, &ctx, function, &args) {
             Ok(before) if !before.is_empty() => Some(Recording {
@@ -221,20 +237,21 @@ impl Turns {
     /// request left it as it was.
     pub fn finish(&self, policy: &Policy, rec: Recording) {
         let touches = super::model::touches(rec.function, &rec.args);
-        for t in touches {
-            let path = Self::absolute(policy, &rec.ctx, &t.path);
-            let Some((_, before)) = rec.before.iter().find(|(p, _)| *p == path) else {
-                continue;
-            };
-            let Ok(now) = super::current_revision(policy, &path) else {
+        // Every recorded path: the call's own and those inside a tree it reached into.
+        for (path, before) in &rec.before {
+            let from = touches
+                .iter()
+                .find(|t| Self::absolute(policy, &rec.ctx, &t.path) == *path)
+                .and_then(|t| t.from.clone());
+            let Ok(now) = super::current_revision(policy, path) else {
                 continue;
             };
             // A move left nothing to undo only when its source is still there.
-            let source_kept = t.from.as_deref().is_none_or(|f| {
+            let source_kept = from.as_deref().is_none_or(|f| {
                 let from = Self::absolute(policy, &rec.ctx, f);
                 matches!(super::current_revision(policy, &from), Ok(Some(_)))
             });
-            let r = if &now == before && source_kept {
+            let r = if now == *before && source_kept {
                 json!({"t": "drop_if_same", "turn_id": rec.ctx.turn, "path": path, "revision": now})
             } else {
                 json!({"t": "post", "turn_id": rec.ctx.turn, "path": path, "after_revision": now, "at": now_ms()})
@@ -338,7 +355,10 @@ mod tests {
                     recursive: false
                 }
             ),
-            Some(("shell::fs::rm", json!({"path": format!("{r}/e")})))
+            Some((
+                "shell::fs::rm",
+                json!({"path": format!("{r}/e"), "recursive": false})
+            ))
         );
         assert_eq!(fs_call(&p, &FsOp::Stat { path: "a".into() }), None);
         assert_eq!(
@@ -350,7 +370,10 @@ mod tests {
                     parents: true
                 }
             ),
-            None
+            Some((
+                "shell::fs::mkdir",
+                json!({"path": format!("{r}/a"), "parents": true})
+            ))
         );
         let call = CoderCall {
             scope: Default::default(),

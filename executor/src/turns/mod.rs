@@ -21,6 +21,7 @@
 pub mod calls;
 pub mod model;
 pub mod store;
+pub mod tree;
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
@@ -335,19 +336,98 @@ impl Turns {
         args: &Value,
     ) -> Result<Vec<(String, Option<String>)>, ExecError> {
         let mut recorded = Vec::new();
-        for t in touches(function_id, args) {
-            let path = Self::absolute(policy, ctx, &t.path);
+        let append = |rec: &Value| -> Result<(), ExecError> {
+            self.with_store(policy, |s| s.append(&ctx.session, rec))?
+                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))
+        };
+        let meta = |e: &tree::Entry, existed: bool| {
+            json!({"t": "meta", "turn_id": ctx.turn, "path": e.path, "kind": e.kind,
+                "existed": existed, "mode": e.mode, "link": e.link, "at": now_ms()})
+        };
+        let created_dir = |p: String| tree::Entry {
+            path: p,
+            kind: "dir",
+            mode: 0,
+            link: None,
+        };
+        let mut pre = |path: String, kind: &str, from: Option<String>| -> Result<(), ExecError> {
             let Some(before) = self.capture(policy, &path) else {
-                continue;
+                return Ok(());
             };
             let rev = before.revision.clone();
-            let from = t.from.as_deref().map(|f| Self::absolute(policy, ctx, f));
-            let rec = json!({"t": "pre", "turn_id": ctx.turn, "path": path, "kind": t.kind,
+            append(
+                &json!({"t": "pre", "turn_id": ctx.turn, "path": path, "kind": kind,
                 "cause": function_id, "from": from, "root": ctx.root, "agent": ctx.agent,
-                "before": before, "at": now_ms()});
-            self.with_store(policy, |s| s.append(&ctx.session, &rec))?
-                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
+                "before": before, "at": now_ms()}),
+            )?;
             recorded.push((path, rev));
+            Ok(())
+        };
+        let deep = tree::recursive_call(function_id, args);
+        // Structure-only calls: the directories mkdir makes, the modes chmod changes.
+        if matches!(function_id, "shell::fs::mkdir" | "shell::fs::chmod") {
+            let Some(path) = args.get("path").and_then(Value::as_str) else {
+                return Ok(recorded);
+            };
+            let path = Self::absolute(policy, ctx, path);
+            if function_id == "shell::fs::mkdir" {
+                let parents = args
+                    .get("parents")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                let dirs = tree::missing_dirs(policy, &path, true);
+                let n = if parents {
+                    dirs.len()
+                } else {
+                    dirs.len().min(1)
+                };
+                for d in dirs.into_iter().rev().take(n) {
+                    append(&meta(&created_dir(d), false))?;
+                }
+            } else {
+                let entries = match deep.then(|| tree::scan(policy, &path)).flatten() {
+                    Some(v) => v,
+                    None => tree::stat_one(policy, &path).into_iter().collect(),
+                };
+                for e in entries.iter().filter(|e| e.kind != "link") {
+                    append(&meta(e, true))?;
+                }
+            }
+            return Ok(recorded);
+        }
+        for t in touches(function_id, args) {
+            let path = Self::absolute(policy, ctx, &t.path);
+            let from = t.from.as_deref().map(|f| Self::absolute(policy, ctx, f));
+            // Directories the call creates on the way (write/create parents, a move's
+            // destination directory) are removed again by revert when left empty.
+            if t.kind != "deleted" {
+                for d in tree::missing_dirs(policy, &path, false) {
+                    append(&meta(&created_dir(d), false))?;
+                }
+            }
+            if let Some(entries) = deep.then(|| tree::scan(policy, &path)).flatten() {
+                let rm = function_id == "shell::fs::rm";
+                for e in entries {
+                    match e.kind {
+                        "file" => {
+                            if rm {
+                                append(&meta(&e, true))?;
+                            }
+                            pre(e.path, t.kind, None)?;
+                        }
+                        _ if rm => append(&meta(&e, true))?,
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            if t.kind == "deleted" {
+                // A deleted symlink comes back as a link; a deleted file keeps its mode.
+                if let Some(e) = tree::stat_one(policy, &path) {
+                    append(&meta(&e, true))?;
+                }
+            }
+            pre(path, t.kind, from)?;
         }
         Ok(recorded)
     }
@@ -450,6 +530,16 @@ impl Turns {
                 }
             }
             results.push(r);
+        }
+        let metas: Vec<&Meta> = turn
+            .metas
+            .iter()
+            .filter(|m| paths.is_none_or(|p| p.iter().any(|x| x == &m.path)))
+            .collect();
+        // Structure is applied after the bodies and counted only when it fails.
+        for (path, e) in revert_metas(policy, &metas) {
+            failed += 1;
+            results.push(json!({"path": path, "kind": "structure", "action": "skipped", "success": false, "error": e}));
         }
         Ok(
             json!({"session_id": session, "turn_id": turn_id, "reverted": ok, "failed": failed, "results": results}),
@@ -681,6 +771,7 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                     ended_at: None,
                     title: None,
                     files: Vec::new(),
+                    metas: Vec::new(),
                 });
                 turns.len() - 1
             }
@@ -740,6 +831,19 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                         f.kind = compose(&f.kind, &kind).to_string();
                         f.cause = cause;
                     }
+                }
+            }
+            Some("meta") => {
+                let i = idx(&mut turns, id, at);
+                let path = r["path"].as_str().unwrap_or_default();
+                if !turns[i].metas.iter().any(|m| m.path == path) {
+                    turns[i].metas.push(Meta {
+                        path: path.to_string(),
+                        kind: r["kind"].as_str().unwrap_or("file").to_string(),
+                        existed: r["existed"].as_bool().unwrap_or(true),
+                        mode: r["mode"].as_u64().map(|m| m as u32 & 0o7777),
+                        link: r["link"].as_str().map(String::from),
+                    });
                 }
             }
             Some("drop_if_same") => {
@@ -872,6 +976,77 @@ fn revert_one(
         Ok(b) => ("restored", write_back(policy, &f.path, b)),
         Err(e) => ("restored", Err(e)),
     }
+}
+
+fn exists(policy: &Policy, path: &str) -> bool {
+    tree::stat_one(policy, path).is_some()
+}
+
+/// Applies a turn's structure records after its bodies were reverted: directories that
+/// existed come back (outermost first), links come back, modes are restored (innermost
+/// first), and directories the turn created are removed when empty (innermost first).
+/// Returns the failures, path and reason.
+fn revert_metas(policy: &Policy, metas: &[&Meta]) -> Vec<(String, String)> {
+    let mut failed = Vec::new();
+    let mut by_depth: Vec<&Meta> = metas.to_vec();
+    by_depth.sort_by_key(|m| m.path.matches('/').count());
+    for m in by_depth.iter().filter(|m| m.existed && m.kind == "dir") {
+        if !exists(policy, &m.path) {
+            if let Err(e) = crate::fs::ops::mkdir(policy, &m.path, 0o700, true) {
+                failed.push((m.path.clone(), e.to_string()));
+            }
+        }
+    }
+    for m in by_depth.iter().filter(|m| m.existed && m.kind == "link") {
+        let Some(target) = &m.link else { continue };
+        if exists(policy, &m.path) {
+            continue;
+        }
+        if let Err(e) = symlink(policy, &m.path, target) {
+            failed.push((m.path.clone(), e));
+        }
+    }
+    for m in by_depth
+        .iter()
+        .rev()
+        .filter(|m| m.existed && m.kind != "link")
+    {
+        let Some(mode) = m.mode else { continue };
+        let now = tree::stat_one(policy, &m.path);
+        if now
+            .as_ref()
+            .is_none_or(|e| e.mode == mode || e.kind == "link")
+        {
+            continue;
+        }
+        if let Err(e) = crate::fs::ops::chmod(policy, &m.path, mode, None, None, false) {
+            failed.push((m.path.clone(), e.to_string()));
+        }
+    }
+    for m in by_depth
+        .iter()
+        .rev()
+        .filter(|m| !m.existed && m.kind == "dir")
+    {
+        if tree::stat_one(policy, &m.path).is_some_and(|e| e.kind == "dir") {
+            // Not empty: something the turn did not make is inside; leave it.
+            let _ = crate::fs::ops::rm(policy, &m.path, false);
+        }
+    }
+    failed
+}
+
+fn symlink(policy: &Policy, path: &str, target: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let parent = policy.jail.parent(path, true).map_err(|e| e.to_string())?;
+    let t = std::ffi::CString::new(target).map_err(|e| e.to_string())?;
+    let name = parent.c_name();
+    // SAFETY: symlinkat with two NUL-terminated strings and a directory fd we own.
+    let rc = unsafe { libc::symlinkat(t.as_ptr(), parent.dir.as_raw_fd(), name.as_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
 }
 
 fn write_back(policy: &Policy, path: &str, body: &[u8]) -> Result<(), String> {
@@ -1025,6 +1200,38 @@ mod tests {
         assert_eq!(rv["failed"], 0, "{rv}");
         assert_eq!(rv["reverted"], 5, "{rv}");
         assert_eq!(tree(&root), before, "{rv}");
+    }
+
+    #[test]
+    fn structure_folds_first_record_wins_and_stays_off_the_wire() {
+        let recs = [
+            json!({"t": "start", "turn_id": "t", "started_at": 1}),
+            json!({"t": "meta", "turn_id": "t", "path": "/d", "kind": "dir", "existed": false, "mode": 0, "at": 2}),
+            json!({"t": "meta", "turn_id": "t", "path": "/d", "kind": "dir", "existed": true, "mode": 493, "at": 3}),
+            json!({"t": "meta", "turn_id": "t", "path": "/l", "kind": "link", "existed": true, "mode": 511, "link": "x", "at": 4}),
+        ];
+        let t = fold(&recs);
+        assert_eq!(
+            t[0].metas,
+            [
+                Meta {
+                    path: "/d".into(),
+                    kind: "dir".into(),
+                    existed: false,
+                    mode: Some(0),
+                    link: None
+                },
+                Meta {
+                    path: "/l".into(),
+                    kind: "link".into(),
+                    existed: true,
+                    mode: Some(0o777),
+                    link: Some("x".into())
+                },
+            ]
+        );
+        assert!(t[0].files.is_empty());
+        assert!(serde_json::to_value(&t[0]).unwrap().get("metas").is_none());
     }
 
     #[test]

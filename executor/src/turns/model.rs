@@ -74,6 +74,22 @@ pub struct TurnRecord {
     pub title: Option<String>,
     #[serde(default)]
     pub files: Vec<FileRecord>,
+    /// Structure before the turn (`tree`: directories, modes, links), first record per path
+    /// wins. Never on the wire.
+    #[serde(skip)]
+    pub metas: Vec<Meta>,
+}
+
+/// A `meta` record: the state of one entry before the turn that its body record cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub path: String,
+    /// `dir`, `file` or `link`.
+    pub kind: String,
+    /// Whether the entry existed before the turn (`false`: a directory the turn created).
+    pub existed: bool,
+    pub mode: Option<u32>,
+    pub link: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
