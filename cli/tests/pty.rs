@@ -1176,8 +1176,10 @@ async fn a_command_cannot_open_a_session_pty_by_path() {
             None => json!({}),
         };
         let s = open(&caller, &page, extra).await;
-        write(&caller, &s, "tty; echo tty-done\n").await;
-        page.wait_text(&s.id, "tty-done\r\n").await;
+        // The marker is computed by the shell, so the terminal's echo of the typed line
+        // (`tty-$((40+2))`) never matches it before the output arrives.
+        write(&caller, &s, "tty; echo tty-$((40+2))\n").await;
+        page.wait_text(&s.id, "tty-42\r\n").await;
         let text = page.text(&s.id);
         let at = text
             .rfind("/dev/pts/")
@@ -1203,8 +1205,8 @@ async fn a_command_cannot_open_a_session_pty_by_path() {
                 "{what}: {script}: {r}"
             );
         }
-        write(&caller, &s, "echo still-mine\n").await;
-        page.wait_text(&s.id, "still-mine\r\n").await;
+        write(&caller, &s, "echo still-$((40+2))\n").await;
+        page.wait_text(&s.id, "still-42\r\n").await;
         assert!(
             !page.text(&s.id).contains("FAKE-OUTPUT\r\n"),
             "{what}: a command wrote into the session: {:?}",
