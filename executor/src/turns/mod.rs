@@ -725,8 +725,12 @@ fn req_str(v: &Value, k: &str) -> Result<String, ExecError> {
 fn read_capped(policy: &Policy, path: &str) -> Result<Option<(Vec<u8>, bool)>, ()> {
     match policy
         .jail
-        .resolve_with(path, libc::O_RDONLY | libc::O_NOFOLLOW)
-    {
+        // O_NONBLOCK: a FIFO a command planted at the path (or swapped in after a tree scan)
+        // must not block the open; the S_IFREG check below then refuses it.
+        .resolve_with(
+            path,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+        ) {
         Ok(r) => {
             let st = crate::jail::fstat(&r.fd).map_err(|_| ())?;
             if st.st_mode & libc::S_IFMT != libc::S_IFREG {
@@ -1112,6 +1116,51 @@ mod tests {
         assert_eq!(
             call(t, p, "shell::turns::on-post-trigger", post),
             json!({"decision": "continue"})
+        );
+    }
+
+    /// A command can plant a FIFO where the next fs call writes: keeping its pre-image must
+    /// neither block on the open (no writer ever comes) nor record it.
+    #[test]
+    fn a_fifo_at_a_changed_path_neither_blocks_nor_is_recorded() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        let fifo = std::ffi::CString::new(root.join("pipe").to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let p = policy(&root, &data, 1 << 20);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || {
+            let t = Turns::default();
+            call(
+                &t,
+                &p,
+                "shell::turns::on-turn-started",
+                json!({"session_id": "s1", "turn_id": "t1"}),
+            );
+            hooked(&t, &p, "shell::fs::write", json!({"path": "pipe"}), || {
+                std::fs::remove_file(r.join("pipe")).unwrap();
+                std::fs::write(r.join("pipe"), "now a file").unwrap();
+            });
+            let got = call(
+                &t,
+                &p,
+                "shell::turns::get",
+                json!({"session_id": "s1", "turn_id": "t1"}),
+            );
+            let _ = tx.send(got);
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("keeping the pre-image of a FIFO blocked the call");
+        assert!(
+            got["turn"]["files"]
+                .as_array()
+                .is_none_or(|f| f.iter().all(|f| f["before"]["exists"] != true)),
+            "{got}"
         );
     }
 
