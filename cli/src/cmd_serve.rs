@@ -363,6 +363,9 @@ fn kill_what_it_left(dead: u32, broker_pid: u32) {
             tracing::warn!(path = %base.display(), "the dead executor's job cgroups are not gone yet");
         }
     }
+    // Its job twins in a cgroup v1 pids hierarchy, now empty (the same processes were in
+    // the v2 job cgroups just killed); the next executor's sweep removes any left behind.
+    iii_shell_executor::pids_v1::remove_base_of(dead);
     let me = std::process::id() as i32;
     let spared = |p: i32| p == broker_pid as i32 || p == me || p <= 1;
     // A SIGKILLed process can take a while to exit on a loaded host: keep killing until no

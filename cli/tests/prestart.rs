@@ -114,7 +114,7 @@ async fn commands_run_in_a_waiting_process_and_in_their_own_session_and_cgroup()
     let r = h
         .ok(
             "shell::exec",
-            json!({"command": "sh", "args": ["-c", "echo $$; cut -d' ' -f6 /proc/self/stat; grep -c /job- /proc/self/cgroup; pwd; cat"], "cwd": "/tmp", "stdin": "in", "env": {"X_MARK": "1"}}),
+            json!({"command": "sh", "args": ["-c", "echo $$; cut -d' ' -f6 /proc/self/stat; grep -c '^0::.*/job-' /proc/self/cgroup; pwd; cat"], "cwd": "/tmp", "stdin": "in", "env": {"X_MARK": "1"}}),
         )
         .await;
     assert_eq!(r["exit_code"], 0, "{r}");
@@ -513,4 +513,71 @@ async fn calls_of_every_kind_leave_the_executor_holding_no_more_descriptors() {
         "the executor held more after the calls\nbefore: {before_targets:?}\nafter:  {:?}",
         fd_targets(h.executor_pid)
     );
+}
+
+/// `confinement.job_limits.pids_max` binds a command a waiting process runs: the process
+/// joined its job's cgroups (on a hybrid host, also the job's twin in the cgroup v1 `pids`
+/// hierarchy) while it waited, before the call arrived. Bounded: the script starts at most
+/// 40 processes whatever happens.
+#[tokio::test]
+async fn pids_max_binds_a_command_run_in_a_waiting_process() {
+    use iii_shell_protocol::messages::Reply;
+    let mut c = Config::builtin_default();
+    c.confinement.job_limits.pids_max = Some(20);
+    let h = Harness::new(c).await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let Reply::Doctor(report) = h.services.executor.call(Request::Doctor).await.unwrap() else {
+        panic!("not a doctor reply")
+    };
+    let line = &report
+        .commands
+        .process_limits
+        .iter()
+        .find(|(k, _)| k == "pids.max")
+        .expect("a pids.max line")
+        .1;
+    if !line.starts_with("enforced: ") {
+        eprintln!("OUTCOME pids_max_not_enforceable_on_this_host: doctor says pids.max {line}");
+        assert!(
+            std::env::var_os("III_SHELL_REQUIRE_PIDS_MAX").is_none(),
+            "III_SHELL_REQUIRE_PIDS_MAX is set but this host cannot enforce pids.max: {line}"
+        );
+        return;
+    }
+    // The doctor's probe command took a waiting process; the pool is topped up after it.
+    let waiting = two_waiting(&h).await;
+    let m = format!(
+        "{}.{}",
+        7000 + std::process::id() % 1000,
+        std::process::id()
+    );
+    let needle = format!("sleep {m}");
+    let script = format!("echo $$; for i in $(seq 40); do sleep {m} & done 2>/dev/null; sleep 3");
+    let (r, n) = tokio::join!(
+        h.ok(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", script], "timeout_ms": 5000})
+        ),
+        async {
+            assert!(
+                eventually(Duration::from_secs(10), || !procs_with(&needle).is_empty()).await,
+                "the command never started"
+            );
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let n = procs_with(&needle).len();
+            for p in procs_with(&needle) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            n
+        }
+    );
+    let pid: i32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert!(
+        waiting.contains(&pid),
+        "the command ran as pid {pid}, not in one of the waiting processes {waiting:?}"
+    );
+    assert!(n <= 20, "{n} processes ran in a command limited to 20");
 }

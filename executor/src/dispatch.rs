@@ -55,7 +55,17 @@ impl Executor {
                 Ok(p) => self.fs_call(p, op, io).await,
                 Err(e) => done(Err(e)),
             },
-            Request::Doctor => (Ok(self.doctor().await), None),
+            Request::Doctor => {
+                // Its probe command may have used a pre-started process: top the pool up, as
+                // after any call that runs a command, off the reply's path.
+                let p = self.policy.get();
+                let cont: Option<fs::Continuation> = Some(Box::pin(async move {
+                    if let Some(p) = p {
+                        p.refill_warm();
+                    }
+                }));
+                (Ok(self.doctor().await), cont)
+            }
             Request::Ping => (Ok(Reply::Pong), None),
             Request::Coder(call) => (self.coder(*call).await, None),
             Request::Pty(op) => pty::handle(self, op, cancel, io).await,

@@ -130,6 +130,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
     let limits = confine::process_limits::LimitInputs {
         job_cgroups: crate::tree::cgroups_usable(),
         pids_controller: crate::tree::cgroup_base().is_some_and(|b| b.pids),
+        pids_v1: crate::tree::cgroup_base().is_some_and(|b| b.pids_v1.is_some()),
         memory_controller: crate::tree::cgroup_base().is_some_and(|b| b.memory),
         pids_max: c.job_limits.pids_max,
         memory_max: c.job_limits.memory_max_bytes,

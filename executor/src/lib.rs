@@ -15,6 +15,7 @@ pub mod error;
 pub mod fs;
 pub mod jail;
 pub mod jobs;
+pub mod pids_v1;
 pub mod policy;
 pub mod procfs;
 pub mod pty;

@@ -20,10 +20,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// fallback where clone3 is unavailable: the child writes "0" to it before execve. That write
 /// takes the cgroup threadgroup lock for writing, which waits for an RCU grace period
 /// (milliseconds on an idle machine), so it is only used when clone3 cannot be.
+///
+/// `pids_procs` (-1 for none) is the `cgroup.procs` of the job's twin in a cgroup v1 `pids`
+/// hierarchy ([`crate::pids_v1`]): the child always writes "0" to it, clone3 or not.
 #[derive(Debug, Clone, Copy)]
 pub struct CgroupTarget {
     pub dir: RawFd,
     pub procs: RawFd,
+    pub pids_procs: RawFd,
 }
 
 /// Everything a spawn needs, prepared in the parent.
@@ -233,6 +237,8 @@ struct ChildCtx {
     fds: [RawFd; 3],
     cwd: RawFd,
     cgroup_procs: RawFd,
+    /// The job's twin in a cgroup v1 `pids` hierarchy (-1: none).
+    pids_procs: RawFd,
     rlimits: crate::confine::Rlimits,
     no_new_privs: bool,
     landlock_fd: RawFd,
@@ -286,6 +292,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         ],
         cwd: plan.cwd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
         cgroup_procs: -1,
+        pids_procs: plan.cgroup.map_or(-1, |c| c.pids_procs),
         rlimits: plan.confinement.rlimits,
         no_new_privs: plan.confinement.no_new_privs,
         landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
@@ -424,9 +431,8 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         if libc::setsid() < 0 {
             return fail(ctx);
         }
-        if ctx.cgroup_procs >= 0 {
-            let zero = b"0";
-            if libc::write(ctx.cgroup_procs, zero.as_ptr() as *const c_void, 1) < 0 {
+        for procs in [ctx.cgroup_procs, ctx.pids_procs] {
+            if procs >= 0 && libc::write(procs, b"0".as_ptr() as *const c_void, 1) < 0 {
                 return fail(ctx);
             }
         }

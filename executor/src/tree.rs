@@ -19,8 +19,12 @@ use crate::spawn::CgroupTarget;
 #[derive(Debug)]
 pub struct CgroupBase {
     pub dir: PathBuf,
-    /// Job cgroups have `pids.max` (the `pids` controller is enabled below the base).
+    /// Job cgroups have `pids.max` (the `pids` controller is enabled below the base, or
+    /// each job has a twin in the cgroup v1 `pids` hierarchy).
     pub pids: bool,
+    /// Where the job twins in the cgroup v1 `pids` hierarchy are made, when `pids.max` comes
+    /// from there (see [`crate::pids_v1`]).
+    pub pids_v1: Option<PathBuf>,
     /// Job cgroups have `memory.max`.
     pub memory: bool,
 }
@@ -127,12 +131,29 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         let _ = std::fs::remove_dir(&dir);
         return None;
     }
-    let (pids, memory) = enable_controllers(&dir);
-    if !pids {
-        tracing::warn!(path = %dir.display(), "the cgroup v2 pids controller is not available for job cgroups (on this host it may be bound to a cgroup v1 hierarchy): confinement.job_limits.pids_max cannot be enforced, and RLIMIT_NPROC does not bind root; delegate the pids controller to iii-shell's cgroup to enforce it");
-    }
-    tracing::debug!(path = %dir.display(), pids, memory, "job cgroups enabled");
-    let base = CgroupBase { dir, pids, memory };
+    let (v2_pids, memory) = enable_controllers(&dir);
+    let pids_v1 = if v2_pids {
+        None
+    } else {
+        match crate::pids_v1::create_base() {
+            Ok(d) => {
+                tracing::info!(path = %d.display(), "the pids controller is bound to a cgroup v1 hierarchy: each job gets a twin there for its pids.max");
+                Some(d)
+            }
+            Err(why) => {
+                tracing::warn!(path = %dir.display(), "the pids controller is available neither for cgroup v2 job cgroups nor as a cgroup v1 hierarchy ({why}): confinement.job_limits.pids_max cannot be enforced, and RLIMIT_NPROC does not bind root; delegate the pids controller to iii-shell's cgroup to enforce it");
+                None
+            }
+        }
+    };
+    let pids = v2_pids || pids_v1.is_some();
+    tracing::debug!(path = %dir.display(), pids, v1 = pids_v1.is_some(), memory, "job cgroups enabled");
+    let base = CgroupBase {
+        dir,
+        pids,
+        pids_v1,
+        memory,
+    };
     check_clone3(&base);
     Some(base)
 }
@@ -236,6 +257,9 @@ pub fn hand_cgroup_base_to(uid: u32, gid: u32) {
         ] {
             nix::unistd::chown(&p, owner.0, owner.1).map_err(std::io::Error::from)?;
         }
+        if let Some(v1) = &base.pids_v1 {
+            crate::pids_v1::hand_base_to(v1, uid, gid)?;
+        }
         Ok(())
     })();
     if let Err(e) = r {
@@ -276,6 +300,8 @@ pub struct JobCgroup {
     /// under whatever policy is in force then, so [`JobCgroup::take_for`] rewrites them when
     /// they differ.
     limits: Option<JobLimits>,
+    /// Its twin in the cgroup v1 `pids` hierarchy, where `pids.max` comes from there.
+    pids_v1: Option<crate::pids_v1::PidsJob>,
 }
 
 impl JobCgroup {
@@ -310,7 +336,10 @@ impl JobCgroup {
         let (pids, memory) = cgroup_base().map_or((false, false), |b| (b.pids, b.memory));
         let old = self.limits;
         if pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
-            std::fs::write(self.dir.join("pids.max"), limit_value(limits.pids_max))?;
+            match &self.pids_v1 {
+                Some(v1) => v1.set_max(&limit_value(limits.pids_max))?,
+                None => std::fs::write(self.dir.join("pids.max"), limit_value(limits.pids_max))?,
+            }
         }
         if memory && old.map(|o| o.memory_max) != Some(limits.memory_max) {
             std::fs::write(self.dir.join("memory.max"), limit_value(limits.memory_max))?;
@@ -325,10 +354,22 @@ impl JobCgroup {
             return None;
         }
         let base = cgroup_base()?;
-        let dir = base
-            .dir
-            .join(format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let name = format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let dir = base.dir.join(&name);
         std::fs::create_dir(&dir).ok()?;
+        // The twin first: a job whose pids.max cannot be had gets no cgroup at all, so that
+        // it never runs under a limit `doctor` claims and the kernel does not apply.
+        let pids_v1 = match &base.pids_v1 {
+            None => None,
+            Some(v1) => match crate::pids_v1::PidsJob::create(v1, &name) {
+                Ok(twin) => Some(twin),
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %v1.display(), "cannot make a job's twin in the cgroup v1 pids hierarchy; the command runs without a job cgroup");
+                    let _ = std::fs::remove_dir(&dir);
+                    return None;
+                }
+            },
+        };
         let opened = (|| {
             use std::os::unix::fs::OpenOptionsExt;
             let dir_fd = std::fs::OpenOptions::new()
@@ -347,9 +388,13 @@ impl JobCgroup {
                 procs,
                 killed: std::sync::atomic::AtomicBool::new(false),
                 limits: None,
+                pids_v1,
             }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
+                if let Some(twin) = pids_v1 {
+                    twin.remove();
+                }
                 None
             }
         }
@@ -361,6 +406,7 @@ impl JobCgroup {
         CgroupTarget {
             dir: self.dir_fd.as_raw_fd(),
             procs: self.procs.as_raw_fd(),
+            pids_procs: self.pids_v1.as_ref().map_or(-1, |t| t.procs.as_raw_fd()),
         }
     }
 
@@ -422,7 +468,9 @@ impl JobCgroup {
 
     /// Removes the cgroup once it is empty; returns false while processes remain.
     pub fn remove(&self) -> bool {
-        std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists()
+        let v2 = std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists();
+        let v1 = self.pids_v1.as_ref().is_none_or(|t| t.remove());
+        v2 && v1
     }
 
     /// Gives an empty cgroup back: kept in the pool for the next job, or removed when the
@@ -639,6 +687,9 @@ pub fn kill_all_cgroups() {
         }
     }
     let _ = std::fs::remove_dir(&base.dir);
+    if let Some(v1) = &base.pids_v1 {
+        crate::pids_v1::remove_base(v1);
+    }
 }
 
 fn remove_when_empty(p: &Path) {

@@ -70,6 +70,9 @@ struct Block {
     err: AtomicI32,
     /// The child's end of the socketpair (same number in its descriptor table).
     sock: RawFd,
+    /// `cgroup.procs` of the job's twin in a cgroup v1 `pids` hierarchy (-1: none); the
+    /// child joins it during its setup, before any call is waiting for it.
+    pids_procs: RawFd,
     rlimits: Rlimits,
     no_new_privs: bool,
     landlock_fd: RawFd,
@@ -222,6 +225,7 @@ impl Block {
             state: AtomicU32::new(SETUP),
             err: AtomicI32::new(0),
             sock: -1,
+            pids_procs: -1,
             rlimits: Rlimits::default(),
             no_new_privs: false,
             landlock_fd: -1,
@@ -288,6 +292,7 @@ impl Warm {
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut block = Box::new(Block::empty());
         block.sock = theirs.as_raw_fd();
+        block.pids_procs = cgroup.target().pids_procs;
         block.stdio = [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
         block.rlimits = confinement.rlimits;
         block.no_new_privs = confinement.no_new_privs;
@@ -639,6 +644,15 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
         let rc = sys(libc::SYS_setsid, [0; 6]);
         if rc < 0 {
             return fail(rc);
+        }
+        if b.pids_procs >= 0 {
+            let rc = sys(
+                libc::SYS_write,
+                [b.pids_procs as usize, b"0".as_ptr() as usize, 1, 0, 0, 0],
+            );
+            if rc < 0 {
+                return fail(rc);
+            }
         }
         if b.no_new_privs {
             let rc = sys(

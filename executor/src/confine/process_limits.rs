@@ -3,17 +3,20 @@
 //!
 //! The kernel ignores `RLIMIT_NPROC` for uid 0 (root is exempt in `copy_process` whatever its
 //! capabilities), and for any other uid it counts every process of that uid on the host, not
-//! one job's. `pids.max` binds every uid, per job, but only where the job cgroup has the
-//! cgroup v2 `pids` controller: on a host whose `pids` controller is bound to a cgroup v1
-//! hierarchy it cannot be enabled on v2 at all.
+//! one job's. `pids.max` binds every uid, per job, where the job cgroup has the cgroup v2
+//! `pids` controller or, on a host whose `pids` controller is bound to a cgroup v1
+//! hierarchy (where v2 cannot offer it), where each job has a twin there
+//! ([`crate::pids_v1`]).
 
 /// What the limits depend on, read from the live executor and policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitInputs {
     /// Job cgroups exist (a writable cgroup v2 hierarchy with `cgroup.kill`).
     pub job_cgroups: bool,
-    /// Job cgroups have the `pids` controller.
+    /// Job cgroups have the `pids` controller (on v2, or through a v1 twin).
     pub pids_controller: bool,
+    /// ... and it is the cgroup v1 `pids` hierarchy's.
+    pub pids_v1: bool,
     /// Job cgroups have the `memory` controller.
     pub memory_controller: bool,
     /// `confinement.job_limits.pids_max`.
@@ -35,12 +38,16 @@ fn cgroup_limit(
     value: Option<u64>,
     what: &str,
     key: &str,
+    v1: bool,
 ) -> String {
     match value {
         None => format!("not set ({key} is null)"),
         Some(_) if !i.job_cgroups => format!("NOT enforced: {NO_CGROUPS}"),
         Some(_) if !controller => format!(
             "NOT enforced: the cgroup v2 {what} controller is not available to iii-shell's cgroup (bound to a cgroup v1 hierarchy on this host, or not delegated: add +{what} to the parent's cgroup.subtree_control)"
+        ),
+        Some(n) if v1 => format!(
+            "enforced: {n} per job (the job's twin in the cgroup v1 {what} hierarchy)"
         ),
         Some(n) => format!("enforced: {n} per job (the job cgroup)"),
     }
@@ -67,6 +74,7 @@ pub fn report(i: &LimitInputs) -> Vec<(String, String)> {
                 i.pids_max,
                 "pids",
                 "confinement.job_limits.pids_max",
+                i.pids_v1,
             ),
         ),
         (
@@ -77,6 +85,7 @@ pub fn report(i: &LimitInputs) -> Vec<(String, String)> {
                 i.memory_max,
                 "memory",
                 "confinement.job_limits.memory_max_bytes",
+                false,
             ),
         ),
         ("RLIMIT_NPROC".to_string(), nproc),
@@ -98,6 +107,7 @@ mod tests {
         LimitInputs {
             job_cgroups: true,
             pids_controller: true,
+            pids_v1: false,
             memory_controller: true,
             pids_max: Some(1024),
             memory_max: None,
@@ -152,6 +162,24 @@ mod tests {
             "enforced: 20 processes of uid 4242 on the whole host (every process of that uid counts, not one job's)"
         );
         assert!(processes_bounded(&u));
+    }
+
+    #[test]
+    fn pids_from_a_v1_twin() {
+        let i = LimitInputs {
+            pids_v1: true,
+            memory_max: Some(1 << 30),
+            ..base()
+        };
+        assert_eq!(
+            line(&i, "pids.max"),
+            "enforced: 1024 per job (the job's twin in the cgroup v1 pids hierarchy)"
+        );
+        assert_eq!(
+            line(&i, "memory.max"),
+            "enforced: 1073741824 per job (the job cgroup)"
+        );
+        assert!(processes_bounded(&i));
     }
 
     #[test]
