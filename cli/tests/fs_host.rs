@@ -3012,4 +3012,19 @@ async fn chmod_chowns_when_the_pinned_envelope_keeps_cap_chown() {
             "{p}"
         );
     }
+    // CAP_CHOWN would let a command chown another session's pty back to itself: doctor
+    // says so among the gaps (and the executor warned when it took the policy).
+    use iii_shell_protocol::messages::{Reply, Request};
+    let Reply::Doctor(report) = h.services.executor.call(Request::Doctor).await.unwrap() else {
+        panic!("not a doctor reply")
+    };
+    assert!(
+        report
+            .commands
+            .gaps
+            .iter()
+            .any(|g| g.starts_with("confinement.capabilities grants CAP_CHOWN: ")),
+        "{:?}",
+        report.commands.gaps
+    );
 }

@@ -105,6 +105,9 @@ impl Executor {
         match built {
             Ok(p) => {
                 tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
+                if let Some(gap) = doctor::terminal_gap(&p.config.confinement.capabilities) {
+                    tracing::warn!(generation, "{gap}");
+                }
                 if let Some(prev) = self.policy.get() {
                     let widened = iii_shell_policy::widening::widening(&prev.config, &p.config);
                     if !widened.is_empty() {

@@ -180,7 +180,12 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         run_as_warning: applied.and_then(|a| a.warning),
         process_limits: confine::process_limits::report(&limits),
         processes_bounded: confine::process_limits::processes_bounded(&limits),
-        gaps: ll.gaps.clone(),
+        gaps: ll
+            .gaps
+            .iter()
+            .cloned()
+            .chain(terminal_gap(&c.capabilities))
+            .collect(),
     };
     DoctorReport {
         executor,
@@ -188,6 +193,18 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         envelope,
         jobs: Default::default(),
     }
+}
+
+/// What `confinement.capabilities` opens of other sessions' terminals: the private devpts
+/// instance keeps them out of reach by their mode, which these capabilities override.
+pub fn terminal_gap(capabilities: &[String]) -> Option<String> {
+    let reach = iii_shell_confine::ptys::reachable_by_caps(capabilities);
+    (!reach.is_empty()).then(|| {
+        format!(
+            "confinement.capabilities grants {}: a command holding it can open the terminals of other sessions by path (/dev/pts/N), which the private devpts instance otherwise keeps out of reach; drop it unless commands need it",
+            reach.join(", ")
+        )
+    })
 }
 
 /// The special-bits rule as `doctor` lists it, saying where it is loaded.
@@ -221,5 +238,20 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
         }
         Ok(r) => format!("no ({})", r.stderr.trim()),
         Err(e) => format!("unknown (could not run chmod: {e})"),
+    }
+}
+
+#[cfg(test)]
+mod terminal_gap_tests {
+    use super::terminal_gap;
+
+    #[test]
+    fn only_capabilities_that_override_a_pty_mode_are_a_gap() {
+        assert_eq!(terminal_gap(&[]), None);
+        assert_eq!(terminal_gap(&["CAP_NET_BIND_SERVICE".into()]), None);
+        assert_eq!(
+            terminal_gap(&["net_bind_service".into(), "fowner".into(), "CAP_DAC_OVERRIDE".into()]),
+            Some("confinement.capabilities grants CAP_FOWNER, CAP_DAC_OVERRIDE: a command holding it can open the terminals of other sessions by path (/dev/pts/N), which the private devpts instance otherwise keeps out of reach; drop it unless commands need it".to_string())
+        );
     }
 }
