@@ -23,6 +23,7 @@ pub mod run;
 pub mod run_as;
 pub mod running;
 pub mod server;
+pub mod child;
 pub mod spawn;
 pub mod tree;
 pub mod turns;

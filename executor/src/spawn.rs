@@ -6,12 +6,13 @@
 //! child execs or exits, the cost does not grow with the executor's size (a `fork` of a fat
 //! parent copies its page tables; see BENCHMARKS.md).
 //!
-//! Everything the child needs (C strings, pointer arrays, fds) is prepared in the parent. The
-//! child runs [`child_main`], which makes only raw, async-signal-safe system calls and never
-//! allocates, locks, or unwinds.
+//! Everything the child needs (C strings, pointer arrays, fds) is prepared in the parent, as a
+//! [`crate::child::Setup`]; the child runs the one child routine ([`crate::child::run`]),
+//! which makes only raw system calls and never allocates, locks, or unwinds.
 
 use std::ffi::{c_void, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where a child starts: a job cgroup, given both ways the kernel can put a new process there.
 ///
@@ -228,48 +229,15 @@ pub struct Child {
     pub cgroup_refused_clone3: bool,
 }
 
-/// Plain data the child reads; lives on the parent's stack for the duration of the clone.
+/// What the child reads and writes; lives on the parent's stack for the duration of the
+/// clone (with `CLONE_VFORK` the parent is suspended until the child has exec'd or exited).
 #[repr(C)]
 struct ChildCtx {
-    program: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    fds: [RawFd; 3],
-    cwd: RawFd,
-    cgroup_procs: RawFd,
-    /// The job's twin in a cgroup v1 `pids` hierarchy (-1: none).
-    pids_procs: RawFd,
-    rlimits: crate::confine::Rlimits,
-    no_new_privs: bool,
-    landlock_fd: RawFd,
-    seccomp: *const libc::sock_fprog,
+    setup: crate::child::Setup,
     /// Written by the child when it fails before or at execve.
     err: i32,
     /// Set by the child just before execve: tells a child that ran from one killed at birth.
-    reached_exec: bool,
-    /// Make fd 0 (a terminal) the controlling terminal.
-    ctty: bool,
-}
-
-/// The kernel's `struct sigaction` (with `sa_restorer`, as on x86_64 and arm64).
-#[repr(C)]
-pub(crate) struct KernelSigaction {
-    pub handler: libc::sighandler_t,
-    pub flags: libc::c_ulong,
-    pub restorer: usize,
-    pub mask: u64,
-}
-
-impl KernelSigaction {
-    /// Just a disposition (`SIG_DFL` or `SIG_IGN`): no flags, no mask.
-    pub(crate) const fn of(handler: libc::sighandler_t) -> KernelSigaction {
-        KernelSigaction {
-            handler,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        }
-    }
+    reached_exec: AtomicBool,
 }
 
 const CHILD_STACK: usize = 64 * 1024;
@@ -282,28 +250,35 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     let envp_ptrs = plan.envp();
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
-        program: plan.program.as_ptr(),
-        argv: argv_ptrs.as_ptr(),
-        envp: envp_ptrs.as_ptr(),
-        fds: [
-            plan.stdin.as_raw_fd(),
-            plan.stdout.as_raw_fd(),
-            plan.stderr.as_raw_fd(),
-        ],
-        cwd: plan.cwd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
-        cgroup_procs: -1,
-        pids_procs: plan.cgroup.map_or(-1, |c| c.pids_procs),
-        rlimits: plan.confinement.rlimits,
-        no_new_privs: plan.confinement.no_new_privs,
-        landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
-        seccomp: fprog
-            .as_ref()
-            .map(|p| p as *const libc::sock_fprog)
-            .unwrap_or(std::ptr::null()),
+        setup: crate::child::Setup {
+            // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
+            // cgroup only where clone3 did not start the child inside it (set below).
+            join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
+            stdio: [
+                plan.stdin.as_raw_fd(),
+                plan.stdout.as_raw_fd(),
+                plan.stderr.as_raw_fd(),
+            ],
+            ctty: plan.controlling_tty,
+            no_new_privs: plan.confinement.no_new_privs,
+            landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
+            seccomp: fprog
+                .as_ref()
+                .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+            rlimits: plan.confinement.rlimits,
+            command: crate::child::Command {
+                program: plan.program.as_ptr(),
+                argv: argv_ptrs.as_ptr(),
+                envp: envp_ptrs.as_ptr(),
+                stdin: -1,
+                cwd: plan.cwd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            },
+            ..crate::child::Setup::new()
+        },
         err: 0,
-        reached_exec: false,
-        ctty: plan.controlling_tty,
+        reached_exec: AtomicBool::new(false),
     };
+    ctx.setup.reached_exec = &ctx.reached_exec;
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down on every architecture Linux runs this on; align the top to 16.
     let top = ((stack.as_mut_ptr() as usize + CHILD_STACK) & !15) as *mut c_void;
@@ -348,7 +323,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         }
     }
     let mut refused = false;
-    if pid >= 0 && !ctx.reached_exec && ctx.err == 0 {
+    if pid >= 0 && !ctx.reached_exec.load(Ordering::Acquire) && ctx.err == 0 {
         // The clone3 child never ran: killed at birth by its cgroup. Reap it and start the
         // command again the other way (the write works in such a cgroup).
         // SAFETY: CLONE_PIDFD stored a fresh pidfd that only we own.
@@ -363,7 +338,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     }
     if pid < 0 {
         // Without clone3 (or when it failed) the child joins the cgroup itself.
-        ctx.cgroup_procs = plan.cgroup.map(|c| c.procs).unwrap_or(-1);
+        ctx.setup.join[0] = plan.cgroup.map_or(-1, |c| c.procs);
         // SAFETY: `child_main` only performs async-signal-safe system calls on data in
         // `ctx`, which (with argv/envp and the strings they point to) outlives the call: with
         // CLONE_VFORK this thread is suspended until the child has called execve or _exit.
@@ -406,107 +381,18 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     Ok(child)
 }
 
-/// Runs in the child, on the child stack, sharing the parent's memory.
+/// Runs in the child, on the child stack, sharing the parent's memory: the one child
+/// routine, then the failure reported to the parent.
 extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
-    // SAFETY: `arg` is the ChildCtx the parent passed, alive until we exec or exit. Every call
-    // below is a raw system call wrapper listed as async-signal-safe; nothing allocates.
+    // SAFETY: `arg` is the ChildCtx the parent passed, alive until we exec or exit (the parent
+    // is suspended meanwhile); `child::run` makes only raw system calls on it.
     unsafe {
-        let ctx = &mut *(arg as *mut ChildCtx);
-        // Default dispositions for every signal (ignored ones survive execve otherwise: the
-        // Rust runtime ignores SIGPIPE). The raw system call is used because glibc's wrapper
-        // refuses the signals it reserves for itself (32 and 33).
-        let dfl = KernelSigaction::of(libc::SIG_DFL);
-        for sig in 1..65 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    sig,
-                    &dfl as *const KernelSigaction,
-                    std::ptr::null_mut::<KernelSigaction>(),
-                    8usize,
-                );
-            }
-        }
-        // A new session (and process group) so the whole job can be signalled at once.
-        if libc::setsid() < 0 {
-            return fail(ctx);
-        }
-        for procs in [ctx.cgroup_procs, ctx.pids_procs] {
-            if procs >= 0 && libc::write(procs, b"0".as_ptr() as *const c_void, 1) < 0 {
-                return fail(ctx);
-            }
-        }
-        for (target, &fd) in ctx.fds.iter().enumerate() {
-            if libc::dup2(fd, target as i32) < 0 {
-                return fail(ctx);
-            }
-        }
-        if ctx.ctty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-            return fail(ctx);
-        }
-        if ctx.cwd >= 0 && libc::fchdir(ctx.cwd) < 0 {
-            return fail(ctx);
-        }
-        for &(resource, value) in &ctx.rlimits.entries[..ctx.rlimits.len] {
-            let lim = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            if libc::setrlimit(resource as _, &lim) < 0 {
-                return fail(ctx);
-            }
-        }
-        if ctx.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-            return fail(ctx);
-        }
-        if ctx.landlock_fd >= 0
-            && libc::syscall(libc::SYS_landlock_restrict_self, ctx.landlock_fd, 0u32) < 0
-        {
-            return fail(ctx);
-        }
-        if !ctx.seccomp.is_null()
-            && libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0u32,
-                ctx.seccomp,
-            ) < 0
-        {
-            return fail(ctx);
-        }
-        // Nothing but stdio crosses execve: descriptors the executor inherited without
-        // close-on-exec (from the broker, or whoever started it) would otherwise reach every
-        // command. Marked rather than closed, so the fds above stay usable until execve.
-        if libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        ) < 0
-        {
-            // Kernels before 5.11: mark a bounded range one by one.
-            for fd in 3..4096 {
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            }
-        }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        std::ptr::write_volatile(&mut ctx.reached_exec, true);
-        libc::execve(ctx.program, ctx.argv, ctx.envp);
-        fail(ctx)
-    }
-}
-
-/// Records errno for the parent and exits without running any atexit handler.
-unsafe fn fail(ctx: &mut ChildCtx) -> libc::c_int {
-    // SAFETY (caller): runs in the child; __errno_location and _exit are async-signal-safe.
-    unsafe {
-        ctx.err = *libc::__errno_location();
-        if ctx.err == 0 {
-            ctx.err = libc::ECHILD;
-        }
-        libc::_exit(127)
+        let ctx = arg as *mut ChildCtx;
+        let rc = crate::child::run(&(*ctx).setup);
+        let err = if rc < 0 { (-rc) as i32 } else { libc::ECHILD };
+        std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctx).err), err);
+        crate::child::sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+        127
     }
 }
 

@@ -34,8 +34,8 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
-use crate::confine::Rlimits;
-use crate::spawn::{dev_null, pipe, ChildConfinement, ExecImage, KernelSigaction};
+use crate::child::{self, sys};
+use crate::spawn::{dev_null, pipe, ChildConfinement, ExecImage};
 use crate::tree::{JobCgroup, ROOTS};
 
 const SETUP: u32 = 0;
@@ -70,17 +70,12 @@ struct Block {
     err: AtomicI32,
     /// The child's end of the socketpair (same number in its descriptor table).
     sock: RawFd,
-    /// `cgroup.procs` of the job's twin in a cgroup v1 `pids` hierarchy (-1: none); the
-    /// child joins it during its setup, before any call is waiting for it.
-    pids_procs: RawFd,
-    rlimits: Rlimits,
-    no_new_privs: bool,
-    landlock_fd: RawFd,
-    seccomp: libc::sock_fprog,
-    has_seccomp: bool,
-    /// What becomes the child's stdin, stdout and stderr while it waits: `/dev/null` and the
-    /// write ends of its output pipes (the executor's copies, inherited at the clone).
-    stdio: [RawFd; 3],
+    /// The child's setup, for the one child routine; its hand-over ([`handover`]) reads the
+    /// rest of this block.
+    setup: child::Setup,
+    /// The seccomp program `setup.seccomp` points at (its filter is kept alive by
+    /// [`Warm::confinement`]).
+    fprog: libc::sock_fprog,
     /// Set by the parent before the hand-over: which descriptors come with it ([`SENT_STDIN`],
     /// [`SENT_CWD`], in that order).
     sent: AtomicU32,
@@ -225,16 +220,11 @@ impl Block {
             state: AtomicU32::new(SETUP),
             err: AtomicI32::new(0),
             sock: -1,
-            pids_procs: -1,
-            rlimits: Rlimits::default(),
-            no_new_privs: false,
-            landlock_fd: -1,
-            seccomp: libc::sock_fprog {
+            setup: child::Setup::new(),
+            fprog: libc::sock_fprog {
                 len: 0,
                 filter: std::ptr::null_mut(),
             },
-            has_seccomp: false,
-            stdio: [-1; 3],
             sent: AtomicU32::new(0),
             program: AtomicUsize::new(0),
             argv: AtomicUsize::new(0),
@@ -292,15 +282,36 @@ impl Warm {
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut block = Box::new(Block::empty());
         block.sock = theirs.as_raw_fd();
-        block.pids_procs = cgroup.target().pids_procs;
-        block.stdio = [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-        block.rlimits = confinement.rlimits;
-        block.no_new_privs = confinement.no_new_privs;
-        block.landlock_fd = confinement.landlock_fd.unwrap_or(-1);
         if let Some(f) = &confinement.seccomp {
-            block.seccomp = f.fprog();
-            block.has_seccomp = true;
+            block.fprog = f.fprog();
         }
+        // Pointers into the block's own heap allocation, which does not move.
+        let this: *const Block = &*block;
+        block.setup = child::Setup {
+            name: NAME.as_ptr(),
+            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
+            join: [-1, cgroup.target().pids_procs],
+            // The sources are all above 2 (checked above), so no dup3 overwrites one still to
+            // be copied.
+            stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+            no_new_privs: confinement.no_new_privs,
+            landlock_fd: confinement.landlock_fd.unwrap_or(-1),
+            seccomp: if confinement.seccomp.is_some() {
+                // SAFETY: a field of the block `this` points to, which is alive here.
+                unsafe { std::ptr::addr_of!((*this).fprog) }
+            } else {
+                std::ptr::null()
+            },
+            // Keep nothing else of the executor's open while waiting: only our socket.
+            keep_fd: theirs.as_raw_fd(),
+            // Only now, after the hand-over: a low open-files limit cannot drop a
+            // descriptor in transit.
+            rlimits: confinement.rlimits,
+            drop_pending: true,
+            wait: Some(handover),
+            wait_arg: this as *const c_void,
+            ..child::Setup::new()
+        };
         let mut stack = vec![0u8; STACK];
         let base = stack.as_mut_ptr();
         let top = (base as usize + STACK - 64) & !15;
@@ -593,122 +604,58 @@ fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
     }
 }
 
-/// The warm child. Runs on its own stack in the executor's memory, concurrently with it: raw
-/// system calls only (see [`sys`]), reading the block and writing only its atomics.
+/// The warm child. Runs on its own stack in the executor's memory, concurrently with it: the
+/// one child routine on its block's setup, which waits in [`handover`] for the command.
 extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
-    // SAFETY: `arg` is the Block the parent keeps alive until this child is reaped; every
-    // call below is a raw system call that neither allocates nor touches errno.
+    // SAFETY: `arg` is the Block the parent keeps alive until this child is reaped; the
+    // routine makes raw system calls that neither allocate nor touch errno.
     unsafe {
         let b = &*(arg as *const Block);
-        let wake = || {
-            sys(
-                libc::SYS_futex,
-                [
-                    b.state.as_ptr() as usize,
-                    (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize,
-                    1,
-                    0,
-                    0,
-                    0,
-                ],
-            );
-        };
-        let fail = |rc: isize| -> libc::c_int {
-            b.err.store((-rc) as i32, Ordering::Release);
-            b.state.store(FAILED, Ordering::Release);
-            wake();
-            sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
-            127
-        };
-        let dfl = KernelSigaction::of(libc::SIG_DFL);
-        for sig in 1..65usize {
-            if sig != libc::SIGKILL as usize && sig != libc::SIGSTOP as usize {
-                sys(
-                    libc::SYS_rt_sigaction,
-                    [sig, &dfl as *const KernelSigaction as usize, 0, 8, 0, 0],
-                );
-            }
-        }
-        // A name operators can tell apart in `ps` (execve replaces it with the program's).
+        let rc = child::run(&b.setup);
+        fail(b, rc)
+    }
+}
+
+/// Wakes a launch waiting for the child's state to change.
+unsafe fn wake(b: &Block) {
+    // SAFETY (caller): FUTEX_WAKE on a word of the block, which is alive.
+    unsafe {
         sys(
-            libc::SYS_prctl,
+            libc::SYS_futex,
             [
-                libc::PR_SET_NAME as usize,
-                NAME.as_ptr() as usize,
-                0,
+                b.state.as_ptr() as usize,
+                (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize,
+                1,
                 0,
                 0,
                 0,
             ],
         );
-        let rc = sys(libc::SYS_setsid, [0; 6]);
-        if rc < 0 {
-            return fail(rc);
-        }
-        if b.pids_procs >= 0 {
-            let rc = sys(
-                libc::SYS_write,
-                [b.pids_procs as usize, b"0".as_ptr() as usize, 1, 0, 0, 0],
-            );
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        if b.no_new_privs {
-            let rc = sys(
-                libc::SYS_prctl,
-                [libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0, 0, 0],
-            );
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        if b.landlock_fd >= 0 {
-            let rc = sys(
-                libc::SYS_landlock_restrict_self,
-                [b.landlock_fd as usize, 0, 0, 0, 0, 0],
-            );
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        if b.has_seccomp {
-            let rc = sys(
-                libc::SYS_seccomp,
-                [
-                    libc::SECCOMP_SET_MODE_FILTER as usize,
-                    0,
-                    &b.seccomp as *const libc::sock_fprog as usize,
-                    0,
-                    0,
-                    0,
-                ],
-            );
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        // Our stdio: /dev/null and the output pipes. The sources are all above 2 (checked
-        // in `Warm::start`), so no dup3 overwrites one still to be copied.
-        for (target, &fd) in b.stdio.iter().enumerate() {
-            let rc = sys(libc::SYS_dup3, [fd as usize, target, 0, 0, 0, 0]);
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        // Keep nothing else of the executor's open while waiting: only our socket.
-        let sock = b.sock as usize;
-        if sock > 3 {
-            sys(libc::SYS_close_range, [3, sock - 1, 0, 0, 0, 0]);
-        }
-        sys(
-            libc::SYS_close_range,
-            [sock + 1, u32::MAX as usize, 0, 0, 0, 0],
-        );
-        b.state.store(READY, Ordering::Release);
-        wake();
+    }
+}
 
-        // Wait for the command: one byte with its descriptors attached.
+/// Reports a failed step (`rc` is `-errno`) in the block and exits.
+unsafe fn fail(b: &Block, rc: isize) -> libc::c_int {
+    b.err.store((-rc) as i32, Ordering::Release);
+    b.state.store(FAILED, Ordering::Release);
+    // SAFETY (caller): the block is alive; exit_group takes a plain integer.
+    unsafe {
+        wake(b);
+        sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+    }
+    127
+}
+
+/// The hand-over ([`child::Wait`]): says it is ready, then waits for one byte on its socket
+/// with the command's descriptors attached, and returns the command the parent wrote into
+/// the block. Exits quietly when the executor discards it (EOF).
+unsafe fn handover(arg: *const c_void) -> Result<child::Command, isize> {
+    // SAFETY: `arg` is the block (see `Warm::start`); raw system calls on locals and on it.
+    unsafe {
+        let b = &*(arg as *const Block);
+        let sock = b.sock as usize;
+        b.state.store(READY, Ordering::Release);
+        wake(b);
         let mut byte = [0u8; 1];
         let mut iov = libc::iovec {
             iov_base: byte.as_mut_ptr() as *mut c_void,
@@ -753,126 +700,24 @@ extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
             ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4
         };
         if msg.msg_flags & libc::MSG_CTRUNC != 0 || got != want {
-            return fail(-(libc::EPROTO as isize));
+            return Err(-(libc::EPROTO as isize));
         }
         let mut next = 0;
-        if sent & SENT_STDIN != 0 {
+        let mut take = || {
             let fd = std::ptr::read_unaligned((libc::CMSG_DATA(cmsg) as *const i32).add(next));
             next += 1;
-            // Received descriptors take the lowest free number, and 0-2 are open, so `fd` is
-            // never 0 and dup3 replaces /dev/null (without close-on-exec).
-            let rc = sys(libc::SYS_dup3, [fd as usize, 0, 0, 0, 0, 0]);
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        if sent & SENT_CWD != 0 {
-            let fd = std::ptr::read_unaligned((libc::CMSG_DATA(cmsg) as *const i32).add(next));
-            let rc = sys(libc::SYS_fchdir, [fd as usize, 0, 0, 0, 0, 0]);
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        // Resource limits last, as on the ordinary path: a low open-files limit must not stop
-        // the descriptors above from arriving.
-        for &(resource, value) in &b.rlimits.entries[..b.rlimits.len] {
-            let lim = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            let rc = sys(
-                libc::SYS_prlimit64,
-                [
-                    0,
-                    resource as usize,
-                    &lim as *const libc::rlimit as usize,
-                    0,
-                    0,
-                    0,
-                ],
-            );
-            if rc < 0 {
-                return fail(rc);
-            }
-        }
-        // The received originals and the socket are close-on-exec already.
-        // A signal sent to this process while it waited (only possible without Landlock's
-        // signal scoping) is still pending: it was meant for no command, so it is dropped
-        // rather than delivered to this one. Setting a disposition to SIG_IGN discards it.
-        let mut pending: u64 = 0;
-        sys(
-            libc::SYS_rt_sigpending,
-            [&mut pending as *mut u64 as usize, 8, 0, 0, 0, 0],
-        );
-        if pending != 0 {
-            let ign = KernelSigaction::of(libc::SIG_IGN);
-            for sig in 1..65usize {
-                if pending & (1u64 << (sig - 1)) != 0 {
-                    sys(
-                        libc::SYS_rt_sigaction,
-                        [sig, &ign as *const KernelSigaction as usize, 0, 8, 0, 0],
-                    );
-                    sys(
-                        libc::SYS_rt_sigaction,
-                        [sig, &dfl as *const KernelSigaction as usize, 0, 8, 0, 0],
-                    );
-                }
-            }
-        }
-        let empty: u64 = 0;
-        sys(
-            libc::SYS_rt_sigprocmask,
-            [
-                libc::SIG_SETMASK as usize,
-                &empty as *const u64 as usize,
-                0,
-                8,
-                0,
-                0,
-            ],
-        );
-        let rc = sys(
-            libc::SYS_execve,
-            [
-                b.program.load(Ordering::Acquire),
-                b.argv.load(Ordering::Acquire),
-                b.envp.load(Ordering::Acquire),
-                0,
-                0,
-                0,
-            ],
-        );
-        fail(rc)
+            fd
+        };
+        // Received descriptors take the lowest free number, and 0-2 are open, so a stdin is
+        // never 0 and replaces /dev/null. They and the socket are close-on-exec.
+        let stdin = if sent & SENT_STDIN != 0 { take() } else { -1 };
+        let cwd = if sent & SENT_CWD != 0 { take() } else { -1 };
+        Ok(child::Command {
+            program: b.program.load(Ordering::Acquire) as *const libc::c_char,
+            argv: b.argv.load(Ordering::Acquire) as *const *const libc::c_char,
+            envp: b.envp.load(Ordering::Acquire) as *const *const libc::c_char,
+            stdin,
+            cwd,
+        })
     }
-}
-
-/// A system call that returns `-errno` instead of setting `errno`: the warm child shares the
-/// executor's thread-local storage, so libc's wrappers would write the executor's errno.
-#[cfg(target_arch = "x86_64")]
-unsafe fn sys(nr: libc::c_long, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY (caller): the arguments are valid for system call `nr`. The syscall instruction
-    // clobbers rcx and r11 and returns in rax; memory the kernel writes is passed by pointer.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr as isize => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn sys(_nr: libc::c_long, _a: [usize; 6]) -> isize {
-    // Never reached: `enabled()` is false without the x86_64 clone3 trampoline.
-    -(libc::ENOSYS as isize)
 }
