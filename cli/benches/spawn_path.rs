@@ -23,11 +23,12 @@ use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_broker::validate::exec_request;
-use iii_shell_executor::command::prepare;
+use iii_shell_executor::cgroups::{cgroup_base, kill_all_cgroups, JobCgroup};
 use iii_shell_executor::denylist::Denylist;
 use iii_shell_executor::policy::Policy;
-use iii_shell_executor::spawn::{dev_null, reap, spawn, SpawnPlan};
-use iii_shell_executor::tree::{cgroup_base, kill_all_cgroups, JobCgroup};
+use iii_shell_executor::prepare::prepare;
+use iii_shell_executor::reaper::reap;
+use iii_shell_executor::spawn::{dev_null, spawn, SpawnPlan};
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::{ExecSpec, Request};
 use serde_json::{json, Value};
@@ -873,8 +874,8 @@ async fn stages(
         "broker: validate::exec_request (JSON -> ExecSpec)",
         "  of which Denylist::compile (per call)",
         "socket round trip: Request::Ping",
-        "executor: run::run in-process (child also loads seccomp)",
-        "  command::prepare (env, pipes, cgroup from the pool)",
+        "executor: foreground::run in-process (child also loads seccomp)",
+        "  prepare::prepare (env, pipes, cgroup from the pool)",
         "  JobCgroup take + recycle (pooled)",
         "  spawn::spawn + reap, no cgroup",
         "  spawn::spawn + reap, child starts in a cgroup",
@@ -895,9 +896,12 @@ async fn stages(
         );
         t[5] = Some(
             time_async(async {
-                let r =
-                    iii_shell_executor::run::run(policy.clone(), spec.clone(), Default::default())
-                        .await;
+                let r = iii_shell_executor::foreground::run(
+                    policy.clone(),
+                    spec.clone(),
+                    Default::default(),
+                )
+                .await;
                 assert_eq!(r.expect("run").exit_code, Some(0));
             })
             .await,
@@ -905,7 +909,7 @@ async fn stages(
         let start = Instant::now();
         let prepared = prepare(&policy, &spec).expect("prepare");
         t[6] = Some(start.elapsed());
-        let iii_shell_executor::command::Prepared {
+        let iii_shell_executor::prepare::Prepared {
             plan: p, cgroup, ..
         } = prepared;
         drop(p);
@@ -944,7 +948,7 @@ async fn stages(
     }
 
     println!("where the time goes ({iters} rounds, stages round-robin; executor stages run in this process):");
-    println!("  (this process has no start-up seccomp filter for children to inherit, so its run::run children");
+    println!("  (this process has no start-up seccomp filter for children to inherit, so its foreground::run children");
     println!("   load the filter themselves, about +100 us that the real executor does not pay)");
     print_header();
     for (name, s) in names.iter().zip(samples) {

@@ -52,7 +52,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         *PREBOUND.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
     }
     if args.no_prestart {
-        iii_shell_executor::warm::disable();
+        iii_shell_executor::prestarted::disable();
     }
     let pinned = match &args.pin_config {
         Some(path) => match load_envelope(path) {

@@ -357,9 +357,9 @@ async fn supervise(
 /// subreaper (job trees where no job cgroup exists), with their sessions, process groups
 /// and descendants. The zombies are reaped. Only the broker is spared.
 fn kill_what_it_left(dead: u32, broker_pid: u32) {
-    use iii_shell_executor::{procfs, tree};
-    if let Some(base) = tree::base_of(dead) {
-        if !tree::kill_base(&base) {
+    use iii_shell_executor::{cgroups, procfs};
+    if let Some(base) = cgroups::base_of(dead) {
+        if !cgroups::kill_base(&base) {
             tracing::warn!(path = %base.display(), "the dead executor's job cgroups are not gone yet");
         }
     }

@@ -3,7 +3,7 @@
 //! * `fuzz_exec_broker_then_executor_recheck`: arbitrary `shell::exec` / `shell::exec_bg`
 //!   payloads go through the broker's own parse and validation (`validate::exec_request`),
 //!   and every typed request it lets through goes through the executor's re-check
-//!   (`command::check`, under a policy built from the same configuration, as the executor
+//!   (`prepare::check`, under a policy built from the same configuration, as the executor
 //!   builds it from `SetPolicy`). The two must agree: the broker never lets through what the
 //!   executor refuses, and no case panics.
 //! * `fuzz_every_function_in_process`: every registered function (and unknown ids) from
@@ -25,8 +25,8 @@ use std::time::Duration;
 use iii_shell_broker::functions::{catalogue, dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::validate::exec_request;
-use iii_shell_executor::command;
 use iii_shell_executor::policy::Policy;
+use iii_shell_executor::prepare;
 use iii_shell_protocol::config::Config;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
@@ -202,7 +202,7 @@ fn fuzz_exec_broker_then_executor_recheck() {
                     // The sandbox target: nothing goes to the executor.
                     None => "sandbox".to_string(),
                     Some(spec) => {
-                        let r = command::check(&policy, &spec);
+                        let r = prepare::check(&policy, &spec);
                         prop_assert!(
                             r.is_ok(),
                             "the broker let through what the executor refuses: {payload} -> \

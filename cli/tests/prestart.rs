@@ -96,7 +96,7 @@ async fn waiting_processes_hold_nothing_of_the_executor_and_are_confined() {
         assert!(target(2).starts_with("pipe:"), "pid {pid}: {}", target(2));
         assert_ne!(target(1), target(2), "pid {pid}: one pipe each");
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
-        assert_eq!(comm.trim(), "iii-shell-ready", "pid {pid}");
+        assert_eq!(comm.trim(), "iii-prestarted", "pid {pid}");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         for line in ["NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000"] {
             assert!(status.contains(line), "pid {pid} lacks {line}:\n{status}");

@@ -7,7 +7,8 @@
 use std::time::Instant;
 
 use iii_shell_executor::policy::CommandConfinement;
-use iii_shell_executor::spawn::{dev_null, reap, spawn, SpawnPlan};
+use iii_shell_executor::reaper::reap;
+use iii_shell_executor::spawn::{dev_null, spawn, SpawnPlan};
 use iii_shell_protocol::config::Config;
 
 fn once(confinement: Option<&CommandConfinement>) -> f64 {

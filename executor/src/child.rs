@@ -191,7 +191,10 @@ unsafe fn steps(s: &Setup) -> Result<std::convert::Infallible, isize> {
             }
             if fd as usize == target {
                 // Already in place: only let it cross execve.
-                check(sys(libc::SYS_fcntl, [target, libc::F_SETFD as usize, 0, 0, 0, 0]))?;
+                check(sys(
+                    libc::SYS_fcntl,
+                    [target, libc::F_SETFD as usize, 0, 0, 0, 0],
+                ))?;
             } else {
                 check(sys(libc::SYS_dup3, [fd as usize, target, 0, 0, 0, 0]))?;
             }
@@ -276,7 +279,14 @@ unsafe fn steps(s: &Setup) -> Result<std::convert::Infallible, isize> {
         }
         Err(sys(
             libc::SYS_execve,
-            [c.program as usize, c.argv as usize, c.envp as usize, 0, 0, 0],
+            [
+                c.program as usize,
+                c.argv as usize,
+                c.envp as usize,
+                0,
+                0,
+                0,
+            ],
         ))
     }
 }
@@ -320,7 +330,14 @@ unsafe fn descriptors(keep: RawFd) {
             for fd in 3..4096usize {
                 sys(
                     libc::SYS_fcntl,
-                    [fd, libc::F_SETFD as usize, libc::FD_CLOEXEC as usize, 0, 0, 0],
+                    [
+                        fd,
+                        libc::F_SETFD as usize,
+                        libc::FD_CLOEXEC as usize,
+                        0,
+                        0,
+                        0,
+                    ],
                 );
             }
         }

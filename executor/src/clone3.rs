@@ -137,8 +137,8 @@ pub fn self_test(cgroup_dir: RawFd) -> Result<(), String> {
     };
     // SAFETY: CLONE_PIDFD stored a fresh descriptor that only we own.
     let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
-    match crate::spawn::try_reap_blocking(&pidfd) {
-        Ok(crate::spawn::ExitStatus::Exited(0)) => Ok(()),
+    match crate::reaper::try_reap_blocking(&pidfd) {
+        Ok(crate::reaper::ExitStatus::Exited(0)) => Ok(()),
         Ok(other) => Err(format!(
             "a test child (pid {pid}) created in a job cgroup ended with {other:?}"
         )),
@@ -179,7 +179,7 @@ pub unsafe fn spawn_into(
 }
 
 /// [`spawn_into`] without `CLONE_VFORK`: the call returns at once and the child runs alongside
-/// this thread, in the same memory (a pre-started command, see `warm`).
+/// this thread, in the same memory (a pre-started command, see `prestarted`).
 ///
 /// # Safety
 /// As for [`spawn_into`], and more: `arg`, everything it points to and the stack must stay

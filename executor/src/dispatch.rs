@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, confine, doctor, fs, jobs, pty, run, run_as, turns, ui_state, Executor};
+use crate::{coder, confine, doctor, foreground, fs, jobs, pty, run_as, turns, ui_state, Executor};
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -61,7 +61,7 @@ impl Executor {
                 let p = self.policy.get();
                 let cont: Option<fs::Continuation> = Some(Box::pin(async move {
                     if let Some(p) = p {
-                        p.refill_warm();
+                        p.refill_prestarted();
                     }
                 }));
                 (Ok(self.doctor().await), cont)
@@ -120,7 +120,7 @@ impl Executor {
                 }
                 self.policy.set(p);
                 if let Some(p) = self.policy.get() {
-                    p.refill_warm();
+                    p.refill_prestarted();
                 }
                 Ok(Reply::PolicyAccepted { generation })
             }
@@ -140,13 +140,13 @@ impl Executor {
             Ok(p) => p,
             Err(e) => return done(Err(e)),
         };
-        let (result, spent) = run::run_then_release(p.clone(), spec, cancel).await;
+        let (result, spent) = foreground::run_then_release(p.clone(), spec, cancel).await;
         // After the reply is on its way: the command's descriptors are closed, its job's
         // cgroup goes back to the pool, and the next command process is pre-started (not
         // under a policy replaced meanwhile).
         let cont: Option<fs::Continuation> = Some(Box::pin(async move {
             spent.release();
-            p.refill_warm();
+            p.refill_prestarted();
         }));
         (result.map(Reply::Exec).map_err(|e| e.to_wire()), cont)
     }

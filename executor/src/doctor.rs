@@ -92,7 +92,8 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         stdin: None,
         timeout_ms: 5000,
     };
-    let observed = match crate::run::run(policy.clone(), spec, Arc::new(Notify::new())).await {
+    let observed = match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await
+    {
         Ok(r) => r
             .stdout
             .lines()
@@ -128,10 +129,10 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         ),
     };
     let limits = confine::process_limits::LimitInputs {
-        job_cgroups: crate::tree::cgroups_usable(),
-        pids_controller: crate::tree::cgroup_base().is_some_and(|b| b.pids),
-        pids_v1: crate::tree::cgroup_base().is_some_and(|b| b.pids_v1.is_some()),
-        memory_controller: crate::tree::cgroup_base().is_some_and(|b| b.memory),
+        job_cgroups: crate::cgroups::cgroups_usable(),
+        pids_controller: crate::cgroups::cgroup_base().is_some_and(|b| b.pids),
+        pids_v1: crate::cgroups::cgroup_base().is_some_and(|b| b.pids_v1.is_some()),
+        memory_controller: crate::cgroups::cgroup_base().is_some_and(|b| b.memory),
         pids_max: c.job_limits.pids_max,
         memory_max: c.job_limits.memory_max_bytes,
         max_processes: c.rlimits.max_processes,
@@ -166,14 +167,14 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             )
             .collect(),
         rlimits,
-        cgroups: crate::tree::cgroups_usable(),
+        cgroups: crate::cgroups::cgroups_usable(),
         // Read after the probe command above went through the spawn path.
-        cgroup_entry: match (crate::tree::cgroups_usable(), crate::clone3::available()) {
+        cgroup_entry: match (crate::cgroups::cgroups_usable(), crate::clone3::available()) {
             (false, _) => "none".into(),
             (true, true) => "clone3".into(),
             (true, false) => "cgroup.procs".into(),
         },
-        prestart: crate::warm::availability().into(),
+        prestart: crate::prestarted::availability().into(),
         observed,
         user,
         foreign_chmod,
@@ -232,7 +233,7 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
         stdin: None,
         timeout_ms: 5000,
     };
-    match crate::run::run(policy.clone(), spec, Arc::new(Notify::new())).await {
+    match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await {
         Ok(r) if r.exit_code == Some(0) => {
             "yes: a command changed the mode of / (owned by root); set confinement.run_as to an unprivileged user".into()
         }

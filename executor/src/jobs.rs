@@ -11,10 +11,10 @@ use iii_shell_protocol::messages::{Event, ExecSpec};
 use tokio::sync::{broadcast, watch};
 
 use crate::capture::{Capture, Collector};
-use crate::command;
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::running::{release_later, start, Running};
+use crate::prepare;
+use crate::started::{release_later, start, Running};
 use crate::tree::JobTree;
 
 pub fn now_ms() -> u64 {
@@ -235,7 +235,7 @@ impl Jobs {
                 iii_shell_protocol::config::job_cap_reached(limit),
             ));
         }
-        let prepared = command::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+        let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
         let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
         let id = uuid::Uuid::new_v4().to_string();
         let stdout = Arc::new(Mutex::new(Capture::new(cap)));
@@ -421,7 +421,7 @@ async fn supervise(
     // still hold the pipes); then whatever is left of its tree is killed, exactly as for
     // `shell::exec`: a finished job leaves nothing running (`cgroup.kill` reaches daemons
     // that called setsid), so nothing escapes max_bg_timeout_ms or max_concurrent_jobs.
-    let readers_done = readers_finished(&job, crate::run::ROOT_EXIT_DRAIN).await;
+    let readers_done = readers_finished(&job, crate::foreground::ROOT_EXIT_DRAIN).await;
     if job.tree.kill_leftovers(!readers_done) || !readers_done {
         let _ = readers_finished(&job, Duration::from_millis(200)).await;
         for r in &job.readers {

@@ -5,30 +5,32 @@
 //! and only then runs commands and background jobs. It never talks to the network.
 
 pub mod capture;
+pub mod cgroups;
+pub mod child;
 pub mod clone3;
 pub mod coder;
-pub mod command;
 pub mod confine;
 mod dispatch;
 pub mod doctor;
 pub mod error;
+pub mod foreground;
 pub mod fs;
 pub mod jail;
 pub mod jobs;
 pub mod pids_v1;
 pub mod policy;
+pub mod prepare;
+pub mod prestarted;
 pub mod procfs;
 pub mod pty;
-pub mod run;
+pub mod reaper;
 pub mod run_as;
-pub mod running;
 pub mod server;
-pub mod child;
 pub mod spawn;
+pub mod started;
 pub mod tree;
 pub mod turns;
 pub mod ui_state;
-pub mod warm;
 pub mod watch;
 
 /// The shared policy rules, re-exported where the executor's modules have always found them.
@@ -108,17 +110,17 @@ impl Executor {
     pub fn shutdown(&self) {
         self.jobs.kill_all();
         self.pty.kill_all();
-        tree::kill_all_cgroups();
+        cgroups::kill_all_cgroups();
     }
 }
 
 /// Process-level setup shared by every way of running the executor.
 pub fn prepare_process() {
-    if let Err(e) = tree::become_subreaper() {
+    if let Err(e) = reaper::become_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper: orphans of jobs go to init");
     }
     ensure_std_fds();
-    let _ = tree::cgroup_base();
+    let _ = cgroups::cgroup_base();
 }
 
 /// Makes sure fds 0, 1 and 2 are open, so no pipe we create can take one of those numbers
@@ -142,9 +144,9 @@ fn ensure_std_fds() {
 /// Reaps orphans re-parented to us whenever SIGCHLD arrives.
 ///
 /// Every command's exit raises SIGCHLD, so the common case must be cheap: one `waitid` that
-/// finds nothing ([`tree::reap_exited_orphans`]). Only when a job root that its supervisor has
+/// finds nothing ([`reaper::reap_exited_orphans`]). Only when a job root that its supervisor has
 /// not reaped yet hides the queue is it retried a little later, and then the `/proc` scan
-/// ([`tree::reap_orphans`]) settles it.
+/// ([`reaper::reap_orphans`]) settles it.
 pub fn spawn_orphan_reaper() {
     tokio::spawn(async {
         let Ok(mut sig) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
@@ -154,14 +156,14 @@ pub fn spawn_orphan_reaper() {
         while sig.recv().await.is_some() {
             let mut settled = false;
             for _ in 0..ORPHAN_RETRIES {
-                if tree::reap_exited_orphans() == tree::OrphanCheck::Clear {
+                if reaper::reap_exited_orphans() == reaper::OrphanCheck::Clear {
                     settled = true;
                     break;
                 }
                 tokio::time::sleep(ORPHAN_RETRY_PAUSE).await;
             }
             if !settled {
-                let _ = tokio::task::spawn_blocking(tree::reap_orphans).await;
+                let _ = tokio::task::spawn_blocking(reaper::reap_orphans).await;
             }
         }
     });

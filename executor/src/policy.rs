@@ -27,8 +27,8 @@ pub struct Policy {
     pub base_envp: Arc<crate::spawn::EnvBlock>,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
-    /// A command process started ahead of time under this policy (see `warm`).
-    warm: std::sync::Mutex<Vec<crate::warm::Warm>>,
+    /// A command process started ahead of time under this policy (see `prestarted`).
+    prestarted: std::sync::Mutex<Vec<crate::prestarted::Prestarted>>,
     /// Set when a newer policy replaced this one: it starts no more command processes.
     retired: AtomicBool,
 }
@@ -151,9 +151,9 @@ impl CommandConfinement {
 
 impl Policy {
     /// The limits of each job's cgroup under this policy.
-    pub fn job_limits(&self) -> crate::tree::JobLimits {
+    pub fn job_limits(&self) -> crate::cgroups::JobLimits {
         let l = &self.config.confinement.job_limits;
-        crate::tree::JobLimits {
+        crate::cgroups::JobLimits {
             pids_max: l.pids_max,
             memory_max: l.memory_max_bytes,
         }
@@ -201,7 +201,7 @@ impl Policy {
             base_env,
             base_envp,
             commands,
-            warm: std::sync::Mutex::new(Vec::new()),
+            prestarted: std::sync::Mutex::new(Vec::new()),
             retired: AtomicBool::new(false),
         })
     }
@@ -209,9 +209,9 @@ impl Policy {
     /// A pre-started command process: a ready one if there is one, else one still setting
     /// itself up (the launch waits for it: its setup is already under way, which beats
     /// starting over). Dead ones are discarded.
-    pub fn take_warm(&self) -> Option<crate::warm::Warm> {
-        use crate::warm::State;
-        let mut pool = self.warm.lock().ok()?;
+    pub fn take_prestarted(&self) -> Option<crate::prestarted::Prestarted> {
+        use crate::prestarted::State;
+        let mut pool = self.prestarted.lock().ok()?;
         let mut dead = Vec::new();
         let mut pick: Option<(usize, bool)> = None;
         let mut i = 0;
@@ -239,7 +239,7 @@ impl Policy {
     /// flag is set under the pool's lock, which every refill and give-back checks it under,
     /// so none can slip a process in after.
     fn retire(&self) {
-        let waiting = match self.warm.lock() {
+        let waiting = match self.prestarted.lock() {
             Ok(mut pool) => {
                 self.retired.store(true, Ordering::Relaxed);
                 std::mem::take(&mut *pool)
@@ -251,9 +251,9 @@ impl Policy {
     }
 
     /// Gives back a pre-started process a call took but did not use.
-    pub fn put_back_warm(&self, w: crate::warm::Warm) {
-        if let Ok(mut pool) = self.warm.lock() {
-            if pool.len() < crate::warm::POOL && !self.retired.load(Ordering::Relaxed) {
+    pub fn put_back_prestarted(&self, w: crate::prestarted::Prestarted) {
+        if let Ok(mut pool) = self.prestarted.lock() {
+            if pool.len() < crate::prestarted::POOL && !self.retired.load(Ordering::Relaxed) {
                 pool.push(w);
             }
         }
@@ -261,11 +261,11 @@ impl Policy {
     }
 
     /// Tops the pool of pre-started processes up (after a call, off its path).
-    pub fn refill_warm(&self) {
-        if !crate::warm::enabled() {
+    pub fn refill_prestarted(&self) {
+        if !crate::prestarted::enabled() {
             return;
         }
-        let Ok(mut pool) = self.warm.lock() else {
+        let Ok(mut pool) = self.prestarted.lock() else {
             return;
         };
         if self.retired.load(Ordering::Relaxed) {
@@ -276,11 +276,11 @@ impl Policy {
         // orphan reaper.
         let (dead, live): (Vec<_>, Vec<_>) = pool
             .drain(..)
-            .partition(|w| w.state() == crate::warm::State::Dead);
+            .partition(|w| w.state() == crate::prestarted::State::Dead);
         *pool = live;
         drop(dead);
-        while pool.len() < crate::warm::POOL {
-            match crate::warm::Warm::start(&self.commands.child(), self.job_limits()) {
+        while pool.len() < crate::prestarted::POOL {
+            match crate::prestarted::Prestarted::start(&self.commands.child(), self.job_limits()) {
                 Ok(w) => pool.push(w),
                 Err(e) => {
                     tracing::debug!(error = %e, "no pre-started command process");

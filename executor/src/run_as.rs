@@ -329,7 +329,7 @@ fn switch(d: &Decision, groups: &[u32]) -> Result<(), String> {
         }
         return Ok(());
     }
-    crate::tree::hand_cgroup_base_to(d.uid, d.gid);
+    crate::cgroups::hand_cgroup_base_to(d.uid, d.gid);
     // glibc applies each of these to every thread of the process. Leaving uid 0 in all three
     // ids clears the permitted and effective sets (no SECBIT_KEEP_CAPS), so the retained
     // capabilities go with it.

@@ -328,7 +328,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         // command again the other way (the write works in such a cgroup).
         // SAFETY: CLONE_PIDFD stored a fresh pidfd that only we own.
         let dead = unsafe { OwnedFd::from_raw_fd(pidfd) };
-        let _ = try_reap_blocking(&dead);
+        let _ = crate::reaper::try_reap_blocking(&dead);
         tracing::warn!(
             "a job cgroup killed a new command at birth (its cgroup.kill was written); retrying by cgroup.procs and retiring that cgroup"
         );
@@ -375,7 +375,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     };
     if ctx.err != 0 {
         // The child reported a failure and called _exit; reap it so it leaves no zombie.
-        let _ = reap(&child);
+        let _ = crate::reaper::reap(&child);
         return Err(std::io::Error::from_raw_os_error(ctx.err));
     }
     Ok(child)
@@ -394,80 +394,6 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         crate::child::sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
         127
     }
-}
-
-/// How a child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
-    Exited(i32),
-    Signaled(i32),
-}
-
-impl ExitStatus {
-    pub fn code(self) -> Option<i32> {
-        match self {
-            ExitStatus::Exited(c) => Some(c),
-            ExitStatus::Signaled(_) => None,
-        }
-    }
-}
-
-/// Reaps the child through its pidfd (blocking if it has not exited yet).
-pub fn reap(child: &Child) -> std::io::Result<ExitStatus> {
-    try_reap_blocking(&child.pidfd)
-}
-
-/// Reaps a child through its pidfd, blocking until it has exited.
-pub fn try_reap_blocking(pidfd: &OwnedFd) -> std::io::Result<ExitStatus> {
-    reap_flags(pidfd, 0).map(|s| s.unwrap_or(ExitStatus::Signaled(0)))
-}
-
-/// True when the child has exited (it is left a zombie: nothing is reaped).
-pub fn try_reap_peek(pidfd: &OwnedFd) -> std::io::Result<bool> {
-    reap_flags(pidfd, libc::WNOHANG | libc::WNOWAIT).map(|s| s.is_some())
-}
-
-/// Reaps the child if it has exited; `None` if it is still running.
-pub fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<ExitStatus>> {
-    reap_flags(pidfd, libc::WNOHANG)
-}
-
-fn reap_flags(pidfd: &OwnedFd, extra: i32) -> std::io::Result<Option<ExitStatus>> {
-    loop {
-        let mut info: libc::siginfo_t = zeroed_siginfo();
-        // SAFETY: waitid writes into `info`, which is a valid, zeroed siginfo_t.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PIDFD,
-                pidfd.as_raw_fd() as libc::id_t,
-                &mut info,
-                // __WALL: a root that never reached execve has no exit signal (a "clone child").
-                libc::WEXITED | libc::__WALL | extra,
-            )
-        };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        // SAFETY: waitid succeeded; si_pid/si_status/si_code are valid for SIGCHLD infos.
-        let (pid, status, code) = unsafe { (info.si_pid(), info.si_status(), info.si_code) };
-        if pid == 0 {
-            return Ok(None);
-        }
-        return Ok(Some(if code == libc::CLD_EXITED {
-            ExitStatus::Exited(status)
-        } else {
-            ExitStatus::Signaled(status)
-        }));
-    }
-}
-
-pub(crate) fn zeroed_siginfo() -> libc::siginfo_t {
-    // SAFETY: siginfo_t is a plain C struct for which all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 /// A pipe whose read end is non-blocking (for the async reader) and close-on-exec; the write
@@ -519,6 +445,7 @@ pub fn dev_null() -> std::io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reaper::{reap, ExitStatus};
     use std::io::Read;
 
     fn run(argv: &[&str]) -> std::io::Result<(ExitStatus, String)> {

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use iii_shell_executor::procfs;
-use iii_shell_executor::tree::{reap_exited_orphans, reap_orphans, OrphanCheck, ROOTS};
+use iii_shell_executor::reaper::{reap_exited_orphans, reap_orphans, OrphanCheck, ROOTS};
 
 /// A child that exits at once; returns once it is a zombie.
 fn exited_child() -> i32 {

@@ -58,7 +58,7 @@ pub fn harden_executor_retaining(
             std::io::Error::last_os_error()
         ));
     }
-    if let Err(e) = crate::tree::become_subreaper() {
+    if let Err(e) = crate::reaper::become_subreaper() {
         problems.push(format!("cannot become a child subreaper: {e}"));
     }
     let keep = caps::parse(&envelope.capabilities)?;

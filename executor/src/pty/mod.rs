@@ -36,8 +36,10 @@ use tokio::sync::{watch, Notify};
 
 use crate::error::ExecError;
 use crate::fs::{Continuation, RequestIo};
-use crate::spawn::{self, ExitStatus};
-use crate::tree::{JobTree, ROOTS};
+use crate::reaper::ROOTS;
+use crate::reaper::{self, ExitStatus};
+use crate::spawn;
+use crate::tree::JobTree;
 use ring::Ring;
 
 /// Bytes pushed to the broker and not yet acknowledged, per session, at most.
@@ -438,12 +440,12 @@ impl Table {
         let fail = |e: String| {
             tracing::error!(pid, error = %e, "cannot watch a new pty session; killing it");
             tree.kill();
-            let _ = spawn::try_reap_blocking(&child.pidfd);
+            let _ = reaper::try_reap_blocking(&child.pidfd);
             if let Ok(mut roots) = ROOTS.lock() {
                 roots.retain(|&p| p != pid);
             }
             tree.reaped.store(true, Ordering::SeqCst);
-            crate::running::release_later(tree.clone());
+            crate::started::release_later(tree.clone());
             ExecError::Internal(format!("pty: {e}"))
         };
         let (access_key, reconnect_token) = match (creds::fresh(), creds::fresh()) {
@@ -466,12 +468,12 @@ impl Table {
                 let (pidfd, e) = e.into_parts();
                 tracing::error!(pid, error = %e, "cannot watch a new pty session; killing it");
                 tree.kill();
-                let _ = spawn::try_reap_blocking(&pidfd);
+                let _ = reaper::try_reap_blocking(&pidfd);
                 if let Ok(mut roots) = ROOTS.lock() {
                     roots.retain(|&p| p != pid);
                 }
                 tree.reaped.store(true, Ordering::SeqCst);
-                crate::running::release_later(tree.clone());
+                crate::started::release_later(tree.clone());
                 return Err(ExecError::Internal(format!("pty: {e}")));
             }
         };
@@ -872,7 +874,7 @@ async fn wait_loop(
     done: watch::Sender<bool>,
 ) {
     let status = loop {
-        match spawn::try_reap(pidfd.get_ref()) {
+        match reaper::try_reap(pidfd.get_ref()) {
             Ok(Some(st)) => break Ok(st),
             Ok(None) => {}
             Err(e) => break Err(e),
@@ -896,7 +898,7 @@ async fn wait_loop(
     if !drained {
         let _ = tokio::time::timeout(DRAIN_WAIT, read_done.wait_for(|d| *d)).await;
     }
-    crate::running::release_later(s.tree.clone());
+    crate::started::release_later(s.tree.clone());
     let exit = match status {
         Ok(st) => exit_of(st),
         Err(e) => PtyExit {

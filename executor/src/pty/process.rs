@@ -13,14 +13,15 @@ use std::path::Path;
 
 use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
 
-use crate::command;
+use crate::cgroups::JobCgroup;
 use crate::denylist::denied_message;
 use crate::env_policy;
 use crate::error::ExecError;
 use crate::jail::fstat;
 use crate::policy::Policy;
+use crate::prepare;
+use crate::reaper::ROOTS;
 use crate::spawn::{self, Child, SpawnPlan};
-use crate::tree::{JobCgroup, ROOTS};
 
 /// A started session program.
 pub struct Started {
@@ -54,7 +55,7 @@ pub fn check(policy: &Policy, spec: &OpenSpec) -> Result<(), ExecError> {
         }
     }
     if let Some(argv) = &spec.argv {
-        command::check_argv(argv)?;
+        prepare::check_argv(argv)?;
         if let Some(p) = policy.denylist.matches(argv) {
             return Err(ExecError::Plain(denied_message(p)));
         }
@@ -106,8 +107,8 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     let cwd = resolved.path.to_string_lossy().into_owned();
     let (path, argv, program) = match &spec.argv {
         Some(argv) => {
-            let path = command::lookup(&argv[0], policy.base_env.get("PATH").map(String::as_str))
-                .map_err(|e| command::spawn_error(&argv[0], &e))?;
+            let path = prepare::lookup(&argv[0], policy.base_env.get("PATH").map(String::as_str))
+                .map_err(|e| prepare::spawn_error(&argv[0], &e))?;
             (path, argv.clone(), Some(argv[0].clone()))
         }
         None => {
@@ -171,7 +172,7 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
                 if let Some(cg) = cgroup {
                     let _ = cg.recycle();
                 }
-                return Err(command::spawn_error(&path, &e));
+                return Err(prepare::spawn_error(&path, &e));
             }
         }
     };

@@ -11,11 +11,11 @@ use iii_shell_protocol::messages::ExecSpec;
 use crate::denylist::denied_message;
 use crate::env_policy;
 
+use crate::cgroups::JobCgroup;
 use crate::error::ExecError;
 use crate::jail::{fstat, open_beneath};
 use crate::policy::Policy;
 use crate::spawn::{dev_null, pipe, set_nonblocking, ExecImage, SpawnPlan};
-use crate::tree::JobCgroup;
 
 /// Search path used when the command's environment has no PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -180,7 +180,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
 
 /// A command checked and ready for a pre-started process, which already holds its output
 /// pipes, `/dev/null` as stdin, its cgroup and its confinement: only what differs per call.
-pub struct WarmPrepared {
+pub struct PreparedForPrestarted {
     pub image: ExecImage,
     pub cwd: Option<OwnedFd>,
     /// The child's end of the stdin pipe, when the call gave stdin.
@@ -190,7 +190,10 @@ pub struct WarmPrepared {
 }
 
 /// [`prepare`] for a pre-started process: the same checks, no pipes and no cgroup.
-pub fn prepare_warm(policy: &Policy, spec: &ExecSpec) -> Result<WarmPrepared, ExecError> {
+pub fn prepare_for_prestarted(
+    policy: &Policy,
+    spec: &ExecSpec,
+) -> Result<PreparedForPrestarted, ExecError> {
     let Staged {
         program,
         cwd,
@@ -202,7 +205,7 @@ pub fn prepare_warm(policy: &Policy, spec: &ExecSpec) -> Result<WarmPrepared, Ex
         Some((child_end, parent)) => (Some(child_end), Some(parent)),
         None => (None, None),
     };
-    Ok(WarmPrepared {
+    Ok(PreparedForPrestarted {
         image,
         cwd,
         stdin_child,

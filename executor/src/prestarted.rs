@@ -5,7 +5,7 @@
 //! it: the clone into the job cgroup, resetting signal dispositions, `setsid`, rlimits,
 //! no_new_privs and above all `landlock_restrict_self`, which copies every rule of the
 //! policy's ruleset into a new domain (about 90 µs with the 248 rules of the unjailed
-//! default). A warm child does all of that *between* calls, under the current policy, sets up
+//! default). A pre-started process does all of that *between* calls, under the current policy, sets up
 //! its stdio (`/dev/null` and the command's two output pipes, whose read ends the executor
 //! keeps), and then blocks reading a socket. A call hands it the program, argv and
 //! environment (in memory it shares with the executor) with one byte on the socket, carrying
@@ -34,9 +34,10 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
+use crate::cgroups::JobCgroup;
 use crate::child::{self, sys};
+use crate::reaper::ROOTS;
 use crate::spawn::{dev_null, pipe, ChildConfinement, ExecImage};
-use crate::tree::{JobCgroup, ROOTS};
 
 const SETUP: u32 = 0;
 const READY: u32 = 1;
@@ -52,7 +53,7 @@ const SENT_CWD: u32 = 2;
 const STACK: usize = 64 * 1024;
 
 /// What a waiting process is called (`comm`, at most 15 bytes).
-const NAME: &[u8; 16] = b"iii-shell-ready\0";
+const NAME: &[u8; 15] = b"iii-prestarted\0";
 
 /// Pre-started processes kept per policy: two, so that back-to-back calls find one ready
 /// while the next is still setting itself up.
@@ -74,7 +75,7 @@ struct Block {
     /// rest of this block.
     setup: child::Setup,
     /// The seccomp program `setup.seccomp` points at (its filter is kept alive by
-    /// [`Warm::confinement`]).
+    /// [`Prestarted::confinement`]).
     fprog: libc::sock_fprog,
     /// Set by the parent before the hand-over: which descriptors come with it ([`SENT_STDIN`],
     /// [`SENT_CWD`], in that order).
@@ -84,8 +85,8 @@ struct Block {
     envp: AtomicUsize,
 }
 
-/// A pre-started command process, ready for [`Warm::launch`].
-pub struct Warm {
+/// A pre-started command process, ready for [`Prestarted::launch`].
+pub struct Prestarted {
     pid: i32,
     pidfd: Option<OwnedFd>,
     sock: OwnedFd,
@@ -101,13 +102,15 @@ pub struct Warm {
 
 // SAFETY: the raw pointers inside `Block` point into memory this value owns (the seccomp
 // program through `confinement`) or are plain integers; nothing is tied to a thread.
-unsafe impl Send for Warm {}
+unsafe impl Send for Prestarted {}
 // SAFETY: shared references only read plain fields.
-unsafe impl Sync for Warm {}
+unsafe impl Sync for Prestarted {}
 
-impl std::fmt::Debug for Warm {
+impl std::fmt::Debug for Prestarted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Warm").field("pid", &self.pid).finish()
+        f.debug_struct("Prestarted")
+            .field("pid", &self.pid)
+            .finish()
     }
 }
 
@@ -126,7 +129,7 @@ pub fn enabled() -> bool {
 /// `on`, `off` (switched off by the operator) or `unavailable` (no clone3 with
 /// `CLONE_INTO_CGROUP` here, or no job cgroups), for `doctor`.
 pub fn availability() -> &'static str {
-    if enabled() && crate::tree::cgroup_base().is_some() {
+    if enabled() && crate::cgroups::cgroup_base().is_some() {
         "on"
     } else if OFF.load(Ordering::Relaxed)
         || std::env::var("III_SHELL_PRESTART").is_ok_and(|v| v.trim() == "0")
@@ -142,7 +145,7 @@ pub fn disable() {
     OFF.store(true, Ordering::Relaxed);
 }
 
-/// See [`Warm::state`].
+/// See [`Prestarted::state`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     Starting,
@@ -150,12 +153,12 @@ pub enum State {
     Dead,
 }
 
-/// A started command handed over by [`Warm::launch`].
-pub struct Launched {
+/// A started command handed over by [`Prestarted::launch`].
+pub struct PrestartedCommand {
     pub pid: i32,
     pub pidfd: OwnedFd,
     pub cgroup: Option<JobCgroup>,
-    pub keep: Keep,
+    pub memory: ChildMemory,
     /// The read ends of the command's stdout and stderr (non-blocking).
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -163,17 +166,17 @@ pub struct Launched {
 
 /// What must outlive the child until it has exec'd: its block and stack, and the strings
 /// execve reads.
-pub struct Keep {
+pub struct ChildMemory {
     block: Box<Block>,
     stack: Vec<u8>,
     image: ExecImage,
     reaped: bool,
 }
 
-// SAFETY: as for Warm; the image's pointer arrays point into strings the image owns.
-unsafe impl Send for Keep {}
+// SAFETY: as for Prestarted; the image's pointer arrays point into strings the image owns.
+unsafe impl Send for ChildMemory {}
 // SAFETY: shared references only read atomics.
-unsafe impl Sync for Keep {}
+unsafe impl Sync for ChildMemory {}
 
 /// How a pre-started process that was handed a command ended up, read once it is reaped.
 #[derive(Debug)]
@@ -187,7 +190,7 @@ pub enum Outcome {
     NeverStarted,
 }
 
-impl Keep {
+impl ChildMemory {
     /// Called once the child has been reaped.
     pub fn outcome(&mut self) -> Outcome {
         self.reaped = true;
@@ -201,7 +204,7 @@ impl Keep {
     }
 }
 
-impl Drop for Keep {
+impl Drop for ChildMemory {
     fn drop(&mut self) {
         if !self.reaped {
             // The child may still be reading this memory (it was never reaped): leave it be.
@@ -233,13 +236,13 @@ impl Block {
     }
 }
 
-impl Warm {
+impl Prestarted {
     /// Starts a child that confines itself with `confinement` inside a job cgroup of its own
     /// and waits for a command.
     pub fn start(
         confinement: &ChildConfinement,
-        limits: crate::tree::JobLimits,
-    ) -> std::io::Result<Warm> {
+        limits: crate::cgroups::JobLimits,
+    ) -> std::io::Result<Prestarted> {
         if !enabled() {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
         }
@@ -330,13 +333,13 @@ impl Warm {
         let started = {
             // Registered as a job root under the lock, so the orphan reaper leaves it alone.
             let mut roots = ROOTS.lock().ok();
-            // SAFETY: `warm_main` only makes raw system calls on the block and its own stack,
-            // both owned by the returned Warm (or by the Keep after launch), which outlive the
+            // SAFETY: `prestarted_main` only makes raw system calls on the block and its own stack,
+            // both owned by the returned Prestarted (or by the ChildMemory after launch), which outlive the
             // child's use of them: they are freed only after it has been reaped.
             let r = unsafe {
                 crate::clone3::start_into(
                     cgroup.target().dir,
-                    warm_main,
+                    prestarted_main,
                     block_ptr,
                     base,
                     top - base as usize,
@@ -365,7 +368,7 @@ impl Warm {
                 return Err(e);
             }
         };
-        Ok(Warm {
+        Ok(Prestarted {
             pid,
             // SAFETY: CLONE_PIDFD stored a fresh descriptor that only we own.
             pidfd: Some(unsafe { OwnedFd::from_raw_fd(pidfd) }),
@@ -394,7 +397,7 @@ impl Warm {
         let alive = self
             .pidfd
             .as_ref()
-            .is_some_and(|fd| matches!(crate::spawn::try_reap_peek(fd), Ok(false)));
+            .is_some_and(|fd| matches!(crate::reaper::try_reap_peek(fd), Ok(false)));
         match self.block.state.load(Ordering::Acquire) {
             _ if !alive => State::Dead,
             READY => State::Ready,
@@ -454,7 +457,7 @@ impl Warm {
         image: ExecImage,
         stdin: Option<OwnedFd>,
         cwd: Option<OwnedFd>,
-    ) -> Option<Launched> {
+    ) -> Option<PrestartedCommand> {
         if !self.wait_ready() {
             return None;
         }
@@ -488,19 +491,19 @@ impl Warm {
         let (Some(pidfd), Some(stdout), Some(stderr)) =
             (self.pidfd.take(), self.stdout.take(), self.stderr.take())
         else {
-            unreachable!("a Warm holds its pidfd and pipes until it is launched")
+            unreachable!("a Prestarted holds its pidfd and pipes until it is launched")
         };
-        let keep = Keep {
+        let memory = ChildMemory {
             block: std::mem::replace(&mut self.block, Box::new(Block::empty())),
             stack: std::mem::take(&mut self.stack),
             image,
             reaped: false,
         };
-        let launched = Launched {
+        let launched = PrestartedCommand {
             pid: self.pid,
             pidfd,
             cgroup: self.cgroup.take(),
-            keep,
+            memory,
             stdout,
             stderr,
         };
@@ -510,7 +513,7 @@ impl Warm {
     }
 }
 
-impl Drop for Warm {
+impl Drop for Prestarted {
     /// Discards an unused child: SIGKILL, reaped, its cgroup given back.
     fn drop(&mut self) {
         let Some(pidfd) = self.pidfd.take() else {
@@ -526,7 +529,7 @@ impl Drop for Warm {
                 0u32,
             );
         }
-        let reaped = crate::spawn::try_reap_blocking(&pidfd).is_ok();
+        let reaped = crate::reaper::try_reap_blocking(&pidfd).is_ok();
         if let Ok(mut roots) = ROOTS.lock() {
             roots.retain(|&p| p != self.pid);
         }
@@ -553,60 +556,30 @@ impl Drop for Warm {
     }
 }
 
-/// Sends one byte with `fds` attached (a plain byte when there are none).
+/// Sends one byte with `fds` attached (a plain byte when there are none), through nix's
+/// `sendmsg` with `SCM_RIGHTS`. (The child's `recvmsg` stays a raw system call: it must not
+/// write errno.)
 fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
-    const MAX: usize = 2;
-    if fds.len() > MAX {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+    if fds.len() > 2 {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr() as *mut c_void,
-        iov_len: 1,
-    };
-    // u64 elements keep the control buffer aligned for cmsghdr.
-    let mut control = [0u64; 8];
-    let data_len = std::mem::size_of_val(fds) as u32;
-    // SAFETY: CMSG_SPACE/CMSG_LEN are pure size computations.
-    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
-    debug_assert!(space <= std::mem::size_of_val(&control));
-    // SAFETY: a zeroed msghdr is valid; the fields set below point at live locals.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if !fds.is_empty() {
-        msg.msg_control = control.as_mut_ptr() as *mut c_void;
-        msg.msg_controllen = space as _;
-        // SAFETY: the control buffer is large enough for one header and `fds` (checked
-        // above); CMSG_FIRSTHDR/CMSG_DATA return pointers inside it.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr() as *const u8,
-                libc::CMSG_DATA(cmsg),
-                data_len as usize,
-            );
-        }
-    }
+    let byte = [0u8; 1];
+    let iov = [std::io::IoSlice::new(&byte)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
     loop {
-        // SAFETY: `msg` and everything it points to are valid for the call.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+        match sendmsg::<UnixAddr>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
-/// The warm child. Runs on its own stack in the executor's memory, concurrently with it: the
+/// The pre-started process. Runs on its own stack in the executor's memory, concurrently with it: the
 /// one child routine on its block's setup, which waits in [`handover`] for the command.
-extern "C" fn warm_main(arg: *mut c_void) -> libc::c_int {
+extern "C" fn prestarted_main(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the Block the parent keeps alive until this child is reaped; the
     // routine makes raw system calls that neither allocate nor touch errno.
     unsafe {
@@ -650,7 +623,7 @@ unsafe fn fail(b: &Block, rc: isize) -> libc::c_int {
 /// with the command's descriptors attached, and returns the command the parent wrote into
 /// the block. Exits quietly when the executor discards it (EOF).
 unsafe fn handover(arg: *const c_void) -> Result<child::Command, isize> {
-    // SAFETY: `arg` is the block (see `Warm::start`); raw system calls on locals and on it.
+    // SAFETY: `arg` is the block (see `Prestarted::start`); raw system calls on locals and on it.
     unsafe {
         let b = &*(arg as *const Block);
         let sock = b.sock as usize;

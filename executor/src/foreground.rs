@@ -8,10 +8,10 @@ use iii_shell_protocol::messages::ExecSpec;
 use tokio::sync::Notify;
 
 use crate::capture::Collector;
-use crate::command;
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::running::{release_later, start, start_warm, Running};
+use crate::prepare;
+use crate::started::{release_later, start, start_in_prestarted, Running};
 use crate::tree::JobTree;
 
 /// How long output is still collected after the tree was killed, for holders outside it.
@@ -75,9 +75,9 @@ pub async fn run_then_release(
     spec: ExecSpec,
     cancel: Arc<Notify>,
 ) -> (Result<ExecResponse, ExecError>, Spent) {
-    let mut allow_warm = true;
+    let mut allow_prestarted = true;
     loop {
-        match run_inner(policy.clone(), &spec, cancel.clone(), allow_warm).await {
+        match run_inner(policy.clone(), &spec, cancel.clone(), allow_prestarted).await {
             Ok(Attempt::Done(r, spent)) => return (r, spent),
             Ok(Attempt::NeverStarted(tree)) => {
                 // Killed while it waited, before it took the command: nothing ran, so the
@@ -86,7 +86,7 @@ pub async fn run_then_release(
                 if let Some(tree) = tree {
                     release_later(tree);
                 }
-                allow_warm = false;
+                allow_prestarted = false;
             }
             Err(e) => return (Err(e), Spent::default()),
         }
@@ -105,34 +105,34 @@ async fn run_inner(
     policy: Arc<Policy>,
     spec: &ExecSpec,
     cancel: Arc<Notify>,
-    allow_warm: bool,
+    allow_prestarted: bool,
 ) -> Result<Attempt, ExecError> {
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let entered = Instant::now();
-    let warm = if timeout_ms == 0 || !allow_warm {
+    let prestarted = if timeout_ms == 0 || !allow_prestarted {
         None
     } else {
-        policy.take_warm()
+        policy.take_prestarted()
     };
     let started;
-    let (mut running, mut out, mut err) = match warm {
+    let (mut running, mut out, mut err) = match prestarted {
         Some(w) => {
-            let prepared = match command::prepare_warm(&policy, spec) {
+            let prepared = match prepare::prepare_for_prestarted(&policy, spec) {
                 Ok(p) => p,
                 Err(e) => {
-                    policy.put_back_warm(w);
+                    policy.put_back_prestarted(w);
                     return Err(e);
                 }
             };
             started = Instant::now();
-            match start_warm(w, prepared, cap) {
+            match start_in_prestarted(w, prepared, cap) {
                 Some(r) => r?,
                 None => return Ok(Attempt::NeverStarted(None)),
             }
         }
         None => {
-            let prepared = command::prepare(&policy, spec)?;
+            let prepared = prepare::prepare(&policy, spec)?;
             if timeout_ms == 0 {
                 if let Some(cg) = prepared.cgroup {
                     let _ = cg.recycle();
@@ -216,7 +216,7 @@ async fn run_inner(
     if let Some(e) = exec_failure {
         // A pre-started process could not exec the command: the same error a spawn gives.
         return Ok(Attempt::Done(
-            Err(command::spawn_error(&spec.argv[0], &e)),
+            Err(prepare::spawn_error(&spec.argv[0], &e)),
             spent(running, out, err),
         ));
     }

@@ -10,19 +10,22 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncWriteExt;
 
 use crate::capture::Collector;
-use crate::command::{spawn_error, Prepared, WarmPrepared};
+use crate::cgroups::JobCgroup;
 use crate::error::ExecError;
-use crate::spawn::{self, Child, ExitStatus};
-use crate::tree::{JobCgroup, JobTree, ROOTS};
-use crate::warm::{Keep, Outcome, Warm};
+use crate::prepare::{spawn_error, Prepared, PreparedForPrestarted};
+use crate::prestarted::{ChildMemory, Outcome, Prestarted};
+use crate::reaper::ROOTS;
+use crate::reaper::{self, ExitStatus};
+use crate::spawn::{self, Child};
+use crate::tree::JobTree;
 
 pub struct Running {
     pid: i32,
     pidfd: AsyncFd<OwnedFd>,
     pub tree: Arc<JobTree>,
     pub status: Option<ExitStatus>,
-    /// What a pre-started process needs until it has exec'd (see `warm`).
-    warm: Option<Keep>,
+    /// What a pre-started process needs until it has exec'd (see `prestarted`).
+    prestarted: Option<ChildMemory>,
     /// Set when the root has been reaped and it was a pre-started process that failed to
     /// exec the command (the spawn error a plain spawn would have returned).
     pub exec_failure: Option<std::io::Error>,
@@ -31,20 +34,20 @@ pub struct Running {
     pub never_started: bool,
 }
 
-/// Hands a command to the pre-started process `warm`. `None` when it could not take it (the
+/// Hands a command to the pre-started process `prestarted`. `None` when it could not take it (the
 /// caller starts the command the ordinary way then; nothing has run).
-pub fn start_warm(
-    warm: Warm,
-    prepared: WarmPrepared,
+pub fn start_in_prestarted(
+    prestarted: Prestarted,
+    prepared: PreparedForPrestarted,
     cap: usize,
 ) -> Option<Result<(Running, Collector, Collector), ExecError>> {
-    let WarmPrepared {
+    let PreparedForPrestarted {
         image,
         cwd,
         stdin_child,
         stdin,
     } = prepared;
-    let l = warm.launch(image, stdin_child, cwd)?;
+    let l = prestarted.launch(image, stdin_child, cwd)?;
     tracing::trace!(pid = l.pid, "command handed to a pre-started process");
     let child = Child {
         pid: l.pid,
@@ -54,7 +57,7 @@ pub fn start_warm(
     Some(supervise(
         child,
         l.cgroup,
-        Some(l.keep),
+        Some(l.memory),
         l.stdout,
         l.stderr,
         stdin,
@@ -108,7 +111,7 @@ pub fn start(
 fn supervise(
     child: Child,
     cgroup: Option<JobCgroup>,
-    warm: Option<Keep>,
+    prestarted: Option<ChildMemory>,
     stdout: OwnedFd,
     stderr: OwnedFd,
     stdin: Option<(OwnedFd, Vec<u8>)>,
@@ -119,16 +122,16 @@ fn supervise(
     // The command is already running. If it cannot be watched (epoll refusing a descriptor),
     // it must not go on unwatched: its tree is killed and its root reaped before the error
     // is returned.
-    let abandon = |pidfd: &OwnedFd, warm: Option<Keep>, e: std::io::Error| {
+    let abandon = |pidfd: &OwnedFd, prestarted: Option<ChildMemory>, e: std::io::Error| {
         tracing::error!(pid, error = %e, "cannot watch a started command; killing it. The executor is short of descriptors or memory: raise LimitNOFILE, or lower max_concurrent_jobs");
         tree.kill();
-        let reaped = spawn::try_reap_blocking(pidfd).is_ok();
+        let reaped = reaper::try_reap_blocking(pidfd).is_ok();
         if let Ok(mut roots) = ROOTS.lock() {
             roots.retain(|&p| p != pid);
         }
-        if let (Some(mut keep), true) = (warm, reaped) {
+        if let (Some(mut memory), true) = (prestarted, reaped) {
             // Reaped: the memory it ran on may be freed now.
-            let _ = keep.outcome();
+            let _ = memory.outcome();
         }
         if reaped {
             tree.reaped.store(true, Ordering::SeqCst);
@@ -140,7 +143,7 @@ fn supervise(
         Collector::new(stdout, cap).and_then(|out| Ok((out, Collector::new(stderr, cap)?)));
     let (out, err) = match collectors {
         Ok(c) => c,
-        Err(e) => return Err(abandon(&pidfd, warm, e)),
+        Err(e) => return Err(abandon(&pidfd, prestarted, e)),
     };
     // SAFETY: an OwnedFd keeps its descriptor open and unchanged for as long as the AsyncFd
     // owns it, which is what `register_with_interest` requires.
@@ -149,7 +152,7 @@ fn supervise(
             Ok(fd) => fd,
             Err(e) => {
                 let (pidfd, e) = e.into_parts();
-                return Err(abandon(&pidfd, warm, e));
+                return Err(abandon(&pidfd, prestarted, e));
             }
         };
     let running = Running {
@@ -157,7 +160,7 @@ fn supervise(
         pidfd,
         tree: tree.clone(),
         status: None,
-        warm,
+        prestarted,
         exec_failure: None,
         never_started: false,
     };
@@ -196,7 +199,7 @@ impl Running {
         }
         let (pid, pidfd) = (self.pid, &self.pidfd);
         let st: (ExitStatus, bool) = std::future::poll_fn(|cx| loop {
-            match spawn::try_reap(pidfd.get_ref()) {
+            match reaper::try_reap(pidfd.get_ref()) {
                 Ok(Some(st)) => return Poll::Ready((st, true)),
                 Ok(None) => {}
                 Err(e) => {
@@ -219,11 +222,11 @@ impl Running {
     }
 
     /// Records the root's end. `reaped` is false when waiting failed instead: a pre-started
-    /// root's memory is then never freed (see `warm::Keep`).
+    /// root's memory is then never freed (see `prestarted::ChildMemory`).
     fn finish(&mut self, st: ExitStatus, reaped: bool) {
         self.status = Some(st);
-        if let (Some(keep), true) = (self.warm.as_mut(), reaped) {
-            match keep.outcome() {
+        if let (Some(memory), true) = (self.prestarted.as_mut(), reaped) {
+            match memory.outcome() {
                 Outcome::Took => {}
                 Outcome::ExecFailed(e) => self.exec_failure = Some(e),
                 Outcome::NeverStarted => self.never_started = true,
