@@ -1,5 +1,6 @@
-//! The kernel's Landlock ABI (the rulesets themselves are built by their users: the executor
-//! from the live jail, the broker for its few readable files).
+//! The kernel's Landlock ABI. The command ruleset is planned in [`crate::landlock_plan`] and
+//! built in [`crate::landlock_ruleset`] (the executor gathers their inputs from its live
+//! jail); the broker builds its own, for its few readable files.
 
 /// The kernel's Landlock ABI version (0 when Landlock is unavailable or disabled).
 pub fn kernel_abi() -> i32 {

@@ -6,6 +6,9 @@
 //! * [`special_bits`]: the rule refusing setuid/setgid/sticky modes, folded into a filter.
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`landlock`]: the kernel's Landlock ABI.
+//! * [`landlock_plan`]: which path a command may reach with which rights, from the
+//!   configuration, the protected entries and the device directory.
+//! * [`landlock_ruleset`]: a plan turned into a ruleset fd, and what the kernel enforces of it.
 //! * [`ptys`]: a private devpts instance, so commands never see the host's terminals.
 //! * [`requirement`]: how a test that needs root or a kernel feature skips or fails.
 //! * prctl flags (no_new_privs, dumpable, child subreaper) and [`observe`], the state of
@@ -16,6 +19,8 @@
 
 pub mod caps;
 pub mod landlock;
+pub mod landlock_plan;
+pub mod landlock_ruleset;
 pub mod ptys;
 pub mod requirement;
 pub mod seccomp;

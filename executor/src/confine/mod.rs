@@ -5,9 +5,12 @@
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`seccomp`]: the deny filter (a hand-built BPF program).
 //! * [`ptys`]: a private devpts instance, so commands never see the host's terminals.
+//! * The command Landlock plan and its ruleset (`iii_shell_confine::landlock_plan`,
+//!   `iii_shell_confine::landlock_ruleset`).
 //!
-//! Here: [`landlock_rules`], the command ruleset built from the live jail, and
-//! [`harden_executor`], the executor's own start-up.
+//! Here: [`landlock_rules`], which feeds the plan from the live jail (its protected entries)
+//! and builds the command ruleset, [`process_limits`], and [`harden_executor`], the
+//! executor's own start-up.
 //!
 //! Per spawn, everything is built in the parent (once per policy) and the child only applies
 //! it with raw system calls: rlimits, no_new_privs, `landlock_restrict_self`, `seccomp`.
