@@ -61,6 +61,59 @@ impl Devices {
     }
 }
 
+/// What the plan reads of the filesystem: the seam through which a test gives it a fake tree
+/// (device nodes, symlinks) without root. [`HostTree`] is the real one.
+pub trait Tree {
+    /// The canonical form of `p` (symlinks resolved), or `None` when it cannot be had.
+    fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
+    /// The entries of directory `dir`, with their types (symlinks not followed); empty when
+    /// it cannot be read.
+    fn list(&self, dir: &Path) -> Vec<(PathBuf, Kind)>;
+}
+
+/// An entry's type as the plan sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    Symlink,
+    BlockDevice,
+    CharDevice,
+    Other,
+}
+
+/// The host's filesystem.
+pub struct HostTree;
+
+impl Tree for HostTree {
+    fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(p).ok()
+    }
+
+    fn list(&self, dir: &Path) -> Vec<(PathBuf, Kind)> {
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| {
+                let t = e.file_type().ok()?;
+                let kind = if t.is_symlink() {
+                    Kind::Symlink
+                } else if t.is_dir() {
+                    Kind::Dir
+                } else if t.is_block_device() {
+                    Kind::BlockDevice
+                } else if t.is_char_device() {
+                    Kind::CharDevice
+                } else {
+                    Kind::Other
+                };
+                Some((e.path(), kind))
+            })
+            .collect()
+    }
+}
+
 /// What a command may reach: each path and the rights granted beneath it, after the
 /// piecewise carving around the denied paths (which are listed too).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,25 +164,20 @@ pub fn device_rights() -> BitFlags<AccessFs> {
 /// character device except the allowed ones (consoles, serial lines, input devices and the
 /// like would otherwise be readable through a `/dev` system path, by a uid-0 command).
 /// Device nodes that appear later get no rights: their directory is granted piecewise.
-fn device_nodes(devices: &Devices, jailed: bool) -> Vec<PathBuf> {
-    use std::os::unix::fs::FileTypeExt;
+fn device_nodes(tree: &dyn Tree, devices: &Devices, jailed: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(devices.dir.clone(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
+        for (p, kind) in tree.list(&dir) {
             if devices.allowed.iter().any(|d| p.starts_with(d)) {
                 continue;
             }
             // Not followed: a symlink (`/dev/fd`, `/dev/disk/by-*/…`) is never a rule source.
-            let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() && depth < 8 {
-                stack.push((p, depth + 1));
-            } else if t.is_block_device() || (jailed && t.is_char_device()) {
-                out.push(p);
+            match kind {
+                Kind::Dir if depth < 8 => stack.push((p, depth + 1)),
+                Kind::BlockDevice => out.push(p),
+                Kind::CharDevice if jailed => out.push(p),
+                _ => {}
             }
         }
     }
@@ -139,6 +187,7 @@ fn device_nodes(devices: &Devices, jailed: bool) -> Vec<PathBuf> {
 /// Grants `access` on `path`, piecewise around the denied paths beneath it. A path at or
 /// under a denied path gets nothing (the denylist covers everything under its entries).
 fn grant(
+    tree: &dyn Tree,
     out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>,
     path: &Path,
     access: BitFlags<AccessFs>,
@@ -154,16 +203,12 @@ fn grant(
         return;
     }
     out.push((path.to_path_buf(), dir_ops(access)));
-    let Ok(rd) = std::fs::read_dir(path) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let child = e.path();
+    for (child, kind) in tree.list(path) {
         // A symlink is never a rule source: its target would be granted wherever it is.
-        if e.file_type().map(|t| t.is_symlink()).unwrap_or(true) {
+        if kind == Kind::Symlink {
             continue;
         }
-        grant(out, &child, access, denied, depth + 1);
+        grant(tree, out, &child, access, denied, depth + 1);
     }
 }
 
@@ -171,6 +216,11 @@ fn grant(
 /// paths and device nodes) too. Paths that do not exist are still listed; the ruleset
 /// builder skips them.
 pub fn plan(config: &Config, protected: &[PathBuf], devices: &Devices) -> Plan {
+    plan_in(&HostTree, config, protected, devices)
+}
+
+/// [`plan`] over `tree` instead of the host's filesystem.
+pub fn plan_in(tree: &dyn Tree, config: &Config, protected: &[PathBuf], devices: &Devices) -> Plan {
     let c = &config.confinement;
     let (full, read_exec) = (full(), read_exec());
     let jailed = !config.fs.host_roots.is_empty();
@@ -180,29 +230,173 @@ pub fn plan(config: &Config, protected: &[PathBuf], devices: &Devices) -> Plan {
         .map(PathBuf::from)
         .chain(protected.iter().cloned())
         .flat_map(|p| {
-            let canon = std::fs::canonicalize(&p).ok();
+            let canon = tree.canonicalize(&p).filter(|c| *c != p);
             std::iter::once(p).chain(canon)
         })
         .collect();
-    denied.extend(device_nodes(devices, jailed));
+    denied.extend(device_nodes(tree, devices, jailed));
     // Every grant path is canonical, like the denied paths it is compared with: a rule is
     // attached to the inode a path resolves to, so a symlinked grant path (`/lib` ->
     // `usr/lib`) compared lexically would grant a denied path beneath its target in full.
-    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let canonical = |p: &Path| tree.canonicalize(p).unwrap_or_else(|| p.to_path_buf());
     let mut grants = Vec::new();
     if !jailed {
-        grant(&mut grants, Path::new("/"), full, &denied, 0);
+        grant(tree, &mut grants, Path::new("/"), full, &denied, 0);
     } else {
         for r in config.fs.host_roots.iter().chain(c.scratch_paths.iter()) {
-            grant(&mut grants, &canonical(Path::new(r)), full, &denied, 0);
+            grant(
+                tree,
+                &mut grants,
+                &canonical(Path::new(r)),
+                full,
+                &denied,
+                0,
+            );
         }
         for s in &c.system_paths {
-            grant(&mut grants, &canonical(Path::new(s)), read_exec, &denied, 0);
+            grant(
+                tree,
+                &mut grants,
+                &canonical(Path::new(s)),
+                read_exec,
+                &denied,
+                0,
+            );
         }
         for d in &devices.allowed {
-            grant(&mut grants, &canonical(d), device_rights(), &denied, 0);
+            grant(
+                tree,
+                &mut grants,
+                &canonical(d),
+                device_rights(),
+                &denied,
+                0,
+            );
         }
     }
 
     Plan { grants, denied }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A tree of paths and kinds, with symlinks resolved by a table: no root, no disk.
+    #[derive(Default)]
+    struct Fake {
+        entries: BTreeMap<PathBuf, Kind>,
+        links: BTreeMap<PathBuf, PathBuf>,
+    }
+
+    impl Fake {
+        fn with(mut self, p: &str, k: Kind) -> Fake {
+            self.entries.insert(PathBuf::from(p), k);
+            self
+        }
+        fn link(mut self, p: &str, to: &str) -> Fake {
+            self.entries.insert(PathBuf::from(p), Kind::Symlink);
+            self.links.insert(PathBuf::from(p), PathBuf::from(to));
+            self
+        }
+    }
+
+    impl Tree for Fake {
+        fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
+            Some(
+                self.links
+                    .get(p)
+                    .cloned()
+                    .unwrap_or_else(|| p.to_path_buf()),
+            )
+        }
+        fn list(&self, dir: &Path) -> Vec<(PathBuf, Kind)> {
+            self.entries
+                .iter()
+                .filter(|(p, _)| p.parent() == Some(dir))
+                .map(|(p, k)| (p.clone(), *k))
+                .collect()
+        }
+    }
+
+    fn dev() -> Fake {
+        Fake::default()
+            .with("/dev", Kind::Dir)
+            .with("/dev/sda", Kind::BlockDevice)
+            .with("/dev/tty0", Kind::CharDevice)
+            .with("/dev/null", Kind::CharDevice)
+            .with("/dev/input", Kind::Dir)
+            .with("/dev/input/event0", Kind::CharDevice)
+            .link("/dev/disk0", "/dev/sda")
+    }
+
+    fn devices() -> Devices {
+        Devices {
+            dir: PathBuf::from("/dev"),
+            allowed: vec![PathBuf::from("/dev/null")],
+        }
+    }
+
+    fn paths(v: &[(PathBuf, BitFlags<AccessFs>)]) -> Vec<(&str, BitFlags<AccessFs>)> {
+        v.iter().map(|(p, a)| (p.to_str().unwrap(), *a)).collect()
+    }
+
+    #[test]
+    fn jailed_devices_through_the_seam_without_root() {
+        let mut c = Config::builtin_default();
+        c.fs.host_roots = vec!["/w".into()];
+        c.confinement.scratch_paths = vec![];
+        c.confinement.system_paths = vec!["/dev".into()];
+        c.confinement.secret_paths = vec![];
+        let tree = dev().with("/w", Kind::Dir);
+        let p = plan_in(&tree, &c, &[], &devices());
+        let mut denied: Vec<&str> = p.denied.iter().map(|d| d.to_str().unwrap()).collect();
+        denied.sort_unstable();
+        // Every block and (jailed) character device but the allowed one; the symlink to a
+        // disk is no rule source and is not listed.
+        assert_eq!(denied, ["/dev/input/event0", "/dev/sda", "/dev/tty0"]);
+        assert_eq!(
+            paths(&p.grants),
+            [
+                ("/w", full()),
+                // /dev holds denied nodes: directory operations only, then each sibling.
+                ("/dev", dir_ops(read_exec())),
+                ("/dev/input", dir_ops(read_exec())),
+                ("/dev/null", read_exec()),
+                ("/dev/null", device_rights()),
+            ]
+        );
+    }
+
+    #[test]
+    fn unjailed_only_block_devices_are_denied_and_symlinked_grants_are_canonical() {
+        let mut c = Config::builtin_default();
+        c.fs.host_roots = vec![];
+        c.confinement.secret_paths = vec!["/etc/shadow".into()];
+        let p = plan_in(&dev(), &c, &[], &devices());
+        assert_eq!(
+            p.denied,
+            [PathBuf::from("/etc/shadow"), PathBuf::from("/dev/sda")]
+        );
+        // Jailed, a root named through a symlink is granted at its target.
+        let mut j = Config::builtin_default();
+        j.fs.host_roots = vec!["/ws".into()];
+        j.confinement.scratch_paths = vec![];
+        j.confinement.system_paths = vec![];
+        j.confinement.secret_paths = vec![];
+        let tree = Fake::default()
+            .link("/ws", "/data/ws")
+            .with("/data/ws", Kind::Dir);
+        let p = plan_in(
+            &tree,
+            &j,
+            &[],
+            &Devices {
+                dir: "/nodev".into(),
+                allowed: vec![],
+            },
+        );
+        assert_eq!(paths(&p.grants), [("/data/ws", full())]);
+    }
 }
