@@ -105,7 +105,6 @@
 //! | c05 | coder: non_accessible globs through symlinks (`alias -> .env`, `vault -> secrets`) | C211; search finds nothing |
 
 mod common;
-mod escape;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -114,8 +113,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::escape::*;
 use common::*;
-use escape::*;
 use iii_shell_protocol::config::{Config, NetworkAccess};
 use iii_shell_protocol::messages::Request;
 use serde_json::json;
@@ -157,10 +156,6 @@ macro_rules! require {
             }
         }
     };
-}
-
-fn mode_of(p: &Path) -> u32 {
-    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }
 
 // ------------------------------------------------------------------ writes outside the roots
@@ -2246,17 +2241,9 @@ fn status_ids(text: &str) -> (String, String, String) {
     )
 }
 
-macro_rules! require_root {
-    () => {
-        if !iii_shell_confine::requirement::root("run_as cases") {
-            return;
-        }
-    };
-}
-
 #[tokio::test]
 async fn escape_118_run_as_cannot_touch_outside_metadata() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
     assert_no_outside_metadata_changes(&h, &j).await;
@@ -2265,7 +2252,7 @@ async fn escape_118_run_as_cannot_touch_outside_metadata() {
 
 #[tokio::test]
 async fn escape_119_no_special_bits_whatever_the_uid() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
     assert_no_special_bits(&h, &j).await;
@@ -2285,7 +2272,7 @@ async fn escape_119_no_special_bits_whatever_the_uid() {
 
 #[tokio::test]
 async fn escape_120_fs_and_commands_share_files() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     let h = Harness::new(with_run_as(&j, None)).await;
     h.ok(
@@ -2324,7 +2311,7 @@ async fn escape_120_fs_and_commands_share_files() {
 
 #[tokio::test]
 async fn escape_121_status_shows_the_command_user() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     // run_as unset: the owner of the primary root.
     let h = Harness::new(with_run_as(&j, None)).await;
@@ -2380,7 +2367,7 @@ fn call_cli(config: &Config, dir: &Path, setpriv: &[&str], argv: &[&str]) -> (St
 
 #[tokio::test]
 async fn escape_122_root_owned_root_runs_nobody_and_strict_refuses() {
-    require_root!();
+    require_root!("run_as cases");
     let j = other_file(Jail::new());
     let h = Harness::new(with_run_as(&j, None)).await;
     let o = run(&h, Some("."), &["cat", "/proc/self/status"]).await;
@@ -2426,7 +2413,7 @@ async fn escape_122_root_owned_root_runs_nobody_and_strict_refuses() {
 
 #[tokio::test]
 async fn escape_123_non_root_worker_runs_commands_as_itself() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     // The worker itself runs as 4242 (run_as is ignored: it cannot switch).
     let c = with_run_as(&j, Some("root"));
@@ -2473,7 +2460,7 @@ async fn escape_123_non_root_worker_runs_commands_as_itself() {
 
 #[tokio::test]
 async fn escape_124_commands_never_run_as_the_socket_peer() {
-    require_root!();
+    require_root!("run_as cases");
     // Two units: the broker's uid may connect to the executor socket, so no command may run
     // as it (Landlock ABI <= 7 does not govern connecting to a socket file).
     let j = user_jail();
@@ -2584,7 +2571,7 @@ async fn reload(
 
 #[tokio::test]
 async fn escape_125_no_special_bits_on_any_spawn_path_and_no_filter_per_spawn() {
-    require_root!();
+    require_root!("run_as cases");
     // Root commands (run_as: root) would set the bits but for the rule. With and without
     // pre-started processes (the fallback spawn path).
     for extra in [&[][..], &["--no-prestart"][..]] {
@@ -2601,7 +2588,7 @@ async fn escape_125_no_special_bits_on_any_spawn_path_and_no_filter_per_spawn() 
 
 #[tokio::test]
 async fn escape_126_special_bits_across_reloads() {
-    require_root!();
+    require_root!("run_as cases");
     // Started with fs.allow_special_bits: the executor's filter has no rule, so its own
     // fs::chmod and commands may set the bits.
     let j = Jail::new();
@@ -2665,7 +2652,7 @@ async fn escape_126_special_bits_across_reloads() {
 
 #[tokio::test]
 async fn escape_127_job_cgroups_survive_the_uid_switch() {
-    require_root!();
+    require_root!("run_as cases");
     // Where the test's own cgroup lets a root executor make job cgroups, the one that becomes
     // the command user keeps them: the base is handed to that user before the switch.
     let control = Harness::default().await;

@@ -5,9 +5,8 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,78 +52,12 @@ async fn quiet_ok(h: &Harness, function: &str, payload: Value) -> Value {
     }
 }
 
-/// Entries of a directory (names), for "nothing was created here" checks.
-fn names(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-fn set(items: &[&str]) -> BTreeSet<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
-
-/// A jail at `<tmp>/root` next to an `<tmp>/outside` directory holding `secret.txt`.
-struct Jailed {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    outside: PathBuf,
-}
-
-impl Jailed {
-    fn new() -> Jailed {
-        let dir = tempdir();
-        let base = canon(dir.path());
-        let root = base.join("root");
-        let outside = base.join("outside");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::fs::write(outside.join("secret.txt"), "OUTSIDE SECRET").unwrap();
-        std::fs::set_permissions(
-            outside.join("secret.txt"),
-            std::fs::Permissions::from_mode(0o640),
-        )
-        .unwrap();
-        Jailed {
-            _dir: dir,
-            root,
-            outside,
-        }
-    }
-
-    fn config(&self) -> Config {
-        jailed(&self.root)
-    }
-
-    fn outside_untouched(&self) {
-        assert_eq!(
-            names(&self.outside),
-            set(&["secret.txt"]),
-            "something appeared outside the jail"
-        );
-        same_bytes(
-            std::fs::read(self.outside.join("secret.txt")).unwrap(),
-            b"OUTSIDE SECRET",
-            "",
-        );
-        assert_eq!(
-            std::fs::metadata(self.outside.join("secret.txt"))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o7777,
-            0o640
-        );
-    }
-}
-
 // ---------------------------------------------------------------- ls / stat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ls_and_stat_report_fs_entries() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::create_dir(root.join("sub")).unwrap();
     std::fs::write(root.join("file.txt"), "hello").unwrap();
@@ -239,8 +172,8 @@ async fn ls_and_stat_report_fs_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_creates_reports_and_is_idempotent_with_parents() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
 
     let r = h.ok("shell::fs::mkdir", json!({"path": "a"})).await;
@@ -369,8 +302,8 @@ async fn mkdir_creates_reports_and_is_idempotent_with_parents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn special_bits_need_allow_special_bits() {
-    let j = Jailed::new();
-    let mut c = j.config();
+    let j = Jail::new();
+    let mut c = jailed(&j.root);
     c.fs.allow_special_bits = true;
     let h = Harness::new(c).await;
     let root = &j.root;
@@ -432,7 +365,7 @@ async fn special_bits_need_allow_special_bits() {
 
     // Without the opt-in, every mode-taking call refuses them.
     drop(h);
-    let h = Harness::new(j.config()).await;
+    let h = Harness::new(jailed(&j.root)).await;
     for (f, p) in [
         ("shell::fs::mkdir", json!({"path": "s2", "mode": "2755"})),
         ("shell::fs::chmod", json!({"path": "suid", "mode": "4755"})),
@@ -474,8 +407,8 @@ async fn special_bits_need_allow_special_bits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rm_removes_files_and_trees_and_refuses_roots() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::write(root.join("f"), "x").unwrap();
     std::fs::create_dir_all(root.join("tree/a/b")).unwrap();
@@ -566,8 +499,8 @@ async fn rm_removes_files_and_trees_and_refuses_roots() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chmod_changes_modes_owners_and_never_follows_links() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::create_dir_all(root.join("d/e")).unwrap();
     std::fs::write(root.join("d/f1"), "1").unwrap();
@@ -735,8 +668,8 @@ async fn chmod_changes_modes_owners_and_never_follows_links() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mv_moves_refuses_overwrites_and_escapes() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::write(root.join("a"), "A").unwrap();
     std::fs::write(root.join("b"), "B").unwrap();
@@ -858,8 +791,8 @@ const MULTI_SCRIPT: &str = "English, Ελληνικά, Русский, עברי�
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_and_batch_writes() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
 
     let r = h
@@ -1062,39 +995,10 @@ async fn inline_and_batch_writes() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-/// Byte equality that reports sizes and the first difference instead of dumping megabytes.
-fn same_bytes(got: impl AsRef<[u8]>, want: impl AsRef<[u8]>, what: &str) {
-    let (got, want) = (got.as_ref(), want.as_ref());
-    if got != want {
-        let at = got
-            .iter()
-            .zip(want)
-            .position(|(a, b)| a != b)
-            .unwrap_or(got.len().min(want.len()));
-        panic!(
-            "{what}: got {} bytes, want {}; first difference at byte {at}",
-            got.len(),
-            want.len()
-        );
-    }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        out.push(p.clone());
-        if e.file_type().unwrap().is_dir() {
-            out.extend(walk(&p));
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_replaces_a_symlink_instead_of_following_it() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::os::unix::fs::symlink(j.outside.join("secret.txt"), root.join("abs-link")).unwrap();
     std::os::unix::fs::symlink("../outside/secret.txt", root.join("rel-link")).unwrap();
@@ -1138,8 +1042,8 @@ async fn write_replaces_a_symlink_instead_of_following_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_caps_are_s218_and_zero_means_unlimited() {
-    let j = Jailed::new();
-    let mut c = j.config();
+    let j = Jail::new();
+    let mut c = jailed(&j.root);
     c.fs.max_write_bytes = 1000;
     c.fs.max_read_bytes = 1000;
     let h = Harness::new(c).await;
@@ -1170,13 +1074,13 @@ async fn write_caps_are_s218_and_zero_means_unlimited() {
         !root.join("first").exists(),
         "the batch wrote a file before failing on the cap"
     );
-    assert_eq!(names(root), set(&["exact"]));
+    assert_eq!(names_in(root), ["exact"]);
     // read-bytes is a chunked console read: not bound by max_read_bytes.
     std::fs::write(root.join("large"), vec![7u8; 5000]).unwrap();
     assert_eq!(read_all(&h, "large").await.unwrap(), vec![7u8; 5000]);
     drop(h);
 
-    let mut c = j.config();
+    let mut c = jailed(&j.root);
     c.fs.max_write_bytes = 0;
     c.fs.max_read_bytes = 0;
     let h = Harness::new(c).await;
@@ -1196,8 +1100,8 @@ async fn write_caps_are_s218_and_zero_means_unlimited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_write_larger_than_an_executor_frame_does_not_break_the_worker() {
-    let j = Jailed::new();
-    let mut c = j.config();
+    let j = Jail::new();
+    let mut c = jailed(&j.root);
     c.fs.max_write_bytes = 0;
     let h = Harness::new(c).await;
     // Bigger than one executor-socket frame (40 MiB).
@@ -1240,8 +1144,8 @@ async fn an_inline_write_larger_than_an_executor_frame_does_not_break_the_worker
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_leave_exactly_one_payload() {
-    let j = Jailed::new();
-    let h = Arc::new(Harness::new(j.config()).await);
+    let j = Jail::new();
+    let h = Arc::new(Harness::new(jailed(&j.root)).await);
     let root = j.root.clone();
     let payloads: Arc<Vec<String>> = Arc::new(
         (0..12)
@@ -1277,7 +1181,7 @@ async fn concurrent_writes_leave_exactly_one_payload() {
             "round {round}: the file is not exactly one payload ({} bytes)",
             got.len()
         );
-        assert_eq!(names(&root), set(&["same.txt"]), "temp files left behind");
+        assert_eq!(names_in(&root), ["same.txt"], "temp files left behind");
     }
 }
 
@@ -1285,10 +1189,10 @@ async fn concurrent_writes_leave_exactly_one_payload() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jailed_path_forms() {
-    let j = Jailed::new();
+    let j = Jail::new();
     let second = tempdir();
     let second_root = canon(second.path());
-    let mut c = j.config();
+    let mut c = jailed(&j.root);
     c.fs.host_roots.push(s(&second_root));
     let h = Harness::new(c).await;
     let root = &j.root;
@@ -1559,8 +1463,8 @@ async fn unjailed_accepts_only_absolute_paths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlinks_leading_outside_are_s215_everywhere_and_create_nothing() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::create_dir_all(root.join("in/deep")).unwrap();
     std::os::unix::fs::symlink(&j.outside, root.join("in/deep/abs")).unwrap();
@@ -1668,12 +1572,12 @@ fn start_swapper(root: &Path, outside: &Path) -> (Arc<AtomicBool>, std::thread::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_swapped_for_an_outside_symlink_mid_call_never_escapes() {
-    let j = Jailed::new();
+    let j = Jail::new();
     // Give the outside its own `x`, so a read or a write that went through the link would show.
     std::fs::write(j.outside.join("x"), "OUTSIDE x").unwrap();
     std::fs::set_permissions(j.outside.join("x"), std::fs::Permissions::from_mode(0o640)).unwrap();
     let outside_x_mtime = std::fs::metadata(j.outside.join("x")).unwrap().mtime_nsec();
-    let h = Harness::new(j.config()).await;
+    let h = Harness::new(jailed(&j.root)).await;
     let (stop, swapper) = start_swapper(&j.root, &j.outside);
 
     let (mut ok, mut escaped) = (0u32, 0u32);
@@ -1808,10 +1712,10 @@ async fn a_directory_swapped_for_an_outside_symlink_mid_call_never_escapes() {
     );
 }
 
-fn j_outside_check(j: &Jailed, x_mtime_nsec: i64) {
+fn j_outside_check(j: &Jail, x_mtime_nsec: i64) {
     assert_eq!(
-        names(&j.outside),
-        set(&["secret.txt", "x"]),
+        names_in(&j.outside),
+        ["secret.txt", "x"],
         "something appeared outside the jail"
     );
     same_bytes(
@@ -1845,7 +1749,7 @@ fn j_outside_check(j: &Jailed, x_mtime_nsec: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denied_paths_read_exactly_like_missing_ones() {
-    let j = Jailed::new();
+    let j = Jail::new();
     let root = &j.root;
     std::fs::create_dir_all(root.join("private/inner")).unwrap();
     std::fs::write(root.join("private/inner/data"), "p").unwrap();
@@ -1858,7 +1762,7 @@ async fn denied_paths_read_exactly_like_missing_ones() {
     std::fs::write(root.join("ok.txt"), "ok").unwrap();
     std::os::unix::fs::symlink("deny-file", root.join("to-denied")).unwrap();
     std::os::unix::fs::symlink(".env", root.join("to-env")).unwrap();
-    let mut c = j.config();
+    let mut c = jailed(&j.root);
     c.fs.denylist_paths = vec![
         s(&root.join("private")),
         s(&root.join("deny-file")),
@@ -2048,7 +1952,7 @@ async fn denied_paths_read_exactly_like_missing_ones() {
 /// Runs the permission-denied test as an unprivileged user (root bypasses permissions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permission_denied_reads_like_missing() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         permission_denied_body().await;
         return;
     }
@@ -2085,7 +1989,7 @@ async fn permission_denied_as_unprivileged_user() {
 }
 
 async fn permission_denied_body() {
-    let j = Jailed::new();
+    let j = Jail::new();
     let root = &j.root;
     std::fs::create_dir(root.join("locked")).unwrap();
     std::fs::write(root.join("locked/inner"), "i").unwrap();
@@ -2098,7 +2002,7 @@ async fn permission_denied_body() {
     .unwrap();
     std::fs::create_dir(root.join("ro")).unwrap();
     std::fs::set_permissions(root.join("ro"), std::fs::Permissions::from_mode(0o555)).unwrap();
-    let h = Harness::new(j.config()).await;
+    let h = Harness::new(jailed(&j.root)).await;
     let missing = "missing-entry";
     for (func, template) in [
         ("shell::fs::stat", json!({"path": "P"})),
@@ -2152,7 +2056,7 @@ async fn permission_denied_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workspace_roots_list_validate_and_read_bytes() {
-    let j = Jailed::new();
+    let j = Jail::new();
     let second = tempdir();
     let root = &j.root;
     std::fs::create_dir_all(root.join("proj/src")).unwrap();
@@ -2162,7 +2066,7 @@ async fn workspace_roots_list_validate_and_read_bytes() {
     std::fs::write(root.join("proj/file.txt"), "not a dir").unwrap();
     std::os::unix::fs::symlink("a", root.join("proj/link-a")).unwrap();
     std::os::unix::fs::symlink(&j.outside, root.join("proj/link-out")).unwrap();
-    let mut c = j.config();
+    let mut c = jailed(&j.root);
     c.fs.host_roots.push(s(second.path()));
     c.fs.denylist_paths.push(s(&root.join("proj/z-denied")));
     let h = Harness::new(c).await;
@@ -2498,8 +2402,8 @@ async fn workspace_roots_unjailed_and_list_pages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grep_and_sed_answer() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     std::fs::write(j.root.join("g.txt"), "alpha\nbeta\n").unwrap();
     let r = h
         .ok("shell::fs::grep", json!({"path": ".", "pattern": "bet"}))
@@ -2516,8 +2420,8 @@ async fn grep_and_sed_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_stays_healthy_after_many_failures() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     for i in 0..200 {
         let _ = h
             .call("shell::fs::stat", json!({"path": format!("../{i}")}))
@@ -2543,8 +2447,8 @@ async fn the_worker_stays_healthy_after_many_failures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn longest_names_and_special_files() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     // A name of NAME_MAX (255) bytes: writable and readable like any other.
     for name in [
@@ -2583,9 +2487,9 @@ async fn longest_names_and_special_files() {
         .await;
     assert!(["S210", "S211"].contains(&e.code.as_str()), "{e:?}");
     assert!(
-        names(root).iter().all(|n| !n.ends_with(".tmp")),
+        names_in(root).iter().all(|n| !n.ends_with(".tmp")),
         "{:?}",
-        names(root)
+        names_in(root)
     );
 
     // A FIFO is not a regular file: refused at once, never blocking.
@@ -2624,8 +2528,8 @@ async fn longest_names_and_special_files() {
 /// promptly, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_inline_writes_are_streamed_whole() {
-    let j = Jailed::new();
-    let mut c = j.config();
+    let j = Jail::new();
+    let mut c = jailed(&j.root);
     c.fs.max_write_bytes = 0;
     let h = Harness::new(c).await;
     for i in 0..6u8 {
@@ -2678,23 +2582,19 @@ async fn large_inline_writes_are_streamed_whole() {
         .unwrap_err();
     assert_eq!(e.code, "S211");
     assert!(
-        names(&j.root).iter().all(|n| n.starts_with("big")),
+        names_in(&j.root).iter().all(|n| n.starts_with("big")),
         "{:?}",
-        names(&j.root)
+        names_in(&j.root)
     );
     j.outside_untouched();
 }
 
 // ---------------------------------------------------------------- issue 12: fs calls
 
-fn mode_of(p: &Path) -> u32 {
-    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_without_owner_read_reports_created() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     for m in ["0000", "0100", "0200", "0300"] {
         let name = format!("m{m}");
         let r = h
@@ -2711,8 +2611,8 @@ async fn mkdir_without_owner_read_reports_created() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chmod_refuses_a_chown_it_cannot_do_before_changing_anything() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     std::fs::create_dir_all(j.root.join("d/e")).unwrap();
     std::fs::write(j.root.join("d/e/f"), "x").unwrap();
     for p in ["d", "d/e", "d/e/f"] {
@@ -2739,8 +2639,8 @@ async fn chmod_refuses_a_chown_it_cannot_do_before_changing_anything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recursive_chmod_to_0000_and_back_changes_the_whole_tree() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     std::fs::create_dir_all(j.root.join("d/e/g")).unwrap();
     std::fs::write(j.root.join("d/e/f"), "x").unwrap();
     std::fs::write(j.root.join("d/top"), "x").unwrap();
@@ -2770,8 +2670,8 @@ async fn recursive_chmod_to_0000_and_back_changes_the_whole_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rm_of_a_tree_holding_hidden_entries_deletes_nothing() {
-    let j = Jailed::new();
-    let mut c = j.config();
+    let j = Jail::new();
+    let mut c = jailed(&j.root);
     c.fs.denylist_paths.push(s(&j.root.join("d3/deny")));
     let h = Harness::new(c).await;
     let root = &j.root;
@@ -2811,12 +2711,12 @@ async fn rm_of_a_tree_holding_hidden_entries_deletes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_write_with_a_failing_entry_changes_no_target() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::write(root.join("old.txt"), "OLD").unwrap();
     std::fs::create_dir(root.join("adir")).unwrap();
-    let before = names(root);
+    let before = names_in(root);
     for (bad, code, needle) in [
         (
             json!({"path": "adir", "content": "x"}),
@@ -2846,7 +2746,7 @@ async fn a_batch_write_with_a_failing_entry_changes_no_target() {
         )
         .await;
         assert!(e.message.contains(needle), "{e:?}");
-        assert_eq!(names(root), before, "a target or a temp file was left");
+        assert_eq!(names_in(root), before, "a target or a temp file was left");
         assert_eq!(std::fs::read(root.join("old.txt")).unwrap(), b"OLD");
     }
     j.outside_untouched();
@@ -2867,8 +2767,8 @@ async fn a_batch_write_with_a_failing_entry_changes_no_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stat_with_a_trailing_slash_and_symlink_entries() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     let root = &j.root;
     std::fs::write(root.join("file"), "12345").unwrap();
     std::fs::set_permissions(root.join("file"), std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -2903,8 +2803,8 @@ async fn stat_with_a_trailing_slash_and_symlink_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_a_jail_root_says_roots_cannot_be_moved() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     std::fs::create_dir(j.root.join("sub")).unwrap();
     for (src, dst) in [
         (s(&j.root), "sub/moved".to_string()),
@@ -2925,8 +2825,8 @@ async fn moving_a_jail_root_says_roots_cannot_be_moved() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workspace_list_page_size_zero_and_relative_read_bytes_unjailed() {
-    let j = Jailed::new();
-    let h = Harness::new(j.config()).await;
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
     std::fs::create_dir_all(j.root.join("p/a")).unwrap();
     let e = expect_code(
         &h,
@@ -2983,11 +2883,11 @@ async fn workspace_list_page_size_zero_and_relative_read_bytes_unjailed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chmod_chowns_when_the_pinned_envelope_keeps_cap_chown() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         panic!("this test needs root (CAP_CHOWN to keep); run it as root");
     }
-    let j = Jailed::new();
-    let mut c = j.config();
+    let j = Jail::new();
+    let mut c = jailed(&j.root);
     c.confinement.capabilities = vec!["CAP_CHOWN".into()];
     let pin_dir = tempdir();
     let pin = pin_dir.path().join("envelope.yaml");

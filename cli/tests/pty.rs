@@ -2,15 +2,15 @@
 //! shell on a real PTY, and a consumer function on another engine connection standing in
 //! for the console page that receives the output.
 
-mod support;
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use common::*;
 use iii_test_engine::{TestClient, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -830,7 +830,7 @@ fn spawn_in(dir: &std::path::Path, args: &[&str], engine: &TestEngine, log: &str
 /// up. The session is still there, and its output reaches the page through the new broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_survive_a_broker_restart_while_the_executor_stays_up() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         panic!(
             "this test needs root (the broker drops to `nobody`, the executor hands it the socket)"
         );
@@ -1055,7 +1055,7 @@ async fn sessions_run_jailed_and_confined_like_commands() {
 /// other group, and it cannot change the mode of a root-owned file outside the jail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_run_as_the_command_user() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         panic!("this test needs root (the executor switches to confinement.run_as)");
     }
     let engine = TestEngine::start().await;
@@ -1178,7 +1178,7 @@ async fn a_command_cannot_open_a_session_pty_by_path() {
         iii_shell_protocol::config::Config::builtin_default(),
         None,
     )];
-    if nix::unistd::geteuid().is_root() {
+    if is_root() {
         let mut c = jailed(&root_path);
         c.confinement.run_as = Some("4242:4242".into());
         configs.push(("jailed run_as 4242", c, Some(".")));

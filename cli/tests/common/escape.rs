@@ -1,11 +1,9 @@
-//! Helpers of the escape suite: a jail next to an "outside" directory, command runners that
-//! return the interesting parts of a `shell::exec` result, syscall probes, an executor started
-//! with a pinned envelope, and a standalone `executor --socket`.
+//! Helpers of the escape suite (`use common::escape::*`): command runners that return the
+//! interesting parts of a `shell::exec` result, syscall probes, an executor started with a
+//! pinned envelope, and /proc status checks. (Its jail is [`super::Jail`].)
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
 
 use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::services::Services;
@@ -14,9 +12,7 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use serde_json::{json, Value};
 
-use crate::common::{bin, canon, eventually, jailed, s, tempdir, Harness};
-
-pub const SECRET: &[u8] = b"OUTSIDE SECRET";
+use super::{bin, s, tempdir, Harness};
 
 /// Returns early (after saying why) when the test is not running as root.
 #[macro_export]
@@ -40,86 +36,6 @@ pub fn bash() -> Option<&'static str> {
     ["/usr/bin/bash", "/bin/bash"]
         .into_iter()
         .find(|p| Path::new(p).exists())
-}
-
-/// The canonical directory of the `iii-shell` binary (granted read/exec in jailed configs so
-/// commands can run `iii-shell probe`).
-pub fn bin_dir() -> PathBuf {
-    canon(bin()).parent().unwrap().to_path_buf()
-}
-
-/// `<tmp>/root` (the jail) next to `<tmp>/outside` (holding `secret.txt`, mode 0640).
-/// Everything is canonical, and `<tmp>` is world-traversable.
-pub struct Jail {
-    _dir: tempfile::TempDir,
-    pub base: PathBuf,
-    pub root: PathBuf,
-    pub outside: PathBuf,
-}
-
-impl Jail {
-    pub fn new() -> Jail {
-        let dir = tempdir();
-        let base = canon(dir.path());
-        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let root = base.join("root");
-        let outside = base.join("outside");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::fs::write(outside.join("secret.txt"), SECRET).unwrap();
-        std::fs::set_permissions(
-            outside.join("secret.txt"),
-            std::fs::Permissions::from_mode(0o640),
-        )
-        .unwrap();
-        Jail {
-            _dir: dir,
-            base,
-            root,
-            outside,
-        }
-    }
-
-    /// Jailed to `root`. No scratch paths (the temp dirs live under /tmp, a default scratch
-    /// path, which would make "outside" writable), and the binary's directory is a system path.
-    pub fn config(&self) -> Config {
-        let mut c = jailed(&self.root);
-        c.confinement.scratch_paths = Vec::new();
-        c.confinement.system_paths.push(s(&bin_dir()));
-        c
-    }
-
-    pub async fn harness(&self) -> Harness {
-        Harness::new(self.config()).await
-    }
-
-    /// Names in `outside`.
-    pub fn outside_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.outside)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// Nothing appeared in `outside`, and `secret.txt` kept its bytes and mode.
-    pub fn outside_untouched(&self) {
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(
-            self.outside_names(),
-            ["secret.txt"],
-            "something appeared outside the jail"
-        );
-        assert_eq!(
-            std::fs::read(self.outside.join("secret.txt")).unwrap(),
-            SECRET,
-            "the outside file changed"
-        );
-        let md = std::fs::symlink_metadata(self.outside.join("secret.txt")).unwrap();
-        assert!(md.file_type().is_file());
-        assert_eq!(md.mode() & 0o7777, 0o640, "the outside file's mode changed");
-    }
 }
 
 /// The parts of a `shell::exec` result the cases look at.
@@ -254,72 +170,6 @@ pub async fn seccomp_off_harness() -> Harness {
     let mut c = Config::builtin_default();
     c.confinement.seccomp = false;
     pinned_harness(&c, c.clone()).await
-}
-
-/// `iii-shell executor --socket PATH --peer-uid N`, killed on drop.
-pub struct SocketExecutor {
-    pub child: Child,
-    pub path: PathBuf,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl SocketExecutor {
-    pub async fn start(peer_uid: u32) -> SocketExecutor {
-        let dir = tempdir();
-        // World-traversable, so a refusal can only come from the socket itself.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = canon(dir.path()).join("executor.sock");
-        let log = dir.path().join("executor.log");
-        let child = Command::new(bin())
-            .args(["executor", "--socket"])
-            .arg(&path)
-            .args(["--peer-uid", &peer_uid.to_string()])
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn executor");
-        let mut e = SocketExecutor {
-            child,
-            path,
-            log,
-            _dir: dir,
-        };
-        let up = eventually(Duration::from_secs(10), || {
-            e.log().contains("executor listening")
-        })
-        .await;
-        assert!(
-            up && e.path.exists(),
-            "executor is not listening; exit: {:?}; log:\n{}",
-            e.child.try_wait(),
-            e.log()
-        );
-        e
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn assert_alive(&mut self) {
-        assert_eq!(
-            self.child.try_wait().unwrap(),
-            None,
-            "executor died; log:\n{}",
-            self.log()
-        );
-    }
-}
-
-impl Drop for SocketExecutor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The `Key:\tvalue` lines of a /proc status text, as (key, value).
