@@ -971,14 +971,7 @@ async fn create_file_entries() {
     assert_eq!(result(&v, 2)["error"]["code"], "C218");
     assert!(!j.root.join("big.txt").exists());
     assert_eq!(result(&v, 3)["success"], true);
-    assert_eq!(
-        std::fs::metadata(j.root.join("m.sh"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o750
-    );
+    assert_eq!(mode_of(&j.root.join("m.sh")), 0o750);
     assert_eq!(result(&v, 4)["error"]["code"], "C210");
     assert_eq!(result(&v, 5)["error"]["code"], "C211");
     assert!(!j.root.join(".env").exists());
@@ -1109,7 +1102,7 @@ async fn update_file_keeps_special_bits_only_when_allowed() {
             .await;
         assert_eq!(result(&v, 0)["success"], true, "allow {allow}: {v}");
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "b\na\n");
-        let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777;
+        let mode = mode_of(&f);
         assert_eq!(mode, want, "allow {allow}: mode {mode:o}");
     }
 }

@@ -400,20 +400,13 @@ async fn escape_015_proc_executor_fd() {
             "cannot open directory '/proc/{ep}/fd': Permission denied"
         ));
     }
-    run(
-        &h,
-        Some("."),
-        &["readlink", "-v", &format!("/proc/{ep}/fd/0")],
-    )
-    .await
-    .denied();
-    run(
-        &h,
-        Some("."),
-        &["head", "-c", "0", &format!("/proc/{ep}/fd/0")],
-    )
-    .await
-    .denied();
+    let fd0 = format!("/proc/{ep}/fd/0");
+    for argv in [
+        ["readlink", "-v", &fd0].as_slice(),
+        &["head", "-c", "0", &fd0],
+    ] {
+        run(&h, Some("."), argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -424,19 +417,14 @@ async fn escape_016_proc_executor_fd_without_landlock() {
     c.confinement.landlock = false;
     let h = Harness::new(c).await;
     let ep = h.executor_pid;
-    run(&h, None, &["readlink", "-v", &format!("/proc/{ep}/fd/0")])
-        .await
-        .denied();
-    run(&h, None, &["head", "-c", "0", &format!("/proc/{ep}/fd/0")])
-        .await
-        .denied();
-    run(
-        &h,
-        None,
-        &["head", "-c", "1", &format!("/proc/{ep}/environ")],
-    )
-    .await
-    .denied();
+    let (fd0, environ) = (format!("/proc/{ep}/fd/0"), format!("/proc/{ep}/environ"));
+    for argv in [
+        ["readlink", "-v", &fd0].as_slice(),
+        &["head", "-c", "0", &fd0],
+        &["head", "-c", "1", &environ],
+    ] {
+        run(&h, None, argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -444,16 +432,10 @@ async fn escape_017_proc_executor_cwd() {
     let j = Jail::new();
     let h = j.harness().await;
     let ep = h.executor_pid;
-    run(&h, Some("."), &["ls", &format!("/proc/{ep}/cwd/")])
-        .await
-        .denied();
-    run(
-        &h,
-        Some("."),
-        &["readlink", "-v", &format!("/proc/{ep}/cwd")],
-    )
-    .await
-    .denied();
+    let (cwd_dir, cwd) = (format!("/proc/{ep}/cwd/"), format!("/proc/{ep}/cwd"));
+    for argv in [["ls", &cwd_dir].as_slice(), &["readlink", "-v", &cwd]] {
+        run(&h, Some("."), argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -461,21 +443,14 @@ async fn escape_018_proc_executor_environ_mem_and_init_root() {
     let j = Jail::new();
     let h = j.harness().await;
     let ep = h.executor_pid;
-    run(
-        &h,
-        Some("."),
-        &["head", "-c", "1", &format!("/proc/{ep}/environ")],
-    )
-    .await
-    .denied();
-    run(
-        &h,
-        Some("."),
-        &["head", "-c", "1", &format!("/proc/{ep}/mem")],
-    )
-    .await
-    .denied();
-    run(&h, Some("."), &["ls", "/proc/1/root/"]).await.denied();
+    let (environ, mem) = (format!("/proc/{ep}/environ"), format!("/proc/{ep}/mem"));
+    for argv in [
+        ["head", "-c", "1", &environ].as_slice(),
+        &["head", "-c", "1", &mem],
+        &["ls", "/proc/1/root/"],
+    ] {
+        run(&h, Some("."), argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -651,8 +626,9 @@ async fn escape_072_seccomp_allow_pinned() {
     let h = pinned_harness(&c, c.clone()).await;
     assert_probe_ok(&h, "ptrace").await;
     // Only that one: the rest of the list is still denied.
-    assert_probe_errno(&h, "keyctl", libc::EPERM).await;
-    assert_probe_errno(&h, "process_vm_readv", libc::EPERM).await;
+    for name in ["keyctl", "process_vm_readv"] {
+        assert_probe_errno(&h, name, libc::EPERM).await;
+    }
 }
 
 // ------------------------------------------------------------------ signals
@@ -859,41 +835,27 @@ async fn escape_080_fs_symlink_parent() {
     let j = Jail::new();
     std::os::unix::fs::symlink(&j.outside, j.root.join("link")).unwrap();
     let h = j.harness().await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "link/x", "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "link/deep/x", "content": "x", "parents": true}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mkdir",
-        json!({"path": "link/d", "parents": true}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "link/secret.txt", "dst": "stolen"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::rm",
-        json!({"path": "link/secret.txt"}),
-        "S215",
-    )
-    .await;
+    for (function, payload) in [
+        (
+            "shell::fs::write",
+            json!({"path": "link/x", "content": "x"}),
+        ),
+        (
+            "shell::fs::write",
+            json!({"path": "link/deep/x", "content": "x", "parents": true}),
+        ),
+        (
+            "shell::fs::mkdir",
+            json!({"path": "link/d", "parents": true}),
+        ),
+        (
+            "shell::fs::mv",
+            json!({"src": "link/secret.txt", "dst": "stolen"}),
+        ),
+        ("shell::fs::rm", json!({"path": "link/secret.txt"})),
+    ] {
+        expect_code(&h, function, payload, "S215").await;
+    }
     j.outside_untouched();
     assert!(!j.root.join("stolen").exists());
 }
@@ -996,29 +958,18 @@ async fn escape_084_fs_root_evil_prefix() {
     std::fs::write(evil.join("f"), "EVIL").unwrap();
     let h = j.harness().await;
     let p = s(&evil.join("f"));
-    expect_code(
-        &h,
-        "shell::workspace::read-bytes",
-        json!({"path": p}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": p, "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": s(&evil.join("new")), "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::fs::rm", json!({"path": p}), "S215").await;
-    expect_code(&h, "shell::fs::stat", json!({"path": s(&evil)}), "S215").await;
+    for (function, payload) in [
+        ("shell::workspace::read-bytes", json!({"path": p})),
+        ("shell::fs::write", json!({"path": p, "content": "x"})),
+        (
+            "shell::fs::write",
+            json!({"path": s(&evil.join("new")), "content": "x"}),
+        ),
+        ("shell::fs::rm", json!({"path": p})),
+        ("shell::fs::stat", json!({"path": s(&evil)})),
+    ] {
+        expect_code(&h, function, payload, "S215").await;
+    }
     assert_eq!(std::fs::read(evil.join("f")).unwrap(), b"EVIL");
     assert_eq!(std::fs::read_dir(&evil).unwrap().count(), 1);
 }

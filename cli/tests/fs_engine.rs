@@ -193,14 +193,7 @@ async fn channel_round_trips_are_byte_exact() {
             data,
             &format!("{name} on disk"),
         );
-        assert_eq!(
-            std::fs::metadata(t.root.join(name))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o7777,
-            0o644
-        );
+        assert_eq!(mode_of(&t.root.join(name)), 0o644);
         let got = read_bytes(c, name).await;
         assert!(
             got == *data,
@@ -269,14 +262,7 @@ async fn channel_round_trips_are_byte_exact() {
         .unwrap();
     assert_eq!(r["bytes_written"], data.len());
     same_bytes(std::fs::read(t.root.join("odd.bin")).unwrap(), &data, "");
-    assert_eq!(
-        std::fs::metadata(t.root.join("odd.bin"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o640
-    );
+    assert_eq!(mode_of(&t.root.join("odd.bin")), 0o640);
 
     // Names and path forms.
     let long: String = (0..16)
@@ -332,14 +318,7 @@ async fn batch_writes_mix_inline_and_channel_content() {
         ]})
     );
     same_bytes(std::fs::read(t.root.join("b/2.bin")).unwrap(), &data, "");
-    assert_eq!(
-        std::fs::metadata(t.root.join("b/2.bin"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o600
-    );
+    assert_eq!(mode_of(&t.root.join("b/2.bin")), 0o600);
     same_bytes(read_bytes(c, "b/3.txt").await, MULTI_SCRIPT.as_bytes(), "");
 }
 

@@ -142,29 +142,29 @@ async fn ls_and_stat_report_fs_entries() {
     assert_eq!(r["entries"], json!([]));
 
     // Errors.
-    expect_code(&h, "shell::fs::ls", json!({"path": "file.txt"}), "S212").await;
-    expect_code(&h, "shell::fs::ls", json!({"path": "missing"}), "S211").await;
-    expect_code(&h, "shell::fs::ls", json!({"path": "link-out"}), "S215").await;
-    expect_code(&h, "shell::fs::ls", json!({"path": ".."}), "S215").await;
-    expect_code(&h, "shell::fs::ls", json!({"path": ""}), "S210").await;
-    expect_code(&h, "shell::fs::ls", json!({"path": 7}), "S210").await;
-    expect_code(&h, "shell::fs::ls", json!({}), "S210").await;
-    expect_code(&h, "shell::fs::stat", json!({"path": "missing"}), "S211").await;
-    expect_code(
-        &h,
-        "shell::fs::stat",
-        json!({"path": "link-out/secret.txt"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::stat",
-        json!({"path": s(&j.outside.join("secret.txt"))}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::fs::stat", json!({"path": ".env"}), "S211").await;
+    for (function, payload, code) in [
+        ("shell::fs::ls", json!({"path": "file.txt"}), "S212"),
+        ("shell::fs::ls", json!({"path": "missing"}), "S211"),
+        ("shell::fs::ls", json!({"path": "link-out"}), "S215"),
+        ("shell::fs::ls", json!({"path": ".."}), "S215"),
+        ("shell::fs::ls", json!({"path": ""}), "S210"),
+        ("shell::fs::ls", json!({"path": 7}), "S210"),
+        ("shell::fs::ls", json!({}), "S210"),
+        ("shell::fs::stat", json!({"path": "missing"}), "S211"),
+        (
+            "shell::fs::stat",
+            json!({"path": "link-out/secret.txt"}),
+            "S215",
+        ),
+        (
+            "shell::fs::stat",
+            json!({"path": s(&j.outside.join("secret.txt"))}),
+            "S215",
+        ),
+        ("shell::fs::stat", json!({"path": ".env"}), "S211"),
+    ] {
+        expect_code(&h, function, payload, code).await;
+    }
     j.outside_untouched();
 }
 
@@ -182,14 +182,7 @@ async fn mkdir_creates_reports_and_is_idempotent_with_parents() {
         json!({"created": true, "path": s(&root.join("a")), "already_existed": false})
     );
     assert!(root.join("a").is_dir());
-    assert_eq!(
-        std::fs::metadata(root.join("a"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o755
-    );
+    assert_eq!(mode_of(&root.join("a")), 0o755);
 
     // Existing path without parents: S213, for a directory and for a file.
     expect_code(&h, "shell::fs::mkdir", json!({"path": "a"}), "S213").await;
@@ -224,14 +217,7 @@ async fn mkdir_creates_reports_and_is_idempotent_with_parents() {
         .await;
     assert_eq!(r["created"], true);
     assert!(root.join("x/y/z").is_dir());
-    assert_eq!(
-        std::fs::metadata(root.join("x/y/z"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o700
-    );
+    assert_eq!(mode_of(&root.join("x/y/z")), 0o700);
     let r = h
         .ok(
             "shell::fs::mkdir",
@@ -243,14 +229,7 @@ async fn mkdir_creates_reports_and_is_idempotent_with_parents() {
         .ok("shell::fs::mkdir", json!({"path": "odd", "mode": "777"}))
         .await;
     assert_eq!(r["created"], true);
-    assert_eq!(
-        std::fs::metadata(root.join("odd"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o777
-    );
+    assert_eq!(mode_of(&root.join("odd")), 0o777);
 
     // Modes: bad octal and special bits are S210; nothing is created.
     for m in ["", "abc", "0999", "77777", "-1", "0o755", "rwx"] {
@@ -282,21 +261,13 @@ async fn mkdir_creates_reports_and_is_idempotent_with_parents() {
     assert!(!root.join("bad").exists());
 
     // Escapes.
-    expect_code(&h, "shell::fs::mkdir", json!({"path": "../evil"}), "S215").await;
-    expect_code(
-        &h,
-        "shell::fs::mkdir",
+    for payload in [
+        json!({"path": "../evil"}),
         json!({"path": s(&j.outside.join("evil"))}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mkdir",
         json!({"path": "../evil/deeper", "parents": true}),
-        "S215",
-    )
-    .await;
+    ] {
+        expect_code(&h, "shell::fs::mkdir", payload, "S215").await;
+    }
     j.outside_untouched();
 }
 
@@ -314,37 +285,16 @@ async fn special_bits_need_allow_special_bits() {
         )
         .await;
     assert_eq!(r["created"], true);
-    assert_eq!(
-        std::fs::metadata(root.join("sticky"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o1777
-    );
+    assert_eq!(mode_of(&root.join("sticky")), 0o1777);
     h.ok(
         "shell::fs::write",
         json!({"path": "suid", "content": "#!/bin/sh\n", "mode": "4755"}),
     )
     .await;
-    assert_eq!(
-        std::fs::metadata(root.join("suid"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o4755
-    );
+    assert_eq!(mode_of(&root.join("suid")), 0o4755);
     h.ok("shell::fs::chmod", json!({"path": "suid", "mode": "2750"}))
         .await;
-    assert_eq!(
-        std::fs::metadata(root.join("suid"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o2750
-    );
+    assert_eq!(mode_of(&root.join("suid")), 0o2750);
     let st = h.ok("shell::fs::stat", json!({"path": "suid"})).await;
     assert_eq!(st["mode"], "2750");
     // Still only octal strings.
@@ -393,14 +343,7 @@ async fn special_bits_need_allow_special_bits() {
         !root.join("w1").exists(),
         "a batch with a bad mode must write nothing"
     );
-    assert_eq!(
-        std::fs::metadata(root.join("suid"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o2750
-    );
+    assert_eq!(mode_of(&root.join("suid")), 0o2750);
 }
 
 // ---------------------------------------------------------------- rm
@@ -482,16 +425,14 @@ async fn rm_removes_files_and_trees_and_refuses_roots() {
         assert!(root.is_dir());
         assert!(root.join("sub").is_dir());
     }
-    expect_code(&h, "shell::fs::rm", json!({"path": ".."}), "S215").await;
-    expect_code(
-        &h,
-        "shell::fs::rm",
-        json!({"path": "../outside/secret.txt"}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::fs::rm", json!({"path": s(&j.outside)}), "S215").await;
-    expect_code(&h, "shell::fs::rm", json!({"path": ""}), "S210").await;
+    for (payload, code) in [
+        (json!({"path": ".."}), "S215"),
+        (json!({"path": "../outside/secret.txt"}), "S215"),
+        (json!({"path": s(&j.outside)}), "S215"),
+        (json!({"path": ""}), "S210"),
+    ] {
+        expect_code(&h, "shell::fs::rm", payload, code).await;
+    }
     j.outside_untouched();
 }
 
@@ -520,14 +461,7 @@ async fn chmod_changes_modes_owners_and_never_follows_links() {
         r,
         json!({"entries_changed": 1, "path": s(&root.join("single")), "recursive": false})
     );
-    assert_eq!(
-        std::fs::metadata(root.join("single"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o600
-    );
+    assert_eq!(mode_of(&root.join("single")), 0o600);
 
     // Recursive: d, e, f1, f2 — the three links are skipped, and the outside file is untouched.
     let r = h
@@ -541,21 +475,10 @@ async fn chmod_changes_modes_owners_and_never_follows_links() {
         json!({"entries_changed": 4, "path": s(&root.join("d")), "recursive": true})
     );
     for p in ["d", "d/e", "d/f1", "d/e/f2"] {
-        assert_eq!(
-            std::fs::metadata(root.join(p))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o7777,
-            0o700,
-            "{p}"
-        );
+        assert_eq!(mode_of(&root.join(p)), 0o700, "{p}");
     }
     j.outside_untouched();
-    assert_eq!(
-        std::fs::metadata(&j.outside).unwrap().permissions().mode() & 0o7777,
-        0o755
-    );
+    assert_eq!(mode_of(&j.outside), 0o755);
 
     // A symlink given as the path itself: S212, nothing changed either side.
     for p in ["d/out-file", "d/out-dir", "d/in-link"] {
@@ -567,14 +490,7 @@ async fn chmod_changes_modes_owners_and_never_follows_links() {
         )
         .await;
     }
-    assert_eq!(
-        std::fs::metadata(root.join("d/f1"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o700
-    );
+    assert_eq!(mode_of(&root.join("d/f1")), 0o700);
     j.outside_untouched();
     // Through a link leading outside: S215.
     expect_code(
@@ -646,21 +562,13 @@ async fn chmod_changes_modes_owners_and_never_follows_links() {
         .await;
     assert_eq!(r["entries_changed"], 1);
     assert_eq!(std::fs::metadata(root.join("single")).unwrap().gid(), gid);
-    expect_code(
-        &h,
-        "shell::fs::chmod",
-        json!({"path": "missing", "mode": "0644"}),
-        "S211",
-    )
-    .await;
-    expect_code(&h, "shell::fs::chmod", json!({"path": "single"}), "S210").await;
-    expect_code(
-        &h,
-        "shell::fs::chmod",
-        json!({"path": "single", "mode": "0644", "uid": -1}),
-        "S210",
-    )
-    .await;
+    for (payload, code) in [
+        (json!({"path": "missing", "mode": "0644"}), "S211"),
+        (json!({"path": "single"}), "S210"),
+        (json!({"path": "single", "mode": "0644", "uid": -1}), "S210"),
+    ] {
+        expect_code(&h, "shell::fs::chmod", payload, code).await;
+    }
     j.outside_untouched();
 }
 
@@ -713,56 +621,24 @@ async fn mv_moves_refuses_overwrites_and_escapes() {
     same_bytes(std::fs::read(root.join("b")).unwrap(), b"A", "");
     assert!(!root.join("dir/a2").exists());
 
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "missing", "dst": "x"}),
-        "S211",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "b", "dst": "missing-dir/x"}),
-        "S211",
-    )
-    .await;
-    // Both ends are confined.
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "b", "dst": "../stolen"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "b", "dst": "out/stolen"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "b", "dst": s(&j.outside.join("stolen"))}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "out/secret.txt", "dst": "got"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "../outside/secret.txt", "dst": "got"}),
-        "S215",
-    )
-    .await;
+    for (payload, code) in [
+        (json!({"src": "missing", "dst": "x"}), "S211"),
+        (json!({"src": "b", "dst": "missing-dir/x"}), "S211"),
+        // Both ends are confined.
+        (json!({"src": "b", "dst": "../stolen"}), "S215"),
+        (json!({"src": "b", "dst": "out/stolen"}), "S215"),
+        (
+            json!({"src": "b", "dst": s(&j.outside.join("stolen"))}),
+            "S215",
+        ),
+        (json!({"src": "out/secret.txt", "dst": "got"}), "S215"),
+        (
+            json!({"src": "../outside/secret.txt", "dst": "got"}),
+            "S215",
+        ),
+    ] {
+        expect_code(&h, "shell::fs::mv", payload, code).await;
+    }
     assert!(root.join("b").exists() && !root.join("got").exists());
     // Moving the link itself is fine: it stays a link, inside.
     h.ok("shell::fs::mv", json!({"src": "out", "dst": "dir/out2"}))
@@ -772,16 +648,14 @@ async fn mv_moves_refuses_overwrites_and_escapes() {
         .file_type()
         .is_symlink());
     // A root cannot be moved; a directory cannot go into itself.
-    expect_code(&h, "shell::fs::mv", json!({"src": ".", "dst": "x"}), "S210").await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
+    for payload in [
+        json!({"src": ".", "dst": "x"}),
         json!({"src": "dir", "dst": "dir/inner"}),
-        "S210",
-    )
-    .await;
-    expect_code(&h, "shell::fs::mv", json!({"src": "", "dst": "x"}), "S210").await;
-    expect_code(&h, "shell::fs::mv", json!({"src": "b"}), "S210").await;
+        json!({"src": "", "dst": "x"}),
+        json!({"src": "b"}),
+    ] {
+        expect_code(&h, "shell::fs::mv", payload, "S210").await;
+    }
     j.outside_untouched();
 }
 
@@ -815,15 +689,7 @@ async fn inline_and_batch_writes() {
         MULTI_SCRIPT.as_bytes(),
         "",
     );
-    assert_eq!(
-        std::fs::metadata(root.join("utf8.txt"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o644,
-        "default mode"
-    );
+    assert_eq!(mode_of(&root.join("utf8.txt")), 0o644, "default mode");
 
     // Empty content, and overwriting shrinks the file.
     let r = h
@@ -863,14 +729,7 @@ async fn inline_and_batch_writes() {
         )
         .await;
     assert_eq!(r["path"], s(&root.join("p/q/r.sh")));
-    assert_eq!(
-        std::fs::metadata(root.join("p/q/r.sh"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o750
-    );
+    assert_eq!(mode_of(&root.join("p/q/r.sh")), 0o750);
     expect_code(
         &h,
         "shell::fs::write",
@@ -906,22 +765,8 @@ async fn inline_and_batch_writes() {
             {"path": s(&root.join("utf8-2.txt")), "bytes_written": MULTI_SCRIPT.len()},
         ]})
     );
-    assert_eq!(
-        std::fs::metadata(root.join("batch/two"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o600
-    );
-    assert_eq!(
-        std::fs::metadata(root.join("batch/one"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o644
-    );
+    assert_eq!(mode_of(&root.join("batch/two")), 0o600);
+    assert_eq!(mode_of(&root.join("batch/one")), 0o644);
     // A batch of one is still a batch.
     let r = h
         .ok(
@@ -958,34 +803,20 @@ async fn inline_and_batch_writes() {
 
     // Wrong type and escapes.
     std::fs::create_dir(root.join("adir")).unwrap();
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "adir", "content": "x"}),
-        "S212",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "../evil", "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": s(&j.outside.join("secret.txt")), "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "../outside/new/deeper", "content": "x", "parents": true}),
-        "S215",
-    )
-    .await;
+    for (payload, code) in [
+        (json!({"path": "adir", "content": "x"}), "S212"),
+        (json!({"path": "../evil", "content": "x"}), "S215"),
+        (
+            json!({"path": s(&j.outside.join("secret.txt")), "content": "x"}),
+            "S215",
+        ),
+        (
+            json!({"path": "../outside/new/deeper", "content": "x", "parents": true}),
+            "S215",
+        ),
+    ] {
+        expect_code(&h, "shell::fs::write", payload, code).await;
+    }
     j.outside_untouched();
     // No temp files anywhere.
     let leftovers: Vec<_> = walk(root)
@@ -1015,28 +846,26 @@ async fn write_replaces_a_symlink_instead_of_following_it() {
     j.outside_untouched();
     // mkdir onto a dangling link to the outside: exists (the link), nothing created there.
     std::os::unix::fs::symlink(j.outside.join("newdir"), root.join("dl2")).unwrap();
-    expect_code(&h, "shell::fs::mkdir", json!({"path": "dl2"}), "S213").await;
-    expect_code(
-        &h,
-        "shell::fs::mkdir",
-        json!({"path": "dl2", "parents": true}),
-        "S213",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mkdir",
-        json!({"path": "dl2/x", "parents": true}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "dl2/x", "content": "x", "parents": true}),
-        "S215",
-    )
-    .await;
+    for (function, payload, code) in [
+        ("shell::fs::mkdir", json!({"path": "dl2"}), "S213"),
+        (
+            "shell::fs::mkdir",
+            json!({"path": "dl2", "parents": true}),
+            "S213",
+        ),
+        (
+            "shell::fs::mkdir",
+            json!({"path": "dl2/x", "parents": true}),
+            "S215",
+        ),
+        (
+            "shell::fs::write",
+            json!({"path": "dl2/x", "content": "x", "parents": true}),
+            "S215",
+        ),
+    ] {
+        expect_code(&h, function, payload, code).await;
+    }
     j.outside_untouched();
 }
 
@@ -1249,29 +1078,21 @@ async fn jailed_path_forms() {
     // `..` inside the jail is fine; leaving it is not.
     let r = h.ok("shell::fs::stat", json!({"path": "a/b/../b/c"})).await;
     assert_eq!(r["size"], 3);
-    expect_code(
-        &h,
-        "shell::fs::stat",
-        json!({"path": "a/../../root/a/b/c"}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::fs::stat", json!({"path": "//a///b"}), "S215").await;
-    expect_code(
-        &h,
-        "shell::fs::stat",
-        json!({"path": format!("{}-sibling", s(root))}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::fs::stat", json!({"path": "/"}), "S215").await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "/tmp/iii-shell-escape-test", "content": "x"}),
-        "S215",
-    )
-    .await;
+    for (function, payload) in [
+        ("shell::fs::stat", json!({"path": "a/../../root/a/b/c"})),
+        ("shell::fs::stat", json!({"path": "//a///b"})),
+        (
+            "shell::fs::stat",
+            json!({"path": format!("{}-sibling", s(root))}),
+        ),
+        ("shell::fs::stat", json!({"path": "/"})),
+        (
+            "shell::fs::write",
+            json!({"path": "/tmp/iii-shell-escape-test", "content": "x"}),
+        ),
+    ] {
+        expect_code(&h, function, payload, "S215").await;
+    }
     assert!(!Path::new("/tmp/iii-shell-escape-test").exists());
 
     // Unicode names.
@@ -1428,35 +1249,31 @@ async fn unjailed_accepts_only_absolute_paths() {
         a.message.replace("/etc/shadow", "P"),
         b.message.replace("/etc/no-such-file-iii", "P")
     );
-    expect_code(
-        &h,
-        "shell::fs::stat",
-        json!({"path": "/etc/../etc/passwd"}),
-        "S211",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "/etc/passwd", "content": "x"}),
-        "S211",
-    )
-    .await;
-    // The filesystem root is never removed.
-    expect_code(
-        &h,
-        "shell::fs::rm",
-        json!({"path": "/", "recursive": true}),
-        "S210",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::rm",
-        json!({"path": "//", "recursive": true}),
-        "S210",
-    )
-    .await;
+    for (function, payload, code) in [
+        (
+            "shell::fs::stat",
+            json!({"path": "/etc/../etc/passwd"}),
+            "S211",
+        ),
+        (
+            "shell::fs::write",
+            json!({"path": "/etc/passwd", "content": "x"}),
+            "S211",
+        ),
+        // The filesystem root is never removed.
+        (
+            "shell::fs::rm",
+            json!({"path": "/", "recursive": true}),
+            "S210",
+        ),
+        (
+            "shell::fs::rm",
+            json!({"path": "//", "recursive": true}),
+            "S210",
+        ),
+    ] {
+        expect_code(&h, function, payload, code).await;
+    }
 }
 
 // ---------------------------------------------------------------- escapes and races
@@ -1734,10 +1551,7 @@ fn j_outside_check(j: &Jail, x_mtime_nsec: i64) {
         x_mtime_nsec,
         "the outside file was modified"
     );
-    assert_eq!(
-        std::fs::metadata(&j.outside).unwrap().permissions().mode() & 0o7777,
-        0o755
-    );
+    assert_eq!(mode_of(&j.outside), 0o755);
     same_bytes(
         std::fs::read(j.outside.join("secret.txt")).unwrap(),
         b"OUTSIDE SECRET",
@@ -2110,42 +1924,16 @@ async fn workspace_roots_list_validate_and_read_bytes() {
         )
         .await;
     assert_eq!(r["path"], s(&root.join("proj")));
-    expect_code(
-        &h,
-        "shell::workspace::list",
-        json!({"path": "proj/file.txt"}),
-        "S212",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::workspace::list",
-        json!({"path": "nope"}),
-        "S211",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::workspace::list",
-        json!({"path": "proj/z-denied"}),
-        "S211",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::workspace::list",
-        json!({"path": "proj/link-out"}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::workspace::list", json!({"path": ""}), "S210").await;
-    expect_code(
-        &h,
-        "shell::workspace::list",
-        json!({"path": "proj", "page_size": -1}),
-        "S210",
-    )
-    .await;
+    for (payload, code) in [
+        (json!({"path": "proj/file.txt"}), "S212"),
+        (json!({"path": "nope"}), "S211"),
+        (json!({"path": "proj/z-denied"}), "S211"),
+        (json!({"path": "proj/link-out"}), "S215"),
+        (json!({"path": ""}), "S210"),
+        (json!({"path": "proj", "page_size": -1}), "S210"),
+    ] {
+        expect_code(&h, "shell::workspace::list", payload, code).await;
+    }
 
     let r = h
         .ok("shell::workspace::validate", json!({"path": "proj/link-a"}))
@@ -2296,34 +2084,14 @@ async fn workspace_roots_list_validate_and_read_bytes() {
         b"a\0b\0\0\xff\xfe",
         "",
     );
-    expect_code(
-        &h,
-        "shell::workspace::read-bytes",
-        json!({"path": "proj"}),
-        "S212",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::workspace::read-bytes",
-        json!({"path": "nope"}),
-        "S211",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::workspace::read-bytes",
-        json!({"path": "proj/link-out/secret.txt"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::workspace::read-bytes",
-        json!({"path": "blob.bin", "offset": -1}),
-        "S210",
-    )
-    .await;
+    for (payload, code) in [
+        (json!({"path": "proj"}), "S212"),
+        (json!({"path": "nope"}), "S211"),
+        (json!({"path": "proj/link-out/secret.txt"}), "S215"),
+        (json!({"path": "blob.bin", "offset": -1}), "S210"),
+    ] {
+        expect_code(&h, "shell::workspace::read-bytes", payload, code).await;
+    }
     j.outside_untouched();
 }
 

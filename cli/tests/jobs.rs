@@ -324,10 +324,12 @@ async fn unknown_ids_are_s211_no_such_job() {
         assert!(e.message.starts_with("no such job"), "{e:?}");
     }
     // A payload without job_id is malformed, not missing.
-    let e = h.err("shell::status", json!({})).await;
-    assert_eq!(e.code, "S210", "{e:?}");
-    let e = h.err("shell::kill", json!({"job_id": 5})).await;
-    assert_eq!(e.code, "S210", "{e:?}");
+    for (function, payload) in [
+        ("shell::status", json!({})),
+        ("shell::kill", json!({"job_id": 5})),
+    ] {
+        expect_code(&h, function, payload, "S210").await;
+    }
 }
 
 #[tokio::test]

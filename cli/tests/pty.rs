@@ -1008,20 +1008,10 @@ async fn sessions_run_jailed_and_confined_like_commands() {
     let caller = engine.client().await;
     let page = Page::new(&engine, "shell").await;
 
-    let r = caller
-        .call(
-            "shell::pty::open",
-            json!({"cwd": "/etc", "cols": 80, "rows": 24, "output_function_id": page.id}),
-        )
-        .await;
-    assert_code(&r, "S215");
-    let r = caller
-        .call(
-            "shell::pty::open",
-            json!({"cwd": "sub/../..", "cols": 80, "rows": 24, "output_function_id": page.id}),
-        )
-        .await;
-    assert_code(&r, "S215");
+    for cwd in ["/etc", "sub/../.."] {
+        let payload = json!({"cwd": cwd, "cols": 80, "rows": 24, "output_function_id": page.id});
+        expect_engine_code(&caller, "shell::pty::open", payload, "S215").await;
+    }
 
     let outside = format!("/root/iii-pty-probe-{}", uuid::Uuid::new_v4());
     let script = format!(
@@ -1134,28 +1124,26 @@ async fn a_program_that_does_not_read_cannot_wedge_a_write() {
     let written = r["written"].as_u64().unwrap();
     assert!(written < big.len() as u64, "{written}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
-    let too_big = caller
-        .call(
+    for (function, payload, code) in [
+        (
             "shell::pty::write",
             json!({"session_id": s.id, "access_key": s.key,
                    "data": B64.encode(vec![0u8; 1024 * 1024 + 1])}),
-        )
-        .await;
-    assert_code(&too_big, "S218");
-    let not_b64 = caller
-        .call(
+            "S218",
+        ),
+        (
             "shell::pty::write",
             json!({"session_id": s.id, "access_key": s.key, "data": "%%%"}),
-        )
-        .await;
-    assert_code(&not_b64, "S210");
-    let zero = caller
-        .call(
+            "S210",
+        ),
+        (
             "shell::pty::resize",
             json!({"session_id": s.id, "access_key": s.key, "cols": 0, "rows": 10}),
-        )
-        .await;
-    assert_code(&zero, "S210");
+            "S210",
+        ),
+    ] {
+        expect_engine_code(&caller, function, payload, code).await;
+    }
 }
 
 /// Issue 13: a command can reach only the terminals it creates itself. An operator's session

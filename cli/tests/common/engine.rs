@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use iii_shell_protocol::config::Config;
-use iii_test_engine::{TestEngine, WorkerInfo};
+use iii_test_engine::{ErrorBody, TestClient, TestEngine, WorkerInfo};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -454,9 +454,27 @@ fn strip_ansi(s: &str) -> String {
 
 /// Asserts that an error has `code`, showing the whole error otherwise.
 #[track_caller]
-pub fn assert_code<T: std::fmt::Debug>(r: &Result<T, iii_test_engine::ErrorBody>, code: &str) {
+pub fn assert_code<T: std::fmt::Debug>(r: &Result<T, ErrorBody>, code: &str) {
     match r {
         Err(e) if e.code == code => {}
         other => panic!("expected error {code}, got {other:?}"),
+    }
+}
+
+/// `function` called by `caller` through the engine fails with `code` (the message names the
+/// call otherwise); the error, for more checks.
+pub async fn expect_engine_code(
+    caller: &TestClient,
+    function: &str,
+    payload: Value,
+    code: &str,
+) -> ErrorBody {
+    match caller.call(function, payload.clone()).await {
+        Err(e) if e.code == code => e,
+        other => {
+            // A payload can hold megabytes (a too-big write): show its start.
+            let p: String = payload.to_string().chars().take(300).collect();
+            panic!("{function} {p}: expected error {code}, got {other:?}")
+        }
     }
 }

@@ -38,18 +38,24 @@ pub fn bash() -> Option<&'static str> {
         .find(|p| Path::new(p).exists())
 }
 
-/// The parts of a `shell::exec` result the cases look at.
+/// The parts of a `shell::exec` result the cases look at, with the command that gave them (so
+/// a failed check names its case).
 #[derive(Debug)]
 pub struct Out {
+    pub argv: Vec<String>,
     pub code: Option<i64>,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Out {
-    fn from(v: &Value) -> Out {
-        assert_eq!(v["timed_out"], false, "the command timed out: {v}");
+    fn from(argv: &[&str], v: &Value) -> Out {
+        assert_eq!(
+            v["timed_out"], false,
+            "{argv:?}: the command timed out: {v}"
+        );
         Out {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
             code: v["exit_code"].as_i64(),
             stdout: v["stdout"].as_str().unwrap_or_default().to_string(),
             stderr: v["stderr"].as_str().unwrap_or_default().to_string(),
@@ -87,7 +93,7 @@ pub async fn run(h: &Harness, cwd: Option<&str>, argv: &[&str]) -> Out {
     if let Some(c) = cwd {
         p["cwd"] = json!(c);
     }
-    Out::from(&h.ok("shell::exec", p).await)
+    Out::from(argv, &h.ok("shell::exec", p).await)
 }
 
 /// `sh -c script` in the jail root (jailed harnesses).
