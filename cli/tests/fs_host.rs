@@ -1278,6 +1278,10 @@ async fn unjailed_accepts_only_absolute_paths() {
 
 // ---------------------------------------------------------------- escapes and races
 
+/// Every fs function answers S215 through the broker for a path through a symlink out of the
+/// jail. The broker checks no path itself: every other way to spell such a link (relative,
+/// `/`, through an inner link, `..` after it) is the executor's, and
+/// `executor/tests/fs_ops_jail.rs` walks them all for every operation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlinks_leading_outside_are_s215_everywhere_and_create_nothing() {
     let j = Jail::new();
@@ -1285,60 +1289,50 @@ async fn symlinks_leading_outside_are_s215_everywhere_and_create_nothing() {
     let root = &j.root;
     std::fs::create_dir_all(root.join("in/deep")).unwrap();
     std::os::unix::fs::symlink(&j.outside, root.join("in/deep/abs")).unwrap();
-    std::os::unix::fs::symlink("../../../outside", root.join("in/deep/rel")).unwrap();
-    std::os::unix::fs::symlink("/", root.join("slash")).unwrap();
-    std::os::unix::fs::symlink("in", root.join("ok-link")).unwrap();
 
-    for link in [
-        "in/deep/abs",
-        "in/deep/rel",
-        "ok-link/deep/abs",
-        "slash/tmp",
-        "in/deep/rel/../root",
+    let link = "in/deep/abs";
+    let f = format!("{link}/secret.txt");
+    for (func, p) in [
+        ("shell::fs::stat", json!({"path": f})),
+        ("shell::fs::ls", json!({"path": link})),
+        ("shell::workspace::read-bytes", json!({"path": f})),
+        ("shell::fs::write", json!({"path": f, "content": "pwned"})),
+        (
+            "shell::fs::write",
+            json!({"path": format!("{link}/new/x"), "content": "pwned", "parents": true}),
+        ),
+        (
+            "shell::fs::mkdir",
+            json!({"path": format!("{link}/newdir")}),
+        ),
+        (
+            "shell::fs::mkdir",
+            json!({"path": format!("{link}/a/b/c"), "parents": true}),
+        ),
+        ("shell::fs::rm", json!({"path": f})),
+        (
+            "shell::fs::rm",
+            json!({"path": format!("{link}/x"), "recursive": true}),
+        ),
+        ("shell::fs::chmod", json!({"path": f, "mode": "0777"})),
+        (
+            "shell::fs::chmod",
+            json!({"path": f, "mode": "0777", "uid": 1, "recursive": true}),
+        ),
+        ("shell::fs::mv", json!({"src": f, "dst": "stolen"})),
+        (
+            "shell::fs::mv",
+            json!({"src": "in", "dst": format!("{link}/moved")}),
+        ),
+        ("shell::workspace::list", json!({"path": link})),
+        ("shell::workspace::validate", json!({"path": link})),
     ] {
-        let f = format!("{link}/secret.txt");
-        for (func, p) in [
-            ("shell::fs::stat", json!({"path": f})),
-            ("shell::fs::ls", json!({"path": link})),
-            ("shell::workspace::read-bytes", json!({"path": f})),
-            ("shell::fs::write", json!({"path": f, "content": "pwned"})),
-            (
-                "shell::fs::write",
-                json!({"path": format!("{link}/new/x"), "content": "pwned", "parents": true}),
-            ),
-            (
-                "shell::fs::mkdir",
-                json!({"path": format!("{link}/newdir")}),
-            ),
-            (
-                "shell::fs::mkdir",
-                json!({"path": format!("{link}/a/b/c"), "parents": true}),
-            ),
-            ("shell::fs::rm", json!({"path": f})),
-            (
-                "shell::fs::rm",
-                json!({"path": format!("{link}/x"), "recursive": true}),
-            ),
-            ("shell::fs::chmod", json!({"path": f, "mode": "0777"})),
-            (
-                "shell::fs::chmod",
-                json!({"path": f, "mode": "0777", "uid": 1, "recursive": true}),
-            ),
-            ("shell::fs::mv", json!({"src": f, "dst": "stolen"})),
-            (
-                "shell::fs::mv",
-                json!({"src": "in", "dst": format!("{link}/moved")}),
-            ),
-            ("shell::workspace::list", json!({"path": link})),
-            ("shell::workspace::validate", json!({"path": link})),
-        ] {
-            let e = h.err(func, p.clone()).await;
-            assert_eq!(e.code, "S215", "{func} {p}: {e:?}");
-            assert!(
-                e.message.starts_with("path escapes the fs jail roots"),
-                "{e:?}"
-            );
-        }
+        let e = h.err(func, p.clone()).await;
+        assert_eq!(e.code, "S215", "{func} {p}: {e:?}");
+        assert!(
+            e.message.starts_with("path escapes the fs jail roots"),
+            "{e:?}"
+        );
     }
     assert!(root.join("in").is_dir() && !root.join("stolen").exists());
     j.outside_untouched();
