@@ -2,17 +2,14 @@
 //! interesting parts of a `shell::exec` result, syscall probes, an executor started with a
 //! pinned envelope, and /proc status checks. (Its jail is [`super::Jail`].)
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use serde_json::{json, Value};
 
-use super::{bin, s, tempdir, Harness};
+use super::{bin, s, spawn_pinned, tempdir, Harness};
 
 /// Returns early (after saying why) when the test is not running as root.
 #[macro_export]
@@ -140,20 +137,13 @@ pub fn q(p: &Path) -> String {
 /// A harness whose executor was started with `--pin-config FILE` holding `pinned` (the
 /// executor's own start-up confinement comes from that envelope), then given `live`.
 pub async fn pinned_harness(pinned: &Config, mut live: Config) -> Harness {
-    let dir = tempdir();
     let turns_dir = tempdir();
     if !live.turns.data_dir.starts_with('/') {
         live.turns.data_dir = s(&turns_dir.path().join("turns"));
     }
-    let path = dir.path().join("pinned.yaml");
-    // JSON is YAML; the file must be owned by root (or us) and writable by nobody else.
-    std::fs::write(&path, serde_json::to_string_pretty(pinned).unwrap()).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let services = Services::new();
     let rt = services.snapshots.install(live);
-    let (child, stream) = spawn_executor_with(bin(), &["--pin-config".to_string(), s(&path)])
-        .expect("spawn executor");
-    let client = ExecutorClient::connect(stream).await.expect("handshake");
+    let (child, client, _pin_dir) = spawn_pinned(pinned).await;
     let executor_pid = client.pid;
     client
         .call(Request::SetPolicy {

@@ -1,9 +1,11 @@
 //! `Harness`: a real executor process behind the real broker library, called in-process
 //! (no engine).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
@@ -11,7 +13,7 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::WireError;
 use serde_json::Value;
 
-use super::tempdir;
+use super::{s, tempdir};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_iii-shell");
@@ -92,4 +94,21 @@ pub async fn expect_code(h: &Harness, function: &str, payload: Value, code: &str
     let e = h.err(function, payload.clone()).await;
     assert_eq!(e.code, code, "{function} {payload}: {e:?}");
     e
+}
+
+/// An executor started with `--pin-config FILE` holding `envelope` (its own start-up
+/// confinement comes from that file), handshaken but given no policy yet. The temp dir
+/// holds the file.
+pub async fn spawn_pinned(
+    envelope: &Config,
+) -> (std::process::Child, ExecutorClient, tempfile::TempDir) {
+    let dir = tempdir();
+    let path = dir.path().join("pinned.yaml");
+    // JSON is YAML; the file must be owned by root (or us) and writable by nobody else.
+    std::fs::write(&path, serde_json::to_string_pretty(envelope).unwrap()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (child, stream) = spawn_executor_with(bin(), &["--pin-config".to_string(), s(&path)])
+        .expect("spawn executor");
+    let client = ExecutorClient::connect(stream).await.expect("handshake");
+    (child, client, dir)
 }
