@@ -5,15 +5,15 @@
 //!
 //! `cargo bench -p iii-shell --bench pty` (release build of the worker and engine).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use common::*;
 use iii_test_engine::TestEngine;
 use serde_json::{json, Value};
-use support::*;
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -5,17 +5,17 @@
 //! bursts stay bounded with no gap; unbinding stops the feed; bad bindings are refused, and
 //! answered again when the engine offers them again.
 
-mod support;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{TestClient, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 type Seen = Arc<Mutex<Vec<(Value, Option<Value>)>>>;
 

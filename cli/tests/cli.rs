@@ -317,50 +317,10 @@ fn version_flag() {
     );
 }
 
-/// A `iii-shell executor --socket` shared by several `call --socket` invocations.
-struct SocketExecutor {
-    child: std::process::Child,
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for SocketExecutor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn call_through_a_running_executor_keeps_jobs_between_calls() {
-    let dir = tempdir();
-    let path = dir.path().join("exec.sock");
-    let log = dir.path().join("executor.log");
-    let child = Command::new(bin())
-        .args(["executor", "--socket"])
-        .arg(&path)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut ex = SocketExecutor {
-        child,
-        path,
-        _dir: dir,
-    };
-    let listening = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("executor listening")
-    };
-    assert!(
-        eventually(Duration::from_secs(10), listening).await,
-        "executor is not listening: {:?}\n{}",
-        ex.child.try_wait(),
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    // A `iii-shell executor --socket` shared by several `call --socket` invocations.
+    let mut ex = SocketExecutor::start_default().await;
     let sock = ex.path.to_str().unwrap().to_string();
     let call = |args: &[&str]| {
         let mut v = vec!["call", "--socket", &sock];

@@ -12,29 +12,23 @@ use common::*;
 use iii_shell_protocol::config::Config;
 use serde_json::{json, Value};
 
-/// A jail at `<tmp>/root` (canonical) next to `<tmp>/outside`.
+/// A [`Jail`] with a harness jailed to its root.
 struct Jailed {
-    _dir: tempfile::TempDir,
+    _jail: Jail,
     root: PathBuf,
     outside: PathBuf,
     h: Harness,
 }
 
 async fn jailed_with(tweak: impl FnOnce(&mut Config, &Path)) -> Jailed {
-    let dir = tempdir();
-    let base = canon(dir.path());
-    let root = base.join("root");
-    let outside = base.join("outside");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::create_dir_all(&outside).unwrap();
-    std::fs::write(outside.join("secret.txt"), "OUTSIDE").unwrap();
-    let mut c = jailed(&root);
-    tweak(&mut c, &root);
+    let jail = Jail::new();
+    let mut c = jailed(&jail.root);
+    tweak(&mut c, &jail.root);
     let h = Harness::new(c).await;
     Jailed {
-        _dir: dir,
-        root,
-        outside,
+        root: jail.root.clone(),
+        outside: jail.outside.clone(),
+        _jail: jail,
         h,
     }
 }
@@ -977,14 +971,7 @@ async fn create_file_entries() {
     assert_eq!(result(&v, 2)["error"]["code"], "C218");
     assert!(!j.root.join("big.txt").exists());
     assert_eq!(result(&v, 3)["success"], true);
-    assert_eq!(
-        std::fs::metadata(j.root.join("m.sh"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o750
-    );
+    assert_eq!(mode_of(&j.root.join("m.sh")), 0o750);
     assert_eq!(result(&v, 4)["error"]["code"], "C210");
     assert_eq!(result(&v, 5)["error"]["code"], "C211");
     assert!(!j.root.join(".env").exists());
@@ -1115,7 +1102,7 @@ async fn update_file_keeps_special_bits_only_when_allowed() {
             .await;
         assert_eq!(result(&v, 0)["success"], true, "allow {allow}: {v}");
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "b\na\n");
-        let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777;
+        let mode = mode_of(&f);
         assert_eq!(mode, want, "allow {allow}: mode {mode:o}");
     }
 }
@@ -1243,10 +1230,7 @@ async fn failing_fourth_op_leaves_the_file_byte_identical() {
     assert_eq!(result(&v, 0)["error"]["code"], "C211");
     assert_eq!(result(&v, 0)["path"], "missing");
     assert_eq!(result(&v, 1)["error"]["code"], "C215");
-    assert_eq!(
-        std::fs::read_to_string(j.outside.join("secret.txt")).unwrap(),
-        "OUTSIDE"
-    );
+    assert_eq!(std::fs::read(j.outside.join("secret.txt")).unwrap(), SECRET);
 }
 
 /// CODER-59: a result over max_write_bytes is C218 and writes nothing.
@@ -1275,21 +1259,8 @@ fn owner_of(p: &Path) -> (u32, u32) {
     (m.uid(), m.gid())
 }
 
-fn mode_of(p: &Path) -> u32 {
-    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 fn must_be_root() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         panic!("this test needs root (files owned by other users); run it as root");
     }
 }

@@ -2,14 +2,14 @@
 //! connection as the caller. Registration (ids, metadata flags, schemas), a read/edit round
 //! trip, C-codes as a caller sees them, and `fs_scope` stamped in the invocation metadata.
 
-mod support;
+mod common;
 
 use std::path::PathBuf;
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::TestEngine;
 use serde_json::json;
-use support::*;
 
 #[tokio::test]
 async fn coder_through_the_engine() {

@@ -20,17 +20,17 @@
 //! tests say so and pass on a developer machine; on CI (`CI=true` or
 //! `III_SHELL_REQUIRE_ROOT=1`) a missing tool fails them.
 
-mod support;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::TestEngine;
 use serde_json::{json, Value};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CHROMIUM: &str = "/usr/bin/chromium";

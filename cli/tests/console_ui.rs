@@ -4,15 +4,15 @@
 //! `shell::ui-content` and acknowledges or rejects them), and `shell::ui-state::*` through the
 //! engine with the pane files checked on disk.
 
-mod support;
+mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{TestClient, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 struct Setup {
     engine: TestEngine,

@@ -3,14 +3,14 @@
 //! widening, running jobs), plus the shapes of `shell::config-status` and
 //! `shell::on-config-change`.
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{TestEngine, WorkerInfo};
 use serde_json::{json, Value};
-use support::*;
 
 const DRAFT_07: &str = "http://json-schema.org/draft-07/schema#";
 

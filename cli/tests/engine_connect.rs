@@ -1,13 +1,13 @@
 //! `iii-shell serve` against the test engine: where it connects, how it introduces itself,
 //! what it registers, and how it behaves when nothing listens yet.
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
+use common::*;
 use iii_test_engine::{NamespaceSource, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 fn version_output() -> String {
     let out = std::process::Command::new(BIN)

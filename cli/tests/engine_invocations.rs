@@ -1,15 +1,15 @@
 //! Invocations through the engine: concurrency, void calls, payload validation, executor
 //! death and respawn, broker death, and SIGTERM shutdown.
 
-mod support;
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::*;
 use iii_test_engine::TestEngine;
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invocations_are_handled_concurrently() {

@@ -2,13 +2,13 @@
 //! `III_NAMESPACE`, jail and configuration entry. A caller reaches each host by namespace,
 //! and no call lands on another host's files.
 
-mod support;
+mod common;
 
 use std::path::PathBuf;
 
+use common::*;
 use iii_test_engine::TestEngine;
 use serde_json::{json, Value};
-use support::*;
 
 /// One host: its namespace, the configuration id it must use, its jail root.
 struct Host {

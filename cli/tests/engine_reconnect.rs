@@ -1,14 +1,14 @@
 //! Keepalive, half-open detection, reattach + replay, engine restarts and network drops.
 
-mod support;
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::*;
 use futures_util::{SinkExt, StreamExt};
 use iii_test_engine::TestEngine;
 use serde_json::{json, Value};
-use support::*;
 use tokio_tungstenite::tungstenite::Message;
 
 /// True when every function of this build is registered and owned by connection `owner`.

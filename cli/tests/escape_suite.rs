@@ -105,7 +105,6 @@
 //! | c05 | coder: non_accessible globs through symlinks (`alias -> .env`, `vault -> secrets`) | C211; search finds nothing |
 
 mod common;
-mod escape;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -114,8 +113,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::escape::*;
 use common::*;
-use escape::*;
 use iii_shell_protocol::config::{Config, NetworkAccess};
 use iii_shell_protocol::messages::Request;
 use serde_json::json;
@@ -157,10 +156,6 @@ macro_rules! require {
             }
         }
     };
-}
-
-fn mode_of(p: &Path) -> u32 {
-    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }
 
 // ------------------------------------------------------------------ writes outside the roots
@@ -405,20 +400,13 @@ async fn escape_015_proc_executor_fd() {
             "cannot open directory '/proc/{ep}/fd': Permission denied"
         ));
     }
-    run(
-        &h,
-        Some("."),
-        &["readlink", "-v", &format!("/proc/{ep}/fd/0")],
-    )
-    .await
-    .denied();
-    run(
-        &h,
-        Some("."),
-        &["head", "-c", "0", &format!("/proc/{ep}/fd/0")],
-    )
-    .await
-    .denied();
+    let fd0 = format!("/proc/{ep}/fd/0");
+    for argv in [
+        ["readlink", "-v", &fd0].as_slice(),
+        &["head", "-c", "0", &fd0],
+    ] {
+        run(&h, Some("."), argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -429,19 +417,14 @@ async fn escape_016_proc_executor_fd_without_landlock() {
     c.confinement.landlock = false;
     let h = Harness::new(c).await;
     let ep = h.executor_pid;
-    run(&h, None, &["readlink", "-v", &format!("/proc/{ep}/fd/0")])
-        .await
-        .denied();
-    run(&h, None, &["head", "-c", "0", &format!("/proc/{ep}/fd/0")])
-        .await
-        .denied();
-    run(
-        &h,
-        None,
-        &["head", "-c", "1", &format!("/proc/{ep}/environ")],
-    )
-    .await
-    .denied();
+    let (fd0, environ) = (format!("/proc/{ep}/fd/0"), format!("/proc/{ep}/environ"));
+    for argv in [
+        ["readlink", "-v", &fd0].as_slice(),
+        &["head", "-c", "0", &fd0],
+        &["head", "-c", "1", &environ],
+    ] {
+        run(&h, None, argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -449,16 +432,10 @@ async fn escape_017_proc_executor_cwd() {
     let j = Jail::new();
     let h = j.harness().await;
     let ep = h.executor_pid;
-    run(&h, Some("."), &["ls", &format!("/proc/{ep}/cwd/")])
-        .await
-        .denied();
-    run(
-        &h,
-        Some("."),
-        &["readlink", "-v", &format!("/proc/{ep}/cwd")],
-    )
-    .await
-    .denied();
+    let (cwd_dir, cwd) = (format!("/proc/{ep}/cwd/"), format!("/proc/{ep}/cwd"));
+    for argv in [["ls", &cwd_dir].as_slice(), &["readlink", "-v", &cwd]] {
+        run(&h, Some("."), argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -466,21 +443,14 @@ async fn escape_018_proc_executor_environ_mem_and_init_root() {
     let j = Jail::new();
     let h = j.harness().await;
     let ep = h.executor_pid;
-    run(
-        &h,
-        Some("."),
-        &["head", "-c", "1", &format!("/proc/{ep}/environ")],
-    )
-    .await
-    .denied();
-    run(
-        &h,
-        Some("."),
-        &["head", "-c", "1", &format!("/proc/{ep}/mem")],
-    )
-    .await
-    .denied();
-    run(&h, Some("."), &["ls", "/proc/1/root/"]).await.denied();
+    let (environ, mem) = (format!("/proc/{ep}/environ"), format!("/proc/{ep}/mem"));
+    for argv in [
+        ["head", "-c", "1", &environ].as_slice(),
+        &["head", "-c", "1", &mem],
+        &["ls", "/proc/1/root/"],
+    ] {
+        run(&h, Some("."), argv).await.denied();
+    }
 }
 
 #[tokio::test]
@@ -656,8 +626,9 @@ async fn escape_072_seccomp_allow_pinned() {
     let h = pinned_harness(&c, c.clone()).await;
     assert_probe_ok(&h, "ptrace").await;
     // Only that one: the rest of the list is still denied.
-    assert_probe_errno(&h, "keyctl", libc::EPERM).await;
-    assert_probe_errno(&h, "process_vm_readv", libc::EPERM).await;
+    for name in ["keyctl", "process_vm_readv"] {
+        assert_probe_errno(&h, name, libc::EPERM).await;
+    }
 }
 
 // ------------------------------------------------------------------ signals
@@ -864,41 +835,27 @@ async fn escape_080_fs_symlink_parent() {
     let j = Jail::new();
     std::os::unix::fs::symlink(&j.outside, j.root.join("link")).unwrap();
     let h = j.harness().await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "link/x", "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": "link/deep/x", "content": "x", "parents": true}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mkdir",
-        json!({"path": "link/d", "parents": true}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::mv",
-        json!({"src": "link/secret.txt", "dst": "stolen"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::rm",
-        json!({"path": "link/secret.txt"}),
-        "S215",
-    )
-    .await;
+    for (function, payload) in [
+        (
+            "shell::fs::write",
+            json!({"path": "link/x", "content": "x"}),
+        ),
+        (
+            "shell::fs::write",
+            json!({"path": "link/deep/x", "content": "x", "parents": true}),
+        ),
+        (
+            "shell::fs::mkdir",
+            json!({"path": "link/d", "parents": true}),
+        ),
+        (
+            "shell::fs::mv",
+            json!({"src": "link/secret.txt", "dst": "stolen"}),
+        ),
+        ("shell::fs::rm", json!({"path": "link/secret.txt"})),
+    ] {
+        expect_code(&h, function, payload, "S215").await;
+    }
     j.outside_untouched();
     assert!(!j.root.join("stolen").exists());
 }
@@ -1001,29 +958,18 @@ async fn escape_084_fs_root_evil_prefix() {
     std::fs::write(evil.join("f"), "EVIL").unwrap();
     let h = j.harness().await;
     let p = s(&evil.join("f"));
-    expect_code(
-        &h,
-        "shell::workspace::read-bytes",
-        json!({"path": p}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": p, "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(
-        &h,
-        "shell::fs::write",
-        json!({"path": s(&evil.join("new")), "content": "x"}),
-        "S215",
-    )
-    .await;
-    expect_code(&h, "shell::fs::rm", json!({"path": p}), "S215").await;
-    expect_code(&h, "shell::fs::stat", json!({"path": s(&evil)}), "S215").await;
+    for (function, payload) in [
+        ("shell::workspace::read-bytes", json!({"path": p})),
+        ("shell::fs::write", json!({"path": p, "content": "x"})),
+        (
+            "shell::fs::write",
+            json!({"path": s(&evil.join("new")), "content": "x"}),
+        ),
+        ("shell::fs::rm", json!({"path": p})),
+        ("shell::fs::stat", json!({"path": s(&evil)})),
+    ] {
+        expect_code(&h, function, payload, "S215").await;
+    }
     assert_eq!(std::fs::read(evil.join("f")).unwrap(), b"EVIL");
     assert_eq!(std::fs::read_dir(&evil).unwrap().count(), 1);
 }
@@ -2246,17 +2192,9 @@ fn status_ids(text: &str) -> (String, String, String) {
     )
 }
 
-macro_rules! require_root {
-    () => {
-        if !iii_shell_confine::requirement::root("run_as cases") {
-            return;
-        }
-    };
-}
-
 #[tokio::test]
 async fn escape_118_run_as_cannot_touch_outside_metadata() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
     assert_no_outside_metadata_changes(&h, &j).await;
@@ -2265,7 +2203,7 @@ async fn escape_118_run_as_cannot_touch_outside_metadata() {
 
 #[tokio::test]
 async fn escape_119_no_special_bits_whatever_the_uid() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     let h = Harness::new(with_run_as(&j, Some("4242:4242"))).await;
     assert_no_special_bits(&h, &j).await;
@@ -2285,7 +2223,7 @@ async fn escape_119_no_special_bits_whatever_the_uid() {
 
 #[tokio::test]
 async fn escape_120_fs_and_commands_share_files() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     let h = Harness::new(with_run_as(&j, None)).await;
     h.ok(
@@ -2324,7 +2262,7 @@ async fn escape_120_fs_and_commands_share_files() {
 
 #[tokio::test]
 async fn escape_121_status_shows_the_command_user() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     // run_as unset: the owner of the primary root.
     let h = Harness::new(with_run_as(&j, None)).await;
@@ -2380,7 +2318,7 @@ fn call_cli(config: &Config, dir: &Path, setpriv: &[&str], argv: &[&str]) -> (St
 
 #[tokio::test]
 async fn escape_122_root_owned_root_runs_nobody_and_strict_refuses() {
-    require_root!();
+    require_root!("run_as cases");
     let j = other_file(Jail::new());
     let h = Harness::new(with_run_as(&j, None)).await;
     let o = run(&h, Some("."), &["cat", "/proc/self/status"]).await;
@@ -2426,7 +2364,7 @@ async fn escape_122_root_owned_root_runs_nobody_and_strict_refuses() {
 
 #[tokio::test]
 async fn escape_123_non_root_worker_runs_commands_as_itself() {
-    require_root!();
+    require_root!("run_as cases");
     let j = user_jail();
     // The worker itself runs as 4242 (run_as is ignored: it cannot switch).
     let c = with_run_as(&j, Some("root"));
@@ -2473,7 +2411,7 @@ async fn escape_123_non_root_worker_runs_commands_as_itself() {
 
 #[tokio::test]
 async fn escape_124_commands_never_run_as_the_socket_peer() {
-    require_root!();
+    require_root!("run_as cases");
     // Two units: the broker's uid may connect to the executor socket, so no command may run
     // as it (Landlock ABI <= 7 does not govern connecting to a socket file).
     let j = user_jail();
@@ -2584,7 +2522,7 @@ async fn reload(
 
 #[tokio::test]
 async fn escape_125_no_special_bits_on_any_spawn_path_and_no_filter_per_spawn() {
-    require_root!();
+    require_root!("run_as cases");
     // Root commands (run_as: root) would set the bits but for the rule. With and without
     // pre-started processes (the fallback spawn path).
     for extra in [&[][..], &["--no-prestart"][..]] {
@@ -2601,7 +2539,7 @@ async fn escape_125_no_special_bits_on_any_spawn_path_and_no_filter_per_spawn() 
 
 #[tokio::test]
 async fn escape_126_special_bits_across_reloads() {
-    require_root!();
+    require_root!("run_as cases");
     // Started with fs.allow_special_bits: the executor's filter has no rule, so its own
     // fs::chmod and commands may set the bits.
     let j = Jail::new();
@@ -2665,7 +2603,7 @@ async fn escape_126_special_bits_across_reloads() {
 
 #[tokio::test]
 async fn escape_127_job_cgroups_survive_the_uid_switch() {
-    require_root!();
+    require_root!("run_as cases");
     // Where the test's own cgroup lets a root executor make job cgroups, the one that becomes
     // the command user keeps them: the base is handed to that user before the switch.
     let control = Harness::default().await;

@@ -4,7 +4,7 @@
 //! channels, caps, a reader that never drains, concurrent streamed writes, a symlink race,
 //! and the error codes as a caller sees them.
 
-mod support;
+mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::*;
 use futures_util::{SinkExt, StreamExt};
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{ChannelRef, ErrorBody, Message, TestClient, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 const CHUNK: usize = 64 * 1024;
 
@@ -148,23 +148,6 @@ async fn read_bytes(c: &TestClient, path: &str) -> Vec<u8> {
     bytes
 }
 
-/// Byte equality that reports sizes and the first difference instead of dumping megabytes.
-fn same_bytes(got: impl AsRef<[u8]>, want: impl AsRef<[u8]>, what: &str) {
-    let (got, want) = (got.as_ref(), want.as_ref());
-    if got != want {
-        let at = got
-            .iter()
-            .zip(want)
-            .position(|(a, b)| a != b)
-            .unwrap_or(got.len().min(want.len()));
-        panic!(
-            "{what}: got {} bytes, want {}; first difference at byte {at}",
-            got.len(),
-            want.len()
-        );
-    }
-}
-
 fn pseudo_random(n: usize, seed: u32) -> Vec<u8> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
     (0..n)
@@ -210,14 +193,7 @@ async fn channel_round_trips_are_byte_exact() {
             data,
             &format!("{name} on disk"),
         );
-        assert_eq!(
-            std::fs::metadata(t.root.join(name))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o7777,
-            0o644
-        );
+        assert_eq!(mode_of(&t.root.join(name)), 0o644);
         let got = read_bytes(c, name).await;
         assert!(
             got == *data,
@@ -286,14 +262,7 @@ async fn channel_round_trips_are_byte_exact() {
         .unwrap();
     assert_eq!(r["bytes_written"], data.len());
     same_bytes(std::fs::read(t.root.join("odd.bin")).unwrap(), &data, "");
-    assert_eq!(
-        std::fs::metadata(t.root.join("odd.bin"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o640
-    );
+    assert_eq!(mode_of(&t.root.join("odd.bin")), 0o640);
 
     // Names and path forms.
     let long: String = (0..16)
@@ -320,18 +289,6 @@ async fn channel_round_trips_are_byte_exact() {
         .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        out.push(p.clone());
-        if e.file_type().unwrap().is_dir() {
-            out.extend(walk(&p));
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,14 +318,7 @@ async fn batch_writes_mix_inline_and_channel_content() {
         ]})
     );
     same_bytes(std::fs::read(t.root.join("b/2.bin")).unwrap(), &data, "");
-    assert_eq!(
-        std::fs::metadata(t.root.join("b/2.bin"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777,
-        0o600
-    );
+    assert_eq!(mode_of(&t.root.join("b/2.bin")), 0o600);
     same_bytes(read_bytes(c, "b/3.txt").await, MULTI_SCRIPT.as_bytes(), "");
 }
 
@@ -677,15 +627,6 @@ async fn a_channel_nobody_writes_times_out_instead_of_hanging() {
         .await
         .unwrap();
     assert_eq!(r["bytes_written"], 2);
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 // ---------------------------------------------------------------- caps

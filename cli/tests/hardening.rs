@@ -6,8 +6,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use common::*;
-use iii_shell_broker::executor_client::ExecutorClient;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::{Config, ConfinementMode};
 use iii_shell_protocol::messages::Request;
 use serde_json::Value;
@@ -87,25 +85,11 @@ fn doctor_human_output_names_each_layer() {
     }
 }
 
-/// An executor with a pinned envelope jailed to `root`.
-async fn pinned_executor(
-    envelope: &Config,
-) -> (std::process::Child, ExecutorClient, tempfile::TempDir) {
-    let dir = tempdir();
-    let pin = dir.path().join("envelope.yaml");
-    std::fs::write(&pin, serde_norway::to_string(envelope).unwrap()).unwrap();
-    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let (child, stream) =
-        spawn_executor_with(bin(), &["--pin-config".into(), pin.display().to_string()]).unwrap();
-    let client = ExecutorClient::connect(stream).await.expect("handshake");
-    (child, client, dir)
-}
-
 #[tokio::test]
 async fn a_pinned_envelope_refuses_a_widening_policy() {
     let root = tempdir();
     let envelope = jailed(root.path());
-    let (mut child, client, _d) = pinned_executor(&envelope).await;
+    let (mut child, client, _d) = spawn_pinned(&envelope).await;
     let set = |c: &Config| Request::SetPolicy {
         generation: 1,
         config_json: serde_json::to_string(c).unwrap(),

@@ -12,7 +12,7 @@
 //! `.ci/run` runs it with `--ignored`. A step that cannot run here fails the test naming the
 //! step and the reason.
 
-mod support;
+mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{is_root, BIN, WAIT};
 use iii_test_engine::TestEngine;
 use serde_json::{json, Value};
-use support::{BIN, WAIT};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const NAMESPACE: &str = "host-a";
@@ -385,7 +385,7 @@ fn dpkg_status(root: &Path) -> String {
 async fn the_package_installs_serves_and_uninstalls_cleanly() {
     let step = "preconditions";
     announce(step);
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         fail(
             step,
             "needs root (debootstrap, chroot, mount, dpkg into the root)",

@@ -16,10 +16,13 @@
 //! `III_TELEMETRY_ENABLED=false`); `IIIWORKER_DISABLE_BUILTIN_DAEMONS=1` keeps the engine from
 //! spawning auxiliary daemons.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{free_port, BIN};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -72,11 +75,6 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().unwrap().port()
 }
 
 fn spawn_logged(name: &'static str, mut cmd: Command, log: &Path) -> Proc {
@@ -208,7 +206,7 @@ async fn shell_exec_through_a_real_engine() {
     wait_for_port(port, &mut engine, deadline).await;
     let url = format!("ws://127.0.0.1:{port}");
 
-    let mut worker_cmd = Command::new(env!("CARGO_BIN_EXE_iii-shell"));
+    let mut worker_cmd = Command::new(BIN);
     worker_cmd
         .arg("serve")
         .arg("--config")
@@ -353,7 +351,7 @@ async fn three_namespaced_workers_through_a_real_engine() {
         seed.fs.allow_unjailed = false;
         let seed_path = dir.path().join(format!("{ns}.yaml"));
         std::fs::write(&seed_path, serde_norway::to_string(&seed).unwrap()).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_iii-shell"));
+        let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .arg("--config")
             .arg(&seed_path)

@@ -324,10 +324,12 @@ async fn unknown_ids_are_s211_no_such_job() {
         assert!(e.message.starts_with("no such job"), "{e:?}");
     }
     // A payload without job_id is malformed, not missing.
-    let e = h.err("shell::status", json!({})).await;
-    assert_eq!(e.code, "S210", "{e:?}");
-    let e = h.err("shell::kill", json!({"job_id": 5})).await;
-    assert_eq!(e.code, "S210", "{e:?}");
+    for (function, payload) in [
+        ("shell::status", json!({})),
+        ("shell::kill", json!({"job_id": 5})),
+    ] {
+        expect_code(&h, function, payload, "S210").await;
+    }
 }
 
 #[tokio::test]
@@ -841,22 +843,6 @@ async fn commands_after_killed_jobs_still_run() {
     }
 }
 
-/// The job-cgroup directory of the executor `pid`, if it uses job cgroups.
-fn job_cgroup_base(pid: u32) -> Option<std::path::PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        (right.split_whitespace().next()? == "cgroup2")
-            .then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))?
-    })?;
-    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let base = mount
-        .join(rel.trim_start_matches('/'))
-        .join(format!("iii-shell-{pid}"));
-    base.is_dir().then_some(base)
-}
-
 /// Someone else writes `cgroup.kill` of the executor's idle, pooled job cgroups. The next
 /// commands must still run: a cgroup that kills its children at birth is retired, and the
 /// command is started again by the other way into a cgroup.
@@ -866,7 +852,7 @@ async fn commands_survive_pooled_cgroups_killed_from_outside() {
     for _ in 0..3 {
         h.ok("shell::exec", json!({"command": "true"})).await;
     }
-    let Some(base) = job_cgroup_base(h.executor_pid) else {
+    let Some(base) = job_cgroup_base_of(h.executor_pid) else {
         iii_shell_confine::requirement::unmet("the executor has no job cgroups here");
         return;
     };
@@ -1017,7 +1003,7 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
     h.ok("shell::exec", json!({"command": "true"})).await;
     let report = doctor_report(&h).await;
     let line = limit_line(&report, "pids.max");
-    let delegated = job_cgroup_base(h.executor_pid).is_some_and(|base| {
+    let delegated = job_cgroup_base_of(h.executor_pid).is_some_and(|base| {
         std::fs::read_to_string(base.join("cgroup.subtree_control"))
             .unwrap_or_default()
             .split_whitespace()
@@ -1031,7 +1017,7 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
             .is_some_and(|d| d.is_dir());
     if !delegated && !v1_twin {
         assert!(line.starts_with("NOT enforced: "), "{line}");
-        if nix::unistd::geteuid().is_root() {
+        if is_root() {
             assert!(!report.commands.processes_bounded, "{report:?}");
             assert!(
                 limit_line(&report, "RLIMIT_NPROC").contains("NOT binding"),
@@ -1063,7 +1049,7 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
 /// only the rlimit is in play.
 #[tokio::test]
 async fn max_processes_binds_a_run_as_user_and_not_root() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         eprintln!("SKIPPED max_processes_binds_a_run_as_user_and_not_root: needs root (run_as)");
         return;
     }

@@ -9,15 +9,15 @@
 //! A compose launcher sets `III_NAMESPACE`, and passes the config block's file as
 //! `III_CONFIG` instead of `--config`.
 
-mod support;
+mod common;
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::TestEngine;
 use serde_json::{json, Value};
-use support::*;
 
 const MANIFEST: &str = include_str!("../../iii.worker.yaml");
 

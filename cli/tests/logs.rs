@@ -1,10 +1,12 @@
 //! Logs: stderr, one line per event, `RUST_LOG` filters, no colour codes in a file or the
 //! journal, and under systemd a syslog priority prefix journald understands.
 
+mod common;
+
 use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_iii-shell");
+use common::BIN;
 
 /// Runs an executor that cannot bind its socket (one ERROR, exit 2) with stderr in a file;
 /// `journal` sets JOURNAL_STREAM to that file (as systemd does for its journal stream).

@@ -2,7 +2,6 @@
 //! real broker and a real executor (or the real binary).
 
 mod common;
-mod support;
 
 use common::Harness;
 use iii_shell_protocol::config::Config;
@@ -67,8 +66,8 @@ async fn fs_read_without_an_engine_checks_the_path_first() {
 /// An IPv6 engine URL is printed as a URL authority: `[::1]:port`, not `::1:port`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv6_engine_url_is_printed_with_brackets() {
-    let port = support::free_port();
-    let w = support::Worker::builder()
+    let port = common::free_port();
+    let w = common::Worker::builder()
         .env("III_URL", &format!("ws://[::1]:{port}"))
         .start();
     let want = format!("engine unreachable at [::1]:{port}");

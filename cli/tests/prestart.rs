@@ -18,7 +18,7 @@ fn waiting_of(executor: u32) -> BTreeSet<i32> {
     let Ok(exe) = std::fs::read_link(format!("/proc/{executor}/exe")) else {
         return BTreeSet::new();
     };
-    children_of(executor)
+    child_states(executor)
         .into_iter()
         // Compared by image, not name: a child cloned from a runtime worker thread carries
         // that thread's name.
@@ -27,16 +27,6 @@ fn waiting_of(executor: u32) -> BTreeSet<i32> {
         })
         .map(|(pid, _)| pid)
         .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim().chars().next().unwrap_or('?'))
-        })
-        .is_some_and(|state| state != 'Z')
 }
 
 /// Sends the executor a newer policy: the built-in default with `max_output_bytes: 4`.

@@ -2,15 +2,15 @@
 //! killed with SIGKILL leaves nothing running and its jobs keep an honest record, a clean
 //! SIGTERM is quiet, and the broker's configuration never reaches its command line.
 
-mod support;
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::*;
 use iii_test_engine::TestEngine;
 use nix::sys::signal::Signal;
 use serde_json::json;
-use support::*;
 
 fn sigkill(pid: i32) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
@@ -246,7 +246,7 @@ async fn a_respawned_executor_keeps_clone3() {
         .await
         .unwrap();
     assert_eq!(r["exit_code"], 0);
-    if !job_cgroups_of(first) || !w.log_lines(DISABLED).is_empty() {
+    if !job_cgroups_enabled(first as u32) || !w.log_lines(DISABLED).is_empty() {
         iii_shell_confine::requirement::unmet(
             "the first executor has no clone3 into job cgroups here",
         );
@@ -273,7 +273,7 @@ async fn a_respawned_executor_keeps_clone3() {
         assert_eq!(r["exit_code"], 0);
     }
     assert!(
-        job_cgroups_of(second),
+        job_cgroups_enabled(second as u32),
         "{second}: {:?} {}",
         std::fs::read_to_string(format!("/proc/{second}/cgroup")),
         w.stderr()
@@ -289,29 +289,4 @@ async fn a_respawned_executor_keeps_clone3() {
         "the respawned executor lost the commands' private devpts:\n{}",
         w.stderr()
     );
-}
-
-/// Whether the executor `pid` made a job-cgroup base.
-fn job_cgroups_of(pid: i32) -> bool {
-    let Ok(own) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-        return false;
-    };
-    let Some(rel) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
-        return false;
-    };
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))?
-        })
-        .any(|m| {
-            m.join(rel.trim_start_matches('/'))
-                .join(format!("iii-shell-{pid}"))
-                .is_dir()
-        })
 }

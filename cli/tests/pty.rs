@@ -2,15 +2,15 @@
 //! shell on a real PTY, and a consumer function on another engine connection standing in
 //! for the console page that receives the output.
 
-mod support;
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use common::*;
 use iii_test_engine::{TestClient, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -830,7 +830,7 @@ fn spawn_in(dir: &std::path::Path, args: &[&str], engine: &TestEngine, log: &str
 /// up. The session is still there, and its output reaches the page through the new broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_survive_a_broker_restart_while_the_executor_stays_up() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         panic!(
             "this test needs root (the broker drops to `nobody`, the executor hands it the socket)"
         );
@@ -1008,20 +1008,10 @@ async fn sessions_run_jailed_and_confined_like_commands() {
     let caller = engine.client().await;
     let page = Page::new(&engine, "shell").await;
 
-    let r = caller
-        .call(
-            "shell::pty::open",
-            json!({"cwd": "/etc", "cols": 80, "rows": 24, "output_function_id": page.id}),
-        )
-        .await;
-    assert_code(&r, "S215");
-    let r = caller
-        .call(
-            "shell::pty::open",
-            json!({"cwd": "sub/../..", "cols": 80, "rows": 24, "output_function_id": page.id}),
-        )
-        .await;
-    assert_code(&r, "S215");
+    for cwd in ["/etc", "sub/../.."] {
+        let payload = json!({"cwd": cwd, "cols": 80, "rows": 24, "output_function_id": page.id});
+        expect_engine_code(&caller, "shell::pty::open", payload, "S215").await;
+    }
 
     let outside = format!("/root/iii-pty-probe-{}", uuid::Uuid::new_v4());
     let script = format!(
@@ -1055,7 +1045,7 @@ async fn sessions_run_jailed_and_confined_like_commands() {
 /// other group, and it cannot change the mode of a root-owned file outside the jail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_run_as_the_command_user() {
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root() {
         panic!("this test needs root (the executor switches to confinement.run_as)");
     }
     let engine = TestEngine::start().await;
@@ -1134,28 +1124,26 @@ async fn a_program_that_does_not_read_cannot_wedge_a_write() {
     let written = r["written"].as_u64().unwrap();
     assert!(written < big.len() as u64, "{written}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
-    let too_big = caller
-        .call(
+    for (function, payload, code) in [
+        (
             "shell::pty::write",
             json!({"session_id": s.id, "access_key": s.key,
                    "data": B64.encode(vec![0u8; 1024 * 1024 + 1])}),
-        )
-        .await;
-    assert_code(&too_big, "S218");
-    let not_b64 = caller
-        .call(
+            "S218",
+        ),
+        (
             "shell::pty::write",
             json!({"session_id": s.id, "access_key": s.key, "data": "%%%"}),
-        )
-        .await;
-    assert_code(&not_b64, "S210");
-    let zero = caller
-        .call(
+            "S210",
+        ),
+        (
             "shell::pty::resize",
             json!({"session_id": s.id, "access_key": s.key, "cols": 0, "rows": 10}),
-        )
-        .await;
-    assert_code(&zero, "S210");
+            "S210",
+        ),
+    ] {
+        expect_engine_code(&caller, function, payload, code).await;
+    }
 }
 
 /// Issue 13: a command can reach only the terminals it creates itself. An operator's session
@@ -1178,7 +1166,7 @@ async fn a_command_cannot_open_a_session_pty_by_path() {
         iii_shell_protocol::config::Config::builtin_default(),
         None,
     )];
-    if nix::unistd::geteuid().is_root() {
+    if is_root() {
         let mut c = jailed(&root_path);
         c.confinement.run_as = Some("4242:4242".into());
         configs.push(("jailed run_as 4242", c, Some(".")));

@@ -2,15 +2,14 @@
 //! test engine, with mock `sandbox::*` functions registered by a second engine client.
 
 mod common;
-mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{ErrorBody, Message, TestClient, TestEngine};
 use serde_json::{json, Value};
-use support::*;
 
 const SANDBOX_ID: &str = "0b8f6a57-3f0e-4a59-9b8e-1a2b3c4d5e6f";
 

@@ -4,17 +4,17 @@
 //! a byte-identical tree (every file hashed); an executor SIGKILLed mid-turn leaves a store
 //! that opens, lists and reverts; the hooks always continue.
 
-mod support;
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{TestClient, TestEngine};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
-use support::*;
 
 struct Setup {
     engine: TestEngine,

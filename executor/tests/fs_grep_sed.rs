@@ -1,7 +1,9 @@
 //! `shell::fs::grep` and `shell::fs::sed` against real temp trees.
 
+mod common;
+
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use iii_shell_executor::fs::grep::grep;
@@ -10,54 +12,7 @@ use iii_shell_executor::policy::Policy;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::fs::{GrepResponse, GrepSpec, SedSpec};
 
-/// A temp dir holding `root/` (the jail) and `outside/` (beyond it), with canonical paths.
-struct Tree {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    outside: PathBuf,
-}
-
-impl Tree {
-    fn new() -> Tree {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
-        let (root, outside) = (base.join("root"), base.join("outside"));
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        Tree {
-            _dir: dir,
-            root,
-            outside,
-        }
-    }
-
-    fn write(&self, rel: &str, data: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, data).unwrap();
-        p
-    }
-
-    fn read(&self, rel: &str) -> Vec<u8> {
-        std::fs::read(self.root.join(rel)).unwrap()
-    }
-
-    fn abs(&self, rel: &str) -> String {
-        self.root.join(rel).to_string_lossy().into_owned()
-    }
-
-    fn policy(&self) -> Policy {
-        self.policy_with(|_| {})
-    }
-
-    fn policy_with(&self, f: impl FnOnce(&mut Config)) -> Policy {
-        let mut config = Config::default();
-        config.fs.host_roots = vec![self.root.to_string_lossy().into_owned()];
-        config.fs.allow_unjailed = false;
-        f(&mut config);
-        Policy::build(1, &serde_json::to_string(&config).unwrap()).unwrap()
-    }
-}
+use common::{code_of, Tree};
 
 fn gspec(path: &str, pattern: &str) -> GrepSpec {
     GrepSpec {
@@ -102,10 +57,6 @@ fn hits(t: &Tree, r: &GrepResponse) -> Vec<(String, u64)> {
 
 fn pairs(v: &[(&str, u64)]) -> Vec<(String, u64)> {
     v.iter().map(|(p, l)| (p.to_string(), *l)).collect()
-}
-
-fn code_of<T: std::fmt::Debug>(r: Result<T, iii_shell_executor::error::ExecError>) -> String {
-    r.unwrap_err().to_wire().code.to_string()
 }
 
 fn basic_tree() -> Tree {

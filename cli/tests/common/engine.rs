@@ -1,33 +1,24 @@
-//! Harness for the `engine_*` end-to-end tests: the real `iii-shell serve` binary against the
-//! in-process test engine (`iii_test_engine`), with a second engine connection as the caller.
+//! `Worker`: the real `iii-shell serve` binary against the in-process test engine
+//! (`iii_test_engine`), with a second engine connection as the caller (the `engine_*` suites
+//! and every other suite that goes through an engine).
 //!
 //! Every spawned worker writes its stderr (and its executor's) to a file in its own temp dir,
 //! so tests can assert on log lines. Dropping a [`Worker`] SIGKILLs the worker, every process
 //! below it, and every process whose command line carries one of the worker's markers (jobs
 //! orphaned by a killed executor).
-#![allow(dead_code)]
-
-// A test binary with both `common` and `support` loads it twice; each copy is private to
-// its harness, so that is harmless.
-#[allow(clippy::duplicate_mod)]
-#[path = "../common/shared.rs"]
-mod shared;
-#[allow(unused_imports)] // not every test binary uses every helper
-pub use shared::*;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use iii_shell_protocol::config::{Config, SHIPPED_CONFIG_YAML};
-use iii_test_engine::{TestEngine, WorkerInfo};
+use iii_shell_protocol::config::Config;
+use iii_test_engine::{ErrorBody, TestClient, TestEngine, WorkerInfo};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_iii-shell");
+use super::{children_of, cmdline, descendants, eventually, procs_with, unique_sleep_arg, BIN};
 
 /// Generous bound for anything that should happen "soon" on a loaded 2-core CI box.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -438,117 +429,9 @@ pub const CORE_FUNCTIONS: &[&str] = &[
     "shell::on-config-change",
 ];
 
-/// The shipped `config.yaml` as a JSON value.
-pub fn shipped_value() -> Value {
-    serde_json::to_value(Config::from_yaml(SHIPPED_CONFIG_YAML).expect("shipped config parses"))
-        .unwrap()
-}
-
-/// The built-in default jailed to `root`, with commands as the test's own user
-/// (`confinement.run_as: root`: the temp dirs are root-owned).
-pub fn jailed(root: &Path) -> Config {
-    let mut c = Config::builtin_default();
-    c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
-    c.fs.allow_unjailed = false;
-    c.confinement.run_as = Some("root".into());
-    c
-}
-
-pub fn jailed_value(root: &Path) -> Value {
-    serde_json::to_value(jailed(root)).unwrap()
-}
-
-pub fn unjailed_value() -> Value {
-    serde_json::to_value(Config::builtin_default()).unwrap()
-}
-
 /// `shell::exec` of `pwd` in `cwd`.
 pub fn pwd_in(cwd: &str) -> Value {
     json!({"command": "pwd", "cwd": cwd})
-}
-
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().unwrap().port()
-}
-
-/// `<seconds>.<unique digits>`: a `sleep` argument that is unique to this test run.
-pub fn unique_sleep_arg(seconds: u32) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(1);
-    format!(
-        "{seconds}.{:07}{:03}1",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed) % 1000
-    )
-}
-
-/// The command line of `pid`, NULs as spaces.
-pub fn cmdline(pid: i32) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    Some(
-        String::from_utf8_lossy(&raw)
-            .replace('\0', " ")
-            .trim_end()
-            .to_string(),
-    )
-}
-
-/// `(state, ppid)` of `pid`.
-fn stat(pid: i32) -> Option<(char, i32)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = s.rsplit_once(')')?;
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-fn all_pids() -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// True while `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    matches!(stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
-}
-
-/// Live (non-zombie) children of `parent`.
-pub fn children_of(parent: i32) -> Vec<i32> {
-    all_pids()
-        .into_iter()
-        .filter(|p| matches!(stat(*p), Some((s, pp)) if pp == parent && s != 'Z' && s != 'X'))
-        .collect()
-}
-
-/// Every live process below `root`.
-pub fn descendants(root: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let mut todo = vec![root];
-    while let Some(p) = todo.pop() {
-        for c in children_of(p) {
-            if !out.contains(&c) {
-                out.push(c);
-                todo.push(c);
-            }
-        }
-    }
-    out
-}
-
-/// Live (non-zombie) processes whose command line contains `needle`.
-pub fn procs_with(needle: &str) -> Vec<i32> {
-    all_pids()
-        .into_iter()
-        .filter(|p| alive(*p) && cmdline(*p).is_some_and(|c| c.contains(needle)))
-        .collect()
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -571,9 +454,27 @@ fn strip_ansi(s: &str) -> String {
 
 /// Asserts that an error has `code`, showing the whole error otherwise.
 #[track_caller]
-pub fn assert_code<T: std::fmt::Debug>(r: &Result<T, iii_test_engine::ErrorBody>, code: &str) {
+pub fn assert_code<T: std::fmt::Debug>(r: &Result<T, ErrorBody>, code: &str) {
     match r {
         Err(e) if e.code == code => {}
         other => panic!("expected error {code}, got {other:?}"),
+    }
+}
+
+/// `function` called by `caller` through the engine fails with `code` (the message names the
+/// call otherwise); the error, for more checks.
+pub async fn expect_engine_code(
+    caller: &TestClient,
+    function: &str,
+    payload: Value,
+    code: &str,
+) -> ErrorBody {
+    match caller.call(function, payload.clone()).await {
+        Err(e) if e.code == code => e,
+        other => {
+            // A payload can hold megabytes (a too-big write): show its start.
+            let p: String = payload.to_string().chars().take(300).collect();
+            panic!("{function} {p}: expected error {code}, got {other:?}")
+        }
     }
 }

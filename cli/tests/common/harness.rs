@@ -1,0 +1,114 @@
+//! `Harness`: a real executor process behind the real broker library, called in-process
+//! (no engine).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use iii_shell_broker::executor_client::ExecutorClient;
+use iii_shell_broker::functions::{dispatch, CallMeta};
+use iii_shell_broker::services::Services;
+use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_protocol::config::Config;
+use iii_shell_protocol::WireError;
+use serde_json::Value;
+
+use super::{s, tempdir};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_iii-shell");
+
+pub fn bin() -> &'static Path {
+    Path::new(BIN)
+}
+
+/// A broker (`Services`) with a real executor attached, killed on drop.
+pub struct Harness {
+    pub services: Arc<Services>,
+    pub child: std::process::Child,
+    pub executor_pid: u32,
+    /// The turn store (`coder::*` keeps its change-diff bodies there): a relative
+    /// `turns.data_dir` would land in the crate directory.
+    pub turns_dir: tempfile::TempDir,
+}
+
+impl Harness {
+    pub async fn new(config: Config) -> Harness {
+        Harness::with_args(config, &[]).await
+    }
+
+    /// An executor started with `extra` arguments (`--no-prestart`, say).
+    pub async fn with_args(mut config: Config, extra: &[&str]) -> Harness {
+        let turns = tempdir();
+        if !config.turns.data_dir.starts_with('/') {
+            config.turns.data_dir = turns.path().join("turns").to_string_lossy().into_owned();
+        }
+        let services = Services::new();
+        services.snapshots.install(config);
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
+        let executor_pid = services
+            .attach_executor(stream)
+            .await
+            .expect("handshake and policy accepted");
+        Harness {
+            services,
+            child,
+            executor_pid,
+            turns_dir: turns,
+        }
+    }
+
+    pub async fn default() -> Harness {
+        Harness::new(Config::builtin_default()).await
+    }
+
+    pub async fn call(&self, function: &str, payload: Value) -> Result<Value, WireError> {
+        dispatch(&self.services, function, payload, CallMeta::default()).await
+    }
+
+    pub async fn ok(&self, function: &str, payload: Value) -> Value {
+        match self.call(function, payload.clone()).await {
+            Ok(v) => v,
+            Err(e) => panic!("{function} {payload} failed: {e:?}"),
+        }
+    }
+
+    pub async fn err(&self, function: &str, payload: Value) -> WireError {
+        match self.call(function, payload.clone()).await {
+            Ok(v) => panic!("{function} {payload} succeeded: {v}"),
+            Err(e) => e,
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The call fails with `code`; the error, for more checks.
+pub async fn expect_code(h: &Harness, function: &str, payload: Value, code: &str) -> WireError {
+    let e = h.err(function, payload.clone()).await;
+    assert_eq!(e.code, code, "{function} {payload}: {e:?}");
+    e
+}
+
+/// An executor started with `--pin-config FILE` holding `envelope` (its own start-up
+/// confinement comes from that file), handshaken but given no policy yet. The temp dir
+/// holds the file.
+pub async fn spawn_pinned(
+    envelope: &Config,
+) -> (std::process::Child, ExecutorClient, tempfile::TempDir) {
+    let dir = tempdir();
+    let path = dir.path().join("pinned.yaml");
+    // JSON is YAML; the file must be owned by root (or us) and writable by nobody else.
+    std::fs::write(&path, serde_json::to_string_pretty(envelope).unwrap()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (child, stream) = spawn_executor_with(bin(), &["--pin-config".to_string(), s(&path)])
+        .expect("spawn executor");
+    let client = ExecutorClient::connect(stream).await.expect("handshake");
+    (child, client, dir)
+}
