@@ -325,7 +325,7 @@ async fn three_namespaced_workers_through_a_real_engine() {
     let port = free_port();
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, engine_config(port, dir.path())).unwrap();
-    let mut engine_cmd = Command::new(PathBuf::from(engine_bin));
+    let mut engine_cmd = Command::new(engine_bin);
     engine_cmd
         .arg("--no-update-check")
         .arg("--config")
