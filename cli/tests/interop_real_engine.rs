@@ -1,11 +1,12 @@
 //! Interop with a real iii engine (not the in-process test engine).
 //!
-//! Opt-in: set `III_ENGINE_BIN` to an `iii` engine binary. The test starts it on a free
+//! Opt-in: set `III_ENGINE_BIN` to an `iii` engine binary. Each test starts it on a free
 //! loopback port with a minimal configuration in a temporary directory (its working directory,
-//! so everything the engine persists stays there), starts `iii-shell serve` against it, then
-//! calls `shell::exec` from a second, raw WebSocket client. A second test starts three
-//! namespaced workers (one jail each) and checks that every call reaches the host its
-//! namespace names. Both are `#[ignore]`d, so that an ordinary run (and CI, which has no
+//! so everything the engine persists stays there) and `iii-shell serve` against it, and drives
+//! them from a raw WebSocket client: `shell::exec` and `shell::config-status`; the
+//! `shell::changed` trigger type bound to a function of the client, which sees a command's new
+//! file arrive; three namespaced workers (one jail each), every call reaching the host its
+//! namespace names. All are `#[ignore]`d, so that an ordinary run (and CI, which has no
 //! engine binary) lists them as ignored instead of passing them unrun; run them with
 //! `III_ENGINE_BIN=/path/to/iii cargo test -p iii-shell --test interop_real_engine --
 //! --ignored`. Run that way without the variable, they fail and say why.
@@ -178,9 +179,16 @@ async fn invoke(
         .unwrap_or_else(|_| panic!("no invocationresult for {function_id} within {timeout:?}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
-async fn shell_exec_through_a_real_engine() {
+/// A real engine and `iii-shell serve` (the built-in default) against it, with a raw client
+/// registered as a worker; returned once `shell::exec` answers through the engine.
+struct Running {
+    engine: Proc,
+    worker: Proc,
+    ws: Ws,
+    dir: tempfile::TempDir,
+}
+
+async fn engine_and_worker() -> Running {
     let engine_bin = engine_bin();
     assert!(
         engine_bin.is_file(),
@@ -237,16 +245,16 @@ async fn shell_exec_through_a_real_engine() {
 
     // The worker registers its functions once its configuration is confirmed; until then the
     // engine answers function_not_found.
-    let result = loop {
+    loop {
         match invoke(
             &mut ws,
             "shell::exec",
-            json!({"command": "echo", "args": ["interop"]}),
+            json!({"command": "true"}),
             Duration::from_secs(30),
         )
         .await
         {
-            Ok(v) => break v,
+            Ok(_) => break,
             Err(e) if e["code"] == "function_not_found" && Instant::now() < deadline => {
                 if let Err(msg) = worker.ensure_running() {
                     panic!("{msg}\n{}", engine.log_tail());
@@ -259,14 +267,34 @@ async fn shell_exec_through_a_real_engine() {
                 engine.log_tail()
             ),
         }
-    };
+    }
+    Running {
+        engine,
+        worker,
+        ws,
+        dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
+async fn shell_exec_through_a_real_engine() {
+    let mut r = engine_and_worker().await;
+    let result = invoke(
+        &mut r.ws,
+        "shell::exec",
+        json!({"command": "echo", "args": ["interop"]}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("shell::exec");
     assert_eq!(result["stdout"], "interop\n", "result: {result}");
     assert_eq!(result["exit_code"], 0, "result: {result}");
     assert_eq!(result["timed_out"], false, "result: {result}");
 
     // The worker's hot-reload status is reachable through the engine as well.
     let status = invoke(
-        &mut ws,
+        &mut r.ws,
         "shell::config-status",
         json!({}),
         Duration::from_secs(30),
@@ -275,9 +303,83 @@ async fn shell_exec_through_a_real_engine() {
     .expect("shell::config-status");
     assert_eq!(status["last_outcome"], "applied", "status: {status}");
 
-    let _ = ws.close(None).await;
-    drop(worker);
-    drop(engine);
+    let _ = r.ws.close(None).await;
+}
+
+/// The `shell::changed` trigger type through a real engine: a client binds it to a function
+/// of its own on a directory, a command creates a file there, and the engine invokes the
+/// client's function with the change (`{path, kind, root, dir}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
+async fn shell_changed_through_a_real_engine() {
+    let mut r = engine_and_worker().await;
+    let watched = r.dir.path().join("watched");
+    std::fs::create_dir(&watched).unwrap();
+    let watched = watched.canonicalize().unwrap();
+    let sink = format!("interop::changed-sink-{}", std::process::id());
+    send(&mut r.ws, json!({"type": "registerfunction", "id": sink})).await;
+    send(
+        &mut r.ws,
+        json!({"type": "registertrigger", "id": uuid::Uuid::new_v4().to_string(),
+               "trigger_type": "shell::changed", "function_id": sink,
+               "config": {"path": watched.to_string_lossy()}}),
+    )
+    .await;
+    // The watch is set up asynchronously after the binding: write until a change arrives.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut n = 0;
+    let change = loop {
+        n += 1;
+        let name = format!("new-{n}.txt");
+        let script = format!("echo x > '{}/{name}'", watched.display());
+        invoke(
+            &mut r.ws,
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", script]}),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("shell::exec");
+        let got = tokio::time::timeout(Duration::from_secs(2), async {
+            while let Some(msg) = r.ws.next().await {
+                let Ok(Message::Text(t)) = msg else { continue };
+                let Ok(frame) = serde_json::from_str::<Value>(&t) else {
+                    continue;
+                };
+                if frame["type"] == "invokefunction" && frame["function_id"] == sink.as_str() {
+                    if let Some(id) = frame["invocation_id"].as_str() {
+                        send(&mut r.ws, json!({"type": "invocationresult", "invocation_id": id, "function_id": sink, "result": {}})).await;
+                    }
+                    return Some(frame["data"].clone());
+                }
+            }
+            None
+        })
+        .await;
+        match got {
+            Ok(Some(data)) => break data,
+            _ if Instant::now() < deadline => continue,
+            _ => panic!(
+                "no shell::changed invocation reached the client\n{}\n{}",
+                r.worker.log_tail(),
+                r.engine.log_tail()
+            ),
+        }
+    };
+    assert!(
+        change["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("new-") && p.ends_with(".txt")),
+        "{change}"
+    );
+    assert_eq!(change["kind"], "created", "{change}");
+    assert_eq!(change["dir"], false, "{change}");
+    assert_eq!(
+        change["root"],
+        watched.to_string_lossy().as_ref(),
+        "{change}"
+    );
+    let _ = r.ws.close(None).await;
 }
 
 /// `invoke` with an explicit target namespace (strict routing: absent means `default`).
