@@ -5,7 +5,8 @@
 //! so everything the engine persists stays there) and `iii-shell serve` against it, and drives
 //! them from a raw WebSocket client: `shell::exec` and `shell::config-status`; the
 //! `shell::changed` trigger type bound to a function of the client, which sees a command's new
-//! file arrive; three namespaced workers (one jail each), every call reaching the host its
+//! file arrive; a terminal session whose output reaches the client's own output function;
+//! three namespaced workers (one jail each), every call reaching the host its
 //! namespace names. All are `#[ignore]`d, so that an ordinary run (and CI, which has no
 //! engine binary) lists them as ignored instead of passing them unrun; run them with
 //! `III_ENGINE_BIN=/path/to/iii cargo test -p iii-shell --test interop_real_engine --
@@ -378,6 +379,80 @@ async fn shell_changed_through_a_real_engine() {
         change["root"],
         watched.to_string_lossy().as_ref(),
         "{change}"
+    );
+    let _ = r.ws.close(None).await;
+}
+
+/// A terminal session through a real engine: its output is delivered to the client's own
+/// output function (the console page's shape), typed input is echoed and run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
+async fn a_terminal_session_through_a_real_engine() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut r = engine_and_worker().await;
+    let out = format!(
+        "iii::shell-ui::pty-output::console-{}",
+        uuid::Uuid::new_v4()
+    );
+    send(&mut r.ws, json!({"type": "registerfunction", "id": out})).await;
+    // Registered once the engine has taken the frame; an open before that is refused.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let opened = loop {
+        match invoke(
+            &mut r.ws,
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "program": "sh", "output_function_id": out}),
+            Duration::from_secs(30),
+        )
+        .await
+        {
+            Ok(v) => break v,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("shell::pty::open: {e}\n{}", r.worker.log_tail()),
+        }
+    };
+    let session = opened["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string();
+    let key = opened["access_key"]
+        .as_str()
+        .expect("access_key")
+        .to_string();
+    let id = uuid::Uuid::new_v4().to_string();
+    send(&mut r.ws, json!({"type": "invokefunction", "invocation_id": id, "function_id": "shell::pty::write",
+        "data": {"session_id": session, "access_key": key, "data": b64.encode("echo via-$((40+2))\n")}})).await;
+    let mut text = String::new();
+    let got = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(msg) = r.ws.next().await {
+            let Ok(Message::Text(t)) = msg else { continue };
+            let Ok(frame) = serde_json::from_str::<Value>(&t) else {
+                continue;
+            };
+            if frame["type"] == "invokefunction" && frame["function_id"] == out.as_str() {
+                let data = &frame["data"];
+                assert_eq!(data["session_id"], session.as_str(), "{frame}");
+                if let Some(d) = data["data"].as_str() {
+                    text.push_str(&String::from_utf8_lossy(&b64.decode(d).expect("base64")));
+                }
+                if let Some(inv) = frame["invocation_id"].as_str() {
+                    send(&mut r.ws, json!({"type": "invocationresult", "invocation_id": inv, "function_id": out, "result": {}})).await;
+                }
+                if text.contains("via-42\r\n") {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert!(
+        matches!(got, Ok(true)),
+        "the command's output never reached the output function; got {text:?}\n{}",
+        r.worker.log_tail()
     );
     let _ = r.ws.close(None).await;
 }
