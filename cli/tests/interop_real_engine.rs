@@ -5,7 +5,8 @@
 //! so everything the engine persists stays there) and `iii-shell serve` against it, and drives
 //! them from a raw WebSocket client: `shell::exec` and `shell::config-status`; the
 //! `shell::changed` trigger type bound to a function of the client, which sees a command's new
-//! file arrive; a terminal session whose output reaches the client's own output function;
+//! file arrive; `shell::fs::read`/`write` streaming through the engine's data channels; a
+//! terminal session whose output reaches the client's own output function;
 //! three namespaced workers (one jail each), every call reaching the host its
 //! namespace names. All are `#[ignore]`d, so that an ordinary run (and CI, which has no
 //! engine binary) lists them as ignored instead of passing them unrun; run them with
@@ -187,6 +188,7 @@ struct Running {
     worker: Proc,
     ws: Ws,
     dir: tempfile::TempDir,
+    url: String,
 }
 
 async fn engine_and_worker() -> Running {
@@ -274,6 +276,7 @@ async fn engine_and_worker() -> Running {
         worker,
         ws,
         dir,
+        url,
     }
 }
 
@@ -455,6 +458,116 @@ async fn a_terminal_session_through_a_real_engine() {
         r.worker.log_tail()
     );
     let _ = r.ws.close(None).await;
+}
+
+/// One end of an engine data channel (`ref` is a `{channel_id, access_key, direction}`).
+async fn open_channel(url: &str, r: &Value, dir: &str) -> Ws {
+    let u = format!(
+        "{url}/ws/channels/{}?key={}&dir={dir}",
+        r["channel_id"].as_str().expect("channel_id"),
+        r["access_key"].as_str().expect("access_key")
+    );
+    tokio_tungstenite::connect_async(u.as_str())
+        .await
+        .expect("open a channel end")
+        .0
+}
+
+/// `shell::fs::read` and `shell::fs::write` through a real engine's data channels: a 300 KiB
+/// file streams out through the reader end the worker hands back, and another streams in
+/// through a channel the client creates, in 64 KiB binary frames; both arrive byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
+async fn fs_read_and_write_stream_through_real_engine_channels() {
+    let mut r = engine_and_worker().await;
+    let body: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let src = r.dir.path().join("out.bin");
+    std::fs::write(&src, &body).unwrap();
+
+    let read = invoke(
+        &mut r.ws,
+        "shell::fs::read",
+        json!({"path": src.to_string_lossy()}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("shell::fs::read");
+    assert_eq!(read["size"], body.len() as u64, "{read}");
+    let mut reader = open_channel(&r.url, &read["content"], "read").await;
+    let mut got = Vec::new();
+    while let Some(msg) = reader.next().await {
+        match msg.expect("read the channel") {
+            Message::Binary(b) => got.extend_from_slice(&b),
+            Message::Close(_) => break,
+            Message::Text(t) => panic!("the worker reported an error on the channel: {t}"),
+            _ => {}
+        }
+    }
+    assert!(
+        got == body,
+        "streamed out {} bytes, want {}",
+        got.len(),
+        body.len()
+    );
+
+    let pair = invoke(
+        &mut r.ws,
+        "engine::channels::create",
+        json!({}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("engine::channels::create");
+    let dst = r.dir.path().join("in.bin");
+    let id = uuid::Uuid::new_v4().to_string();
+    send(
+        &mut r.ws,
+        json!({"type": "invokefunction", "invocation_id": id, "function_id": "shell::fs::write",
+        "data": {"path": dst.to_string_lossy(), "content": pair["reader"]}}),
+    )
+    .await;
+    let mut writer = open_channel(&r.url, &pair["writer"], "write").await;
+    for chunk in body.chunks(64 * 1024) {
+        writer
+            .send(Message::binary(chunk.to_vec()))
+            .await
+            .expect("write the channel");
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let _ = writer.close(None).await;
+    let written = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(msg) = r.ws.next().await {
+            let Ok(Message::Text(t)) = msg else { continue };
+            let Ok(frame) = serde_json::from_str::<Value>(&t) else {
+                continue;
+            };
+            if frame["type"] == "invocationresult" && frame["invocation_id"] == id.as_str() {
+                return frame;
+            }
+        }
+        panic!("the engine closed the client socket");
+    })
+    .await
+    .expect("shell::fs::write answered");
+    assert!(
+        frame_ok(&written),
+        "shell::fs::write: {written}\n{}",
+        r.worker.log_tail()
+    );
+    assert_eq!(
+        written["result"]["bytes_written"],
+        body.len() as u64,
+        "{written}"
+    );
+    assert!(
+        std::fs::read(&dst).unwrap() == body,
+        "the streamed-in file differs"
+    );
+    let _ = r.ws.close(None).await;
+}
+
+fn frame_ok(frame: &Value) -> bool {
+    frame.get("error").is_none_or(Value::is_null)
 }
 
 /// `invoke` with an explicit target namespace (strict routing: absent means `default`).
