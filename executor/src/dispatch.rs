@@ -105,7 +105,15 @@ impl Executor {
         match built {
             Ok(p) => {
                 tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
-                if let Some(gap) = doctor::terminal_gap(&p.config.confinement.capabilities) {
+                let home = doctor::home_gap(
+                    p.base_env.get("HOME").map(String::as_str),
+                    &p.config.fs.host_roots,
+                    &p.config.confinement.scratch_paths,
+                );
+                for gap in doctor::terminal_gap(&p.config.confinement.capabilities)
+                    .into_iter()
+                    .chain(home)
+                {
                     tracing::warn!(generation, "{gap}");
                 }
                 if let Some(prev) = self.policy.get() {

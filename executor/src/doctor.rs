@@ -186,6 +186,11 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             .iter()
             .cloned()
             .chain(terminal_gap(&c.capabilities))
+            .chain(home_gap(
+                policy.base_env.get("HOME").map(String::as_str),
+                &policy.config.fs.host_roots,
+                &c.scratch_paths,
+            ))
             .collect(),
     };
     DoctorReport {
@@ -206,6 +211,29 @@ pub fn terminal_gap(capabilities: &[String]) -> Option<String> {
             reach.join(", ")
         )
     })
+}
+
+/// A jailed command's `HOME` (forwarded from the executor's environment) that lies outside
+/// every root and scratch path: the command cannot read or write it, so whatever keeps state
+/// under `~` (shell profiles and history, git and ssh configuration, npm, pip and cargo
+/// caches) fails. Unjailed (no roots) there is no gap.
+pub fn home_gap(home: Option<&str>, roots: &[String], scratch: &[String]) -> Option<String> {
+    if roots.is_empty() {
+        return None;
+    }
+    let inside = |h: &std::path::Path| {
+        roots
+            .iter()
+            .chain(scratch)
+            .any(|r| h.starts_with(std::path::Path::new(r)))
+    };
+    match home {
+        Some(h) if inside(std::path::Path::new(h)) => None,
+        Some(h) => Some(format!(
+            "HOME ({h}) is outside the jail: jailed commands cannot use ~ (shell profiles and history, git and ssh configuration, npm, pip and cargo caches); set HOME in the executor's environment to a directory under a root or a scratch path"
+        )),
+        None => Some("HOME is not set: jailed commands have no ~ (shell profiles and history, git and ssh configuration, npm, pip and cargo caches); set HOME in the executor's environment to a directory under a root or a scratch path".to_string()),
+    }
 }
 
 /// The special-bits rule as `doctor` lists it, saying where it is loaded.
@@ -244,7 +272,25 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
 
 #[cfg(test)]
 mod terminal_gap_tests {
-    use super::terminal_gap;
+    use super::{home_gap, terminal_gap};
+
+    #[test]
+    fn a_home_outside_the_jail_is_a_gap() {
+        let roots = vec!["/srv/ws".to_string()];
+        let scratch = vec!["/tmp".to_string()];
+        assert_eq!(home_gap(Some("/root"), &[], &scratch), None, "unjailed");
+        assert_eq!(home_gap(Some("/srv/ws/home"), &roots, &scratch), None);
+        assert_eq!(home_gap(Some("/tmp/h"), &roots, &scratch), None);
+        assert_eq!(
+            home_gap(Some("/root"), &roots, &scratch),
+            Some("HOME (/root) is outside the jail: jailed commands cannot use ~ (shell profiles and history, git and ssh configuration, npm, pip and cargo caches); set HOME in the executor's environment to a directory under a root or a scratch path".to_string())
+        );
+        // Compared by path components, not by text.
+        assert!(home_gap(Some("/srv/wsx"), &roots, &scratch).is_some());
+        assert!(
+            home_gap(None, &roots, &scratch).is_some_and(|g| g.starts_with("HOME is not set: "))
+        );
+    }
 
     #[test]
     fn only_capabilities_that_override_a_pty_mode_are_a_gap() {
