@@ -156,6 +156,16 @@ async fn invoke(
 ) -> Result<Value, Value> {
     let id = uuid::Uuid::new_v4().to_string();
     send(ws, json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data})).await;
+    result_of(ws, &id, function_id, timeout).await
+}
+
+/// Waits for the `invocationresult` of invocation `id` (other frames are skipped).
+async fn result_of(
+    ws: &mut Ws,
+    id: &str,
+    function_id: &str,
+    timeout: Duration,
+) -> Result<Value, Value> {
     let wait = async {
         while let Some(msg) = ws.next().await {
             let text = match msg.expect("read frame") {
@@ -167,7 +177,7 @@ async fn invoke(
             let Ok(frame) = serde_json::from_str::<Value>(&text) else {
                 continue;
             };
-            if frame["type"] == "invocationresult" && frame["invocation_id"] == id.as_str() {
+            if frame["type"] == "invocationresult" && frame["invocation_id"] == id {
                 return match frame.get("error") {
                     Some(e) if !e.is_null() => Err(e.clone()),
                     _ => Ok(frame.get("result").cloned().unwrap_or(Value::Null)),
@@ -535,39 +545,15 @@ async fn fs_read_and_write_stream_through_real_engine_channels() {
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
     let _ = writer.close(None).await;
-    let written = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(msg) = r.ws.next().await {
-            let Ok(Message::Text(t)) = msg else { continue };
-            let Ok(frame) = serde_json::from_str::<Value>(&t) else {
-                continue;
-            };
-            if frame["type"] == "invocationresult" && frame["invocation_id"] == id.as_str() {
-                return frame;
-            }
-        }
-        panic!("the engine closed the client socket");
-    })
-    .await
-    .expect("shell::fs::write answered");
-    assert!(
-        frame_ok(&written),
-        "shell::fs::write: {written}\n{}",
-        r.worker.log_tail()
-    );
-    assert_eq!(
-        written["result"]["bytes_written"],
-        body.len() as u64,
-        "{written}"
-    );
+    let written = result_of(&mut r.ws, &id, "shell::fs::write", Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("shell::fs::write: {e}\n{}", r.worker.log_tail()));
+    assert_eq!(written["bytes_written"], body.len() as u64, "{written}");
     assert!(
         std::fs::read(&dst).unwrap() == body,
         "the streamed-in file differs"
     );
     let _ = r.ws.close(None).await;
-}
-
-fn frame_ok(frame: &Value) -> bool {
-    frame.get("error").is_none_or(Value::is_null)
 }
 
 /// `invoke` with an explicit target namespace (strict routing: absent means `default`).
@@ -580,29 +566,7 @@ async fn invoke_in(
 ) -> Result<Value, Value> {
     let id = uuid::Uuid::new_v4().to_string();
     send(ws, json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data, "namespace": namespace})).await;
-    let wait = async {
-        while let Some(msg) = ws.next().await {
-            let text = match msg.expect("read frame") {
-                Message::Text(t) => t.to_string(),
-                Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
-                Message::Close(c) => panic!("the engine closed the client socket: {c:?}"),
-                _ => continue,
-            };
-            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
-            if frame["type"] == "invocationresult" && frame["invocation_id"] == id.as_str() {
-                return match frame.get("error") {
-                    Some(e) if !e.is_null() => Err(e.clone()),
-                    _ => Ok(frame.get("result").cloned().unwrap_or(Value::Null)),
-                };
-            }
-        }
-        panic!("the engine closed the client socket");
-    };
-    tokio::time::timeout(timeout, wait)
-        .await
-        .unwrap_or_else(|_| panic!("no invocationresult for {function_id} within {timeout:?}"))
+    result_of(ws, &id, function_id, timeout).await
 }
 
 /// Three workers, one per host, each with its own `III_WORKER_NAME`, `III_NAMESPACE` and

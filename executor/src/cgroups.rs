@@ -96,14 +96,8 @@ pub fn kill_base(base: &Path) -> bool {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    if let Ok(jobs) = std::fs::read_dir(base) {
-        for j in jobs.flatten() {
-            if j.path().is_dir() {
-                let _ = std::fs::remove_dir(j.path());
-            }
-        }
-    }
-    std::fs::remove_dir(base).is_ok() || !base.exists()
+    remove_empty_base(base);
+    !base.exists()
 }
 
 fn detect_cgroup_base() -> Option<CgroupBase> {
@@ -169,6 +163,26 @@ fn check_clone3(base: &CgroupBase) {
     }
 }
 
+/// The bases under `parent` (`iii-shell-<pid>`) of executors that no longer run: neither
+/// this process nor a live one.
+pub fn stale_bases(parent: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("iii-shell-"))
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_some_and(|pid| {
+                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                })
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Kills what is left in the job-cgroup bases of executors that no longer exist, and removes
 /// them. An executor runs without capabilities once hardened, so when the cgroup parent is
 /// only writable with CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next
@@ -176,35 +190,26 @@ fn check_clone3(base: &CgroupBase) {
 /// (an executor killed with SIGKILL leaves them running) are killed first: nothing it
 /// started outlives it, even when no supervisor did it already.
 pub fn sweep_stale_bases(parent: &Path) {
-    let Ok(rd) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("iii-shell-"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let base = e.path();
+    for base in stale_bases(parent) {
         if base.join("cgroup.kill").exists() {
             kill_base(&base);
-            continue;
+        } else {
+            remove_empty_base(&base);
         }
-        if let Ok(jobs) = std::fs::read_dir(&base) {
-            for j in jobs.flatten() {
-                if j.path().is_dir() {
-                    let _ = std::fs::remove_dir(j.path());
-                }
+    }
+}
+
+/// Removes a base whose cgroups hold no process: its job cgroups, then itself (one that
+/// still holds processes stays).
+pub fn remove_empty_base(base: &Path) {
+    if let Ok(jobs) = std::fs::read_dir(base) {
+        for j in jobs.flatten() {
+            if j.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(j.path());
             }
         }
-        let _ = std::fs::remove_dir(&base);
     }
+    let _ = std::fs::remove_dir(base);
 }
 
 /// Set when the job cgroups could not be handed to the command user: jobs then run without

@@ -103,35 +103,14 @@ pub fn remove_base_of(pid: u32) {
 
 /// Removes the bases of executors that no longer run.
 pub fn sweep_stale(parent: &Path) {
-    let Ok(rd) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("iii-shell-"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        remove_base(&e.path());
+    for base in crate::cgroups::stale_bases(parent) {
+        remove_base(&base);
     }
 }
 
 /// Removes a base: its job twins, then itself (a cgroup with processes stays).
 pub fn remove_base(base: &Path) {
-    if let Ok(jobs) = std::fs::read_dir(base) {
-        for j in jobs.flatten() {
-            if j.file_type().is_ok_and(|t| t.is_dir()) {
-                let _ = std::fs::remove_dir(j.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(base);
+    crate::cgroups::remove_empty_base(base);
 }
 
 /// Hands the base to the command user, so that an executor running as it can make job
