@@ -29,6 +29,12 @@ use crate::services::Services;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause before retrying a delivery the engine connection dropped.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long after an attachment starts an output function the engine does not know yet is
+/// waited for, rather than taken for gone. A page registers its function and then opens (or
+/// attaches) the session; the engine gives no answer to a registration, and a real engine
+/// may apply it after it has routed the open, so the first deliveries can meet
+/// `function_not_found` for a function that is about to exist.
+const FIRST_DELIVERY_GRACE: Duration = Duration::from_secs(3);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -73,6 +79,9 @@ struct LaneState {
     /// The newest `(epoch, sequence, with exit)` taken in: a push the executor repeats
     /// (after a reconnect, with the same bounds) is recognised by it and not delivered twice.
     seen: (u64, u64, bool),
+    /// The attachment that started last and when, until one of its deliveries succeeded
+    /// (see [`FIRST_DELIVERY_GRACE`]).
+    fresh: Option<(u64, std::time::Instant)>,
 }
 
 #[derive(Default)]
@@ -128,6 +137,7 @@ impl Delivery {
         l.floor = l.floor.max(epoch);
         let floor = l.floor;
         l.pending.retain(|p| p.epoch >= floor);
+        l.fresh = Some((epoch, std::time::Instant::now()));
     }
 
     /// The session is gone.
@@ -216,7 +226,15 @@ async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<L
             .call_with_timeout(&batch.target, body, DELIVERY_TIMEOUT)
             .await
         {
-            Ok(_) => {}
+            Ok(_) => {
+                lock(&lane).fresh = None;
+            }
+            Err(e) if e.code == "function_not_found" && young(&lane, batch.epoch) => {
+                // The page's function may not be registered yet: wait for it, in order.
+                requeue(&lane, batch);
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
             Err(e) if e.code == "function_not_found" => {
                 tracing::info!(session_id = %session_id, target = %batch.target, "pty output function is gone; detaching the session");
                 {
@@ -256,6 +274,14 @@ async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<L
             },
         );
     }
+}
+
+/// True while attachment `epoch` is within [`FIRST_DELIVERY_GRACE`] of its start and none of
+/// its deliveries has succeeded yet.
+fn young(lane: &Mutex<LaneState>, epoch: u64) -> bool {
+    lock(lane)
+        .fresh
+        .is_some_and(|(e, at)| e == epoch && at.elapsed() < FIRST_DELIVERY_GRACE)
 }
 
 /// Puts an undelivered batch back in front of what arrived meanwhile (unless a newer

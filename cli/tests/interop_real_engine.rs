@@ -3,7 +3,8 @@
 //! Opt-in: set `III_ENGINE_BIN` to an `iii` engine binary. Each test starts it on a free
 //! loopback port with a minimal configuration in a temporary directory (its working directory,
 //! so everything the engine persists stays there) and `iii-shell serve` against it, and drives
-//! them from a raw WebSocket client: `shell::exec` and `shell::config-status`; the
+//! them from a raw WebSocket client: `shell::exec` and `shell::config-status`; a hot reload
+//! through the engine's configuration worker, and a rejected one; the
 //! `shell::changed` trigger type bound to a function of the client, which sees a command's new
 //! file arrive; `shell::fs::read`/`write` streaming through the engine's data channels; a
 //! terminal session whose output reaches the client's own output function;
@@ -409,35 +410,14 @@ async fn a_terminal_session_through_a_real_engine() {
         uuid::Uuid::new_v4()
     );
     send(&mut r.ws, json!({"type": "registerfunction", "id": out})).await;
-    // Registered once the engine has taken the frame; an open before that is refused.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let opened = loop {
-        match invoke(
-            &mut r.ws,
-            "shell::pty::open",
-            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "program": "sh", "output_function_id": out}),
-            Duration::from_secs(30),
-        )
-        .await
-        {
-            Ok(v) => break v,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("shell::pty::open: {e}\n{}", r.worker.log_tail()),
-        }
-    };
-    let session = opened["session_id"]
-        .as_str()
-        .expect("session_id")
-        .to_string();
-    let key = opened["access_key"]
-        .as_str()
-        .expect("access_key")
-        .to_string();
-    let id = uuid::Uuid::new_v4().to_string();
-    send(&mut r.ws, json!({"type": "invokefunction", "invocation_id": id, "function_id": "shell::pty::write",
-        "data": {"session_id": session, "access_key": key, "data": b64.encode("echo via-$((40+2))\n")}})).await;
+    // One loop reads every frame: the session's first output can reach the output function
+    // before the open's own result does, and an invocation left unanswered would hold up the
+    // session's delivery lane.
+    let open_id = uuid::Uuid::new_v4().to_string();
+    send(&mut r.ws, json!({"type": "invokefunction", "invocation_id": open_id, "function_id": "shell::pty::open",
+        "data": {"cwd": "/tmp", "cols": 80, "rows": 24, "program": "sh", "output_function_id": out}})).await;
+    let write_id = uuid::Uuid::new_v4().to_string();
+    let mut session = String::new();
     let mut text = String::new();
     let got = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(msg) = r.ws.next().await {
@@ -445,14 +425,28 @@ async fn a_terminal_session_through_a_real_engine() {
             let Ok(frame) = serde_json::from_str::<Value>(&t) else {
                 continue;
             };
+            let failed = frame.get("error").is_some_and(|e| !e.is_null());
+            if frame["type"] == "invocationresult" && frame["invocation_id"] == open_id.as_str() {
+                assert!(!failed, "shell::pty::open: {frame}");
+                let opened = &frame["result"];
+                session = opened["session_id"].as_str().expect("session_id").to_string();
+                let key = opened["access_key"].as_str().expect("access_key");
+                send(&mut r.ws, json!({"type": "invokefunction", "invocation_id": write_id, "function_id": "shell::pty::write",
+                    "data": {"session_id": session, "access_key": key, "data": b64.encode("echo via-$((40+2))\n")}})).await;
+            }
+            if frame["type"] == "invocationresult" && frame["invocation_id"] == write_id.as_str() {
+                assert!(!failed, "shell::pty::write: {frame}");
+            }
             if frame["type"] == "invokefunction" && frame["function_id"] == out.as_str() {
                 let data = &frame["data"];
-                assert_eq!(data["session_id"], session.as_str(), "{frame}");
                 if let Some(d) = data["data"].as_str() {
                     text.push_str(&String::from_utf8_lossy(&b64.decode(d).expect("base64")));
                 }
                 if let Some(inv) = frame["invocation_id"].as_str() {
                     send(&mut r.ws, json!({"type": "invocationresult", "invocation_id": inv, "function_id": out, "result": {}})).await;
+                }
+                if !session.is_empty() {
+                    assert_eq!(data["session_id"], session.as_str(), "{frame}");
                 }
                 if text.contains("via-42\r\n") {
                     return true;
@@ -467,6 +461,120 @@ async fn a_terminal_session_through_a_real_engine() {
         "the command's output never reached the output function; got {text:?}\n{}",
         r.worker.log_tail()
     );
+    let _ = r.ws.close(None).await;
+}
+
+/// Hot reload through the real engine's configuration worker: `configuration::set` of the
+/// `shell` entry with `max_output_bytes: 4` reaches the worker, and the next command's output
+/// is cut to 4 bytes. A value of the wrong type is refused by the engine against the schema
+/// the worker registered; one the schema allows but the worker refuses is rejected
+/// (`config-status` says so, counts it) and the last good configuration stays in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
+async fn a_configuration_reload_through_a_real_engine() {
+    let mut r = engine_and_worker().await;
+    let t = Duration::from_secs(30);
+    let stored = invoke(&mut r.ws, "configuration::get", json!({"id": "shell"}), t)
+        .await
+        .expect("configuration::get shell");
+    let mut value = stored["value"].clone();
+    assert!(
+        value.is_object(),
+        "the worker registered its seed: {stored}"
+    );
+    value["max_output_bytes"] = json!(4);
+    invoke(
+        &mut r.ws,
+        "configuration::set",
+        json!({"id": "shell", "value": value}),
+        t,
+    )
+    .await
+    .expect("configuration::set");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = invoke(
+            &mut r.ws,
+            "shell::exec",
+            json!({"command": "echo", "args": ["hello world"]}),
+            t,
+        )
+        .await
+        .expect("shell::exec");
+        if out["stdout"] == "hell" && out["stdout_truncated"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reload never reached the worker: {out}\n{}",
+            r.worker.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let applied = invoke(&mut r.ws, "shell::config-status", json!({}), t)
+        .await
+        .expect("config-status");
+    assert_eq!(applied["last_outcome"], "applied", "{applied}");
+
+    // A value of the wrong type never reaches the worker: the engine checks it against the
+    // schema the worker registered.
+    let mut wrong = value.clone();
+    wrong["max_output_bytes"] = json!("lots");
+    let e = invoke(
+        &mut r.ws,
+        "configuration::set",
+        json!({"id": "shell", "value": wrong}),
+        t,
+    )
+    .await
+    .expect_err("a value against the registered schema");
+    assert_eq!(e["code"], "SCHEMA_INVALID", "{e}");
+
+    // A value the schema allows but the worker refuses (a jail root that does not exist):
+    // rejected, counted, and the last good configuration stays.
+    let missing = r.dir.path().join("no-such-root");
+    value["fs"]["host_roots"] = json!([missing.to_string_lossy()]);
+    invoke(
+        &mut r.ws,
+        "configuration::set",
+        json!({"id": "shell", "value": value}),
+        t,
+    )
+    .await
+    .expect("configuration::set");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let st = invoke(&mut r.ws, "shell::config-status", json!({}), t)
+            .await
+            .expect("config-status");
+        if st["last_outcome"] == "rejected" {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bad value was never reported: {st}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        status["rejected_reloads"].as_u64().is_some_and(|n| n >= 1),
+        "{status}"
+    );
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no-such-root")),
+        "{status}"
+    );
+    let out = invoke(
+        &mut r.ws,
+        "shell::exec",
+        json!({"command": "echo", "args": ["hello world"]}),
+        t,
+    )
+    .await
+    .expect("shell::exec");
+    assert_eq!(out["stdout"], "hell", "the last good configuration: {out}");
     let _ = r.ws.close(None).await;
 }
 

@@ -28,8 +28,13 @@ impl Page {
 
     /// A page whose handler takes `delay` per frame (a slow consumer).
     async fn with_delay(engine: &TestEngine, ui: &str, delay: Duration) -> Page {
-        let client = engine.client().await;
         let id = format!("iii::{ui}-ui::pty-output::console-{}", uuid::Uuid::new_v4());
+        Self::registering(engine, id, delay).await
+    }
+
+    /// A page whose output function is `id`.
+    async fn registering(engine: &TestEngine, id: String, delay: Duration) -> Page {
+        let client = engine.client().await;
         let got: Arc<Mutex<Vec<Value>>> = Arc::default();
         let sink = got.clone();
         client
@@ -1218,5 +1223,51 @@ async fn a_command_cannot_open_a_session_pty_by_path() {
             "{what}: a command wrote into the session: {:?}",
             page.text(&s.id)
         );
+    }
+}
+
+/// A page registers its output function and then opens the session, but the engine gives no
+/// answer to a registration and may apply it after it routed the open. Deliveries that meet
+/// `function_not_found` in the first seconds of an attachment wait for the function (in
+/// order) instead of detaching the session; a function that never appears still detaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_waits_for_an_output_function_registered_just_after_the_open() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let id = format!(
+        "iii::shell-ui::pty-output::console-{}",
+        uuid::Uuid::new_v4()
+    );
+    let open_with = |id: &str| json!({"cwd": "/tmp", "cols": 80, "rows": 24, "program": "sh", "output_function_id": id});
+    let r = caller
+        .call("shell::pty::open", open_with(&id))
+        .await
+        .expect("shell::pty::open");
+    let s = session_of(&r);
+    write(&caller, &s, "echo late-$((40+2))\n").await;
+    // Deliveries have met function_not_found meanwhile.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let page = Page::registering(&engine, id, Duration::ZERO).await;
+    page.wait_text(&s.id, "late-42\r\n").await;
+    assert_eq!(summary(&caller, &s.id).await.unwrap()["status"], "attached");
+    // Every byte once, from the first: the prompt came before the typed line.
+    let text = page.text(&s.id);
+    assert_eq!(text.matches("echo late-$((40+2))").count(), 1, "{text:?}");
+
+    // Nobody ever registers this one: the session ends up detached, its output kept.
+    let nobody = format!(
+        "iii::shell-ui::pty-output::console-{}",
+        uuid::Uuid::new_v4()
+    );
+    let r = caller
+        .call("shell::pty::open", open_with(&nobody))
+        .await
+        .expect("shell::pty::open");
+    let lost = session_of(&r);
+    let deadline = Instant::now() + WAIT;
+    while summary(&caller, &lost.id).await.unwrap()["status"] != "detached" {
+        assert!(Instant::now() < deadline, "never detached");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
