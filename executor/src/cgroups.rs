@@ -470,7 +470,11 @@ impl JobCgroup {
     pub fn recycle(self) -> Result<(), JobCgroup> {
         match self.occupancy() {
             Occupancy::Populated => return Err(self),
-            Occupancy::Gone => return Ok(()),
+            Occupancy::Gone => {
+                // Its v1 twin is still there (and empty: it held the same processes).
+                self.remove();
+                return Ok(());
+            }
             Occupancy::Empty => {}
         }
         if self.killed.load(Ordering::SeqCst) {
@@ -539,6 +543,22 @@ mod tests {
             other.exists(),
             "directories that are not ours are left alone"
         );
+    }
+
+    /// A job cgroup removed behind our back takes its v1 `pids` twin with it when it is
+    /// given back: the twin is not left behind until the executor exits.
+    #[test]
+    fn a_removed_cgroup_given_back_leaves_no_v1_twin() {
+        if !cgroup_base().is_some_and(|b| b.pids_v1.is_some()) {
+            iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
+            return;
+        }
+        let cg = JobCgroup::create().expect("a job cgroup");
+        let twin = cg.pids_v1.as_ref().expect("a v1 twin").dir.clone();
+        assert!(twin.is_dir());
+        std::fs::remove_dir(&cg.dir).unwrap();
+        assert!(cg.recycle().is_ok());
+        assert!(!twin.exists(), "{} was left behind", twin.display());
     }
 
     #[test]
