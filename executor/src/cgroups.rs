@@ -477,7 +477,10 @@ impl JobCgroup {
             }
             Occupancy::Empty => {}
         }
-        if self.killed.load(Ordering::SeqCst) {
+        // A twin removed behind our back (another executor's sweep of what it took for a dead
+        // one's base) would fail every child started here with ENODEV: not reused.
+        let twin_gone = self.pids_v1.as_ref().is_some_and(|t| !t.dir.exists());
+        if self.killed.load(Ordering::SeqCst) || twin_gone {
             self.remove();
             return Ok(());
         }
@@ -559,6 +562,39 @@ mod tests {
         std::fs::remove_dir(&cg.dir).unwrap();
         assert!(cg.recycle().is_ok());
         assert!(!twin.exists(), "{} was left behind", twin.display());
+    }
+
+    /// A job cgroup whose v1 `pids` twin was removed behind our back (another executor's
+    /// sweep, say) is not pooled: every child started in it would fail to join the twin.
+    #[test]
+    fn a_cgroup_whose_v1_twin_is_gone_is_not_pooled() {
+        if !cgroup_base().is_some_and(|b| b.pids_v1.is_some()) {
+            iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
+            return;
+        }
+        let cg = JobCgroup::create().expect("a job cgroup");
+        let dir = cg.dir.clone();
+        std::fs::remove_dir(&cg.pids_v1.as_ref().expect("a v1 twin").dir).unwrap();
+        // What a command started in it gets.
+        let mut plan = crate::spawn::SpawnPlan::new(
+            "/bin/true",
+            &["true".to_string()],
+            Vec::<(String, String)>::new(),
+            crate::spawn::dev_null().unwrap(),
+            crate::spawn::dev_null().unwrap(),
+            crate::spawn::dev_null().unwrap(),
+        )
+        .unwrap();
+        plan.cgroup = Some(cg.target());
+        let err = crate::spawn::spawn(&plan).expect_err("no twin to join");
+        assert_eq!(err.raw_os_error(), Some(libc::ENODEV), "{err}");
+        drop(plan);
+        assert!(cg.recycle().is_ok());
+        assert!(
+            !POOL.lock().unwrap().iter().any(|c| c.dir == dir),
+            "a cgroup without its twin went back to the pool"
+        );
+        assert!(!dir.exists(), "{} was left behind", dir.display());
     }
 
     #[test]
