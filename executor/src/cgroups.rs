@@ -299,10 +299,21 @@ pub struct JobCgroup {
 impl JobCgroup {
     /// An empty job cgroup: one from the pool, or a new one.
     pub fn take() -> Option<JobCgroup> {
-        if let Some(cg) = POOL.lock().ok().and_then(|mut p| p.pop()) {
-            return Some(cg);
+        while let Some(cg) = POOL.lock().ok().and_then(|mut p| p.pop()) {
+            if !cg.twin_gone() {
+                return Some(cg);
+            }
+            // Its twin went while it was pooled: a child started here could not join it.
+            cg.remove();
         }
         Self::create()
+    }
+
+    /// Its cgroup v1 `pids` twin was removed behind our back (another executor's sweep of
+    /// what it took for a dead one's base): every child started here would fail to join it
+    /// (ENODEV), so the cgroup is not reused.
+    fn twin_gone(&self) -> bool {
+        self.pids_v1.as_ref().is_some_and(|t| !t.dir.exists())
     }
 
     /// An empty job cgroup with `limits` in force. A cgroup whose limits cannot be written
@@ -477,10 +488,7 @@ impl JobCgroup {
             }
             Occupancy::Empty => {}
         }
-        // A twin removed behind our back (another executor's sweep of what it took for a dead
-        // one's base) would fail every child started here with ENODEV: not reused.
-        let twin_gone = self.pids_v1.as_ref().is_some_and(|t| !t.dir.exists());
-        if self.killed.load(Ordering::SeqCst) || twin_gone {
+        if self.killed.load(Ordering::SeqCst) || self.twin_gone() {
             self.remove();
             return Ok(());
         }
@@ -595,6 +603,23 @@ mod tests {
             "a cgroup without its twin went back to the pool"
         );
         assert!(!dir.exists(), "{} was left behind", dir.display());
+
+        // Its twin goes while it is pooled: take() does not hand it out. (Other tests share
+        // the pool, so everything pooled is taken, then given back.)
+        let cg = JobCgroup::create().expect("a job cgroup");
+        let (dir, twin) = (cg.dir.clone(), cg.pids_v1.as_ref().unwrap().dir.clone());
+        POOL.lock().unwrap().push(cg);
+        std::fs::remove_dir(&twin).unwrap();
+        let pooled = POOL.lock().unwrap().len();
+        let taken: Vec<JobCgroup> = (0..pooled).filter_map(|_| JobCgroup::take()).collect();
+        assert!(
+            taken.iter().all(|c| c.dir != dir),
+            "handed out without its twin"
+        );
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+        for c in taken {
+            let _ = c.recycle();
+        }
     }
 
     #[test]
