@@ -560,7 +560,7 @@ mod tests {
     /// given back: the twin is not left behind until the executor exits.
     #[test]
     fn a_removed_cgroup_given_back_leaves_no_v1_twin() {
-        if !cgroup_base().is_some_and(|b| b.pids_v1.is_some()) {
+        if cgroup_base().is_none_or(|b| b.pids_v1.is_none()) {
             iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
             return;
         }
@@ -576,7 +576,7 @@ mod tests {
     /// sweep, say) is not pooled: every child started in it would fail to join the twin.
     #[test]
     fn a_cgroup_whose_v1_twin_is_gone_is_not_pooled() {
-        if !cgroup_base().is_some_and(|b| b.pids_v1.is_some()) {
+        if cgroup_base().is_none_or(|b| b.pids_v1.is_none()) {
             iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
             return;
         }
