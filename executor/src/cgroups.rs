@@ -304,10 +304,21 @@ pub struct JobCgroup {
 impl JobCgroup {
     /// An empty job cgroup: one from the pool, or a new one.
     pub fn take() -> Option<JobCgroup> {
-        if let Some(cg) = POOL.lock().ok().and_then(|mut p| p.pop()) {
-            return Some(cg);
+        while let Some(cg) = POOL.lock().ok().and_then(|mut p| p.pop()) {
+            if !cg.twin_gone() {
+                return Some(cg);
+            }
+            // Its twin went while it was pooled: a child started here could not join it.
+            cg.remove();
         }
         Self::create()
+    }
+
+    /// Its cgroup v1 `pids` twin was removed behind our back (another executor's sweep of
+    /// what it took for a dead one's base): every child started here would fail to join it
+    /// (ENODEV), so the cgroup is not reused.
+    fn twin_gone(&self) -> bool {
+        self.pids_v1.as_ref().is_some_and(|t| !t.dir.exists())
     }
 
     /// An empty job cgroup with `limits` in force. A cgroup whose limits cannot be written
@@ -475,10 +486,14 @@ impl JobCgroup {
     pub fn recycle(self) -> Result<(), JobCgroup> {
         match self.occupancy() {
             Occupancy::Populated => return Err(self),
-            Occupancy::Gone => return Ok(()),
+            Occupancy::Gone => {
+                // Its v1 twin is still there (and empty: it held the same processes).
+                self.remove();
+                return Ok(());
+            }
             Occupancy::Empty => {}
         }
-        if self.killed.load(Ordering::SeqCst) {
+        if self.killed.load(Ordering::SeqCst) || self.twin_gone() {
             self.remove();
             return Ok(());
         }
@@ -544,6 +559,72 @@ mod tests {
             other.exists(),
             "directories that are not ours are left alone"
         );
+    }
+
+    /// A job cgroup removed behind our back takes its v1 `pids` twin with it when it is
+    /// given back: the twin is not left behind until the executor exits.
+    #[test]
+    fn a_removed_cgroup_given_back_leaves_no_v1_twin() {
+        if cgroup_base().is_none_or(|b| b.pids_v1.is_none()) {
+            iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
+            return;
+        }
+        let cg = JobCgroup::create().expect("a job cgroup");
+        let twin = cg.pids_v1.as_ref().expect("a v1 twin").dir.clone();
+        assert!(twin.is_dir());
+        std::fs::remove_dir(&cg.dir).unwrap();
+        assert!(cg.recycle().is_ok());
+        assert!(!twin.exists(), "{} was left behind", twin.display());
+    }
+
+    /// A job cgroup whose v1 `pids` twin was removed behind our back (another executor's
+    /// sweep, say) is not pooled: every child started in it would fail to join the twin.
+    #[test]
+    fn a_cgroup_whose_v1_twin_is_gone_is_not_pooled() {
+        if cgroup_base().is_none_or(|b| b.pids_v1.is_none()) {
+            iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
+            return;
+        }
+        let cg = JobCgroup::create().expect("a job cgroup");
+        let dir = cg.dir.clone();
+        std::fs::remove_dir(&cg.pids_v1.as_ref().expect("a v1 twin").dir).unwrap();
+        // What a command started in it gets.
+        let mut plan = crate::spawn::SpawnPlan::new(
+            "/bin/true",
+            &["true".to_string()],
+            Vec::<(String, String)>::new(),
+            crate::spawn::dev_null().unwrap(),
+            crate::spawn::dev_null().unwrap(),
+            crate::spawn::dev_null().unwrap(),
+        )
+        .unwrap();
+        plan.cgroup = Some(cg.target());
+        let err = crate::spawn::spawn(&plan).expect_err("no twin to join");
+        assert_eq!(err.raw_os_error(), Some(libc::ENODEV), "{err}");
+        drop(plan);
+        assert!(cg.recycle().is_ok());
+        assert!(
+            !POOL.lock().unwrap().iter().any(|c| c.dir == dir),
+            "a cgroup without its twin went back to the pool"
+        );
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+
+        // Its twin goes while it is pooled: take() does not hand it out. (Other tests share
+        // the pool, so everything pooled is taken, then given back.)
+        let cg = JobCgroup::create().expect("a job cgroup");
+        let (dir, twin) = (cg.dir.clone(), cg.pids_v1.as_ref().unwrap().dir.clone());
+        POOL.lock().unwrap().push(cg);
+        std::fs::remove_dir(&twin).unwrap();
+        let pooled = POOL.lock().unwrap().len();
+        let taken: Vec<JobCgroup> = (0..pooled).filter_map(|_| JobCgroup::take()).collect();
+        assert!(
+            taken.iter().all(|c| c.dir != dir),
+            "handed out without its twin"
+        );
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+        for c in taken {
+            let _ = c.recycle();
+        }
     }
 
     #[test]

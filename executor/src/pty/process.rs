@@ -156,7 +156,10 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     plan.cwd = Some(resolved.fd);
     plan.confinement = policy.commands.child();
     plan.controlling_tty = true;
-    let cgroup = JobCgroup::take().inspect(|cg| plan.cgroup = Some(cg.target()));
+    // The policy's job limits, as for a command: a pooled cgroup keeps those of the job that
+    // last used it, and a fresh one has none.
+    let cgroup =
+        JobCgroup::take_for(policy.job_limits()).inspect(|cg| plan.cgroup = Some(cg.target()));
     let child = {
         // As for commands: the root is registered under the lock the orphan reaper checks.
         let mut roots = ROOTS
@@ -214,4 +217,71 @@ pub fn resize(master: &OwnedFd, cols: u16, rows: u16) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `pids.max` the kernel applies to process `pid`: its job twin's in the cgroup v1
+    /// `pids` hierarchy where there is one, else its job cgroup's.
+    fn pids_max_of(pid: i32, cg: &JobCgroup) -> String {
+        let base = crate::cgroups::cgroup_base().expect("a cgroup base");
+        let dir = if base.pids_v1.is_some() {
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+            crate::pids_v1::own_dir(&mountinfo, &own).expect("the session's v1 pids cgroup")
+        } else {
+            cg.dir.clone()
+        };
+        std::fs::read_to_string(dir.join("pids.max"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// A terminal session's job cgroup carries the policy's `job_limits`, as a command's
+    /// does: not "max" (a fresh cgroup) nor whatever the job that last used a pooled one had.
+    #[test]
+    fn a_session_runs_under_the_policy_pids_max() {
+        if !crate::cgroups::cgroups_usable()
+            || !crate::cgroups::cgroup_base().is_some_and(|b| b.pids)
+        {
+            iii_shell_confine::requirement::unmet("no job cgroups with pids.max here");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let v = serde_json::json!({
+            "fs": {"host_roots": [root.path().to_string_lossy()]},
+            "confinement": {"job_limits": {"pids_max": 17}},
+        });
+        let policy = Policy::build(1, &v.to_string()).expect("policy");
+        let spec = OpenSpec {
+            cwd: root.path().to_string_lossy().into_owned(),
+            cols: 80,
+            rows: 24,
+            output_function_id: "iii::console-ui::pty-output::console-test".into(),
+            argv: Some(vec!["sleep".into(), "30".into()]),
+            env: Vec::new(),
+        };
+        let started = start(&policy, &spec).expect("a session");
+        let cg = started.cgroup.as_ref().expect("a job cgroup");
+        let limit = pids_max_of(started.child.pid, cg);
+        // SAFETY: pidfd_send_signal on a pidfd we own; no memory is passed.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                started.child.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            );
+        }
+        let _ = crate::reaper::reap(&started.child);
+        if let Some(cg) = started.cgroup {
+            cg.retire();
+            let _ = cg.recycle();
+        }
+        assert_eq!(limit, "17");
+    }
 }
