@@ -56,7 +56,7 @@ pub fn cgroup_base() -> Option<&'static CgroupBase> {
 }
 
 /// This process's own cgroup v2 directory, where executors create their bases.
-fn own_cgroup_dir() -> Option<PathBuf> {
+pub fn own_cgroup_dir() -> Option<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mount = mountinfo.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
@@ -104,6 +104,12 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
     let parent = own_cgroup_dir()?;
     sweep_stale_bases(&parent);
     let dir = parent.join(format!("iii-shell-{}", std::process::id()));
+    // A base with our own pid is an earlier process's whose pid we reuse (a container's
+    // executor often has the same small pid every time): what it holds is not ours, and its
+    // job cgroups' names would collide with ours. It goes like any stale base.
+    if dir.is_dir() {
+        kill_base(&dir);
+    }
     match std::fs::create_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

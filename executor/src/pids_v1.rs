@@ -82,6 +82,11 @@ pub fn create_base() -> Result<PathBuf, String> {
     let parent = own().ok_or("no cgroup v1 pids hierarchy")?;
     sweep_stale(&parent);
     let dir = parent.join(base_name(std::process::id()));
+    // An earlier process's with our pid (see `cgroups::detect_cgroup_base`): its twins'
+    // processes went with its v2 base, so only empty directories are left to remove.
+    if dir.is_dir() {
+        remove_base(&dir);
+    }
     match std::fs::create_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
