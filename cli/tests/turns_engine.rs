@@ -690,6 +690,10 @@ async fn recursive_and_structural_changes_revert_to_an_identical_tree() {
     std::fs::write(r.join("gone/a/b/deep.bin"), [0u8, 1, 2, 0xff]).unwrap();
     std::fs::set_permissions(r.join("gone/a/b"), PermissionsExt::from_mode(0o750)).unwrap();
     std::os::unix::fs::symlink("../top.txt", r.join("gone/a/link")).unwrap();
+    std::fs::create_dir_all(r.join("cgone/x")).unwrap();
+    std::fs::write(r.join("cgone/x/y.txt"), "coder deletes me\n").unwrap();
+    std::fs::write(r.join("cgone/z.txt"), "me too\n").unwrap();
+    std::fs::set_permissions(r.join("cgone/z.txt"), PermissionsExt::from_mode(0o640)).unwrap();
     std::fs::create_dir_all(r.join("src/m")).unwrap();
     std::fs::write(r.join("src/m/one.rs"), "colour\n").unwrap();
     std::fs::write(r.join("src/two.rs"), "colour colour\n").unwrap();
@@ -706,6 +710,13 @@ async fn recursive_and_structural_changes_revert_to_an_identical_tree() {
     s.call("shell::fs::rm", json!({"path": "gone", "recursive": true}))
         .await;
     assert!(!r.join("gone").exists());
+    let del = s
+        .call(
+            "coder::delete-file",
+            json!({"paths": ["cgone"], "recursive": true}),
+        )
+        .await;
+    assert!(!r.join("cgone").exists(), "{del}");
     let sed = s
         .call(
             "shell::fs::sed",

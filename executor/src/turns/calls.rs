@@ -125,7 +125,7 @@ pub fn coder_call(policy: &Policy, call: &CoderCall) -> Option<(&'static str, Va
         ),
         CoderOp::Delete(r) => (
             "coder::delete-file",
-            json!({"paths": r.paths.iter().map(|p| a(p)).collect::<Vec<_>>()}),
+            json!({"paths": r.paths.iter().map(|p| a(p)).collect::<Vec<_>>(), "recursive": r.recursive}),
         ),
         CoderOp::Move(r) => (
             "coder::move",
@@ -379,12 +379,16 @@ mod tests {
             scope: Default::default(),
             op: CoderOp::Delete(iii_shell_protocol::coder::DeleteFileInput {
                 paths: vec!["k".into()],
-                recursive: false,
+                recursive: true,
             }),
         };
+        // `recursive` goes along: the turn records the whole tree a recursive delete takes.
         assert_eq!(
             coder_call(&p, &call),
-            Some(("coder::delete-file", json!({"paths": [format!("{r}/k")]})))
+            Some((
+                "coder::delete-file",
+                json!({"paths": [format!("{r}/k")], "recursive": true})
+            ))
         );
     }
 }

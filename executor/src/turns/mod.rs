@@ -406,7 +406,9 @@ impl Turns {
                 }
             }
             if let Some(entries) = deep.then(|| tree::scan(policy, &path)).flatten() {
-                let rm = function_id == "shell::fs::rm";
+                // A deleting call: the tree's structure (directories, modes, links) comes back
+                // too, not only its files' bodies.
+                let rm = matches!(function_id, "shell::fs::rm" | "coder::delete-file");
                 for e in entries {
                     match e.kind {
                         "file" => {

@@ -169,14 +169,15 @@ pub fn missing_dirs(policy: &Policy, path: &str, include_self: bool) -> Vec<Stri
 }
 
 /// Whether `function`/`args` reaches into a directory tree at `path` (recursive `rm`, `sed`
-/// over a `path`, recursive `chmod`): a pure function of the call.
+/// over a `path`, recursive `chmod`, a recursive `coder::delete-file` of its `paths`): a
+/// pure function of the call.
 pub fn recursive_call(function: &str, args: &Value) -> bool {
     let rec = args
         .get("recursive")
         .and_then(Value::as_bool)
         .unwrap_or(false);
     match function {
-        "shell::fs::rm" | "shell::fs::chmod" => rec,
+        "shell::fs::rm" | "shell::fs::chmod" | "coder::delete-file" => rec,
         "shell::fs::sed" => args
             .get("files")
             .and_then(Value::as_array)
@@ -209,9 +210,13 @@ mod tests {
             "shell::fs::chmod",
             &json!({"path": "/a", "recursive": true})
         ));
-        assert!(!recursive_call(
+        assert!(recursive_call(
             "coder::delete-file",
             &json!({"paths": ["/a"], "recursive": true})
+        ));
+        assert!(!recursive_call(
+            "coder::delete-file",
+            &json!({"paths": ["/a"]})
         ));
     }
 
