@@ -601,6 +601,13 @@ async fn env_is_deny_only_and_the_default_is_a_login_shell() {
         .unwrap();
     assert_eq!(r["program"], Value::Null);
     let pid = r["pid"].as_i64().unwrap() as i32;
+    // The spawn returns once the exec has begun (the vfork is released when the new image
+    // replaces the old), but the kernel sets the new command line up a moment later: read
+    // it once it is there.
+    assert!(
+        eventually(WAIT, || cmdline(pid).is_some_and(|c| !c.is_empty())).await,
+        "the session's process never showed a command line"
+    );
     assert!(
         cmdline(pid).is_some_and(|c| c.starts_with('-') && !c.contains("ignored")),
         "{:?}",
