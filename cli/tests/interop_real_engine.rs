@@ -160,6 +160,23 @@ async fn invoke(
     result_of(ws, &id, function_id, timeout).await
 }
 
+/// The next JSON frame from the engine (frames that are not JSON are skipped); `None` once
+/// the socket has ended. A Close frame from the engine is a failure of the test.
+async fn next_frame(ws: &mut Ws) -> Option<Value> {
+    while let Some(msg) = ws.next().await {
+        let text = match msg.expect("read frame") {
+            Message::Text(t) => t.to_string(),
+            Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+            Message::Close(c) => panic!("the engine closed the client socket: {c:?}"),
+            _ => continue,
+        };
+        if let Ok(frame) = serde_json::from_str::<Value>(&text) {
+            return Some(frame);
+        }
+    }
+    None
+}
+
 /// Waits for the `invocationresult` of invocation `id` (other frames are skipped).
 async fn result_of(
     ws: &mut Ws,
@@ -168,16 +185,7 @@ async fn result_of(
     timeout: Duration,
 ) -> Result<Value, Value> {
     let wait = async {
-        while let Some(msg) = ws.next().await {
-            let text = match msg.expect("read frame") {
-                Message::Text(t) => t.to_string(),
-                Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
-                Message::Close(c) => panic!("the engine closed the client socket: {c:?}"),
-                _ => continue,
-            };
-            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
+        while let Some(frame) = next_frame(ws).await {
             if frame["type"] == "invocationresult" && frame["invocation_id"] == id {
                 return match frame.get("error") {
                     Some(e) if !e.is_null() => Err(e.clone()),
@@ -356,11 +364,7 @@ async fn shell_changed_through_a_real_engine() {
         .await
         .expect("shell::exec");
         let got = tokio::time::timeout(Duration::from_secs(2), async {
-            while let Some(msg) = r.ws.next().await {
-                let Ok(Message::Text(t)) = msg else { continue };
-                let Ok(frame) = serde_json::from_str::<Value>(&t) else {
-                    continue;
-                };
+            while let Some(frame) = next_frame(&mut r.ws).await {
                 if frame["type"] == "invokefunction" && frame["function_id"] == sink.as_str() {
                     if let Some(id) = frame["invocation_id"].as_str() {
                         send(&mut r.ws, json!({"type": "invocationresult", "invocation_id": id, "function_id": sink, "result": {}})).await;
@@ -420,11 +424,7 @@ async fn a_terminal_session_through_a_real_engine() {
     let mut session = String::new();
     let mut text = String::new();
     let got = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(msg) = r.ws.next().await {
-            let Ok(Message::Text(t)) = msg else { continue };
-            let Ok(frame) = serde_json::from_str::<Value>(&t) else {
-                continue;
-            };
+        while let Some(frame) = next_frame(&mut r.ws).await {
             let failed = frame.get("error").is_some_and(|e| !e.is_null());
             if frame["type"] == "invocationresult" && frame["invocation_id"] == open_id.as_str() {
                 assert!(!failed, "shell::pty::open: {frame}");

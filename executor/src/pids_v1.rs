@@ -141,12 +141,9 @@ impl PidsJob {
     /// Makes the twin `name` under `base` and opens its `cgroup.procs`.
     pub fn create(base: &Path, name: &str) -> std::io::Result<PidsJob> {
         let dir = base.join(name);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            // Left by a job cgroup of the same name that could not be removed: reused only
-            // if it is empty, which opening and the child's write do not check, so refuse.
-            Err(e) => return Err(e),
-        }
+        // A twin of the same name left behind is refused (EEXIST), never reused: neither
+        // opening it nor the child's write would tell whether it is empty.
+        std::fs::create_dir(&dir)?;
         match std::fs::OpenOptions::new()
             .write(true)
             .open(dir.join("cgroup.procs"))
