@@ -14,6 +14,8 @@ use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use crate::call_deadline::{no_answer, CallBounds};
+
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, WireError>>>>>;
 
 /// Per-request stream routing: chunks of the executor's output, and credits for our input.
@@ -40,6 +42,8 @@ pub struct OutputStream {
     tx: mpsc::Sender<ClientFrame>,
     routes: Routes,
     done: bool,
+    /// The longest wait for the next chunk.
+    idle: Duration,
 }
 
 impl OutputStream {
@@ -48,7 +52,19 @@ impl OutputStream {
         if self.done {
             return None;
         }
-        match self.rx.recv().await {
+        let next = match tokio::time::timeout(self.idle, self.rx.recv()).await {
+            Ok(next) => next,
+            Err(_) => {
+                self.done = true;
+                // Dropped with `done`: cancel the executor's side here.
+                let _ = self.tx.try_send(ClientFrame::Cancel { id: self.id });
+                return Some(Err(format!(
+                    "the executor sent no stream data within {} ms",
+                    self.idle.as_millis()
+                )));
+            }
+        };
+        match next {
             Some(StreamChunk::Data(d)) => {
                 let _ = self.tx.send(ClientFrame::StreamAck { id: self.id }).await;
                 Some(Ok(d))
@@ -96,6 +112,8 @@ pub struct ExecutorClient {
     pty: PtyRoute,
     /// The executor's pid, from its handshake.
     pub pid: u32,
+    /// How long each call may wait for its answer.
+    bounds: CallBounds,
 }
 
 type PtyRoute = Arc<Mutex<Option<mpsc::UnboundedSender<iii_shell_protocol::pty::PtyEvent>>>>;
@@ -250,7 +268,14 @@ impl ExecutorClient {
             routes,
             pty,
             pid,
+            bounds: CallBounds::DEFAULT,
         })
+    }
+
+    /// This client with other call deadlines.
+    pub fn with_bounds(mut self, bounds: CallBounds) -> ExecutorClient {
+        self.bounds = bounds;
+        self
     }
 
     /// Sends a request and waits for its reply. Dropping the future cancels the request on
@@ -261,10 +286,30 @@ impl ExecutorClient {
     }
 
     async fn call_with_id(&self, id: u64, request: Request) -> Result<Reply, WireError> {
-        let (rx, guard) = self.send_request(id, request).await?;
-        let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
-        guard.disarm();
-        result
+        let kind = request.kind();
+        let deadline = self.bounds.deadline(&request);
+        let call = async {
+            let (rx, guard) = self.send_request(id, request).await?;
+            let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
+            guard.disarm();
+            result
+        };
+        match deadline {
+            // Past the deadline the future is dropped, and with it the guard that cancels
+            // the request on the executor.
+            Some(bound) => tokio::time::timeout(bound, call)
+                .await
+                .unwrap_or_else(|_| {
+                    tracing::warn!(
+                        id,
+                        kind,
+                        bound_ms = bound.as_millis() as u64,
+                        "the executor did not answer in time; the call failed with S216. Check that the executor process runs (not stopped or wedged)"
+                    );
+                    Err(no_answer(kind, bound))
+                }),
+            None => call.await,
+        }
     }
 
     /// Registers the waiter of `id` and queues its request frame. The guard cancels the
@@ -342,6 +387,7 @@ impl ExecutorClient {
             tx: self.tx.clone(),
             routes: self.routes.clone(),
             done: false,
+            idle: self.bounds.fixed,
         };
         let reply = self.call_with_id(id, request).await?;
         Ok((reply, stream))
@@ -361,10 +407,15 @@ impl ExecutorClient {
             r.credits.insert(id, credits.clone());
         }
         let tx = self.tx.clone();
+        let idle = self.bounds.fixed;
+        let kind = request.kind();
+        // Ends with `true` when the executor stopped taking the stream (no credit in time).
         let pump = async move {
             loop {
-                let Ok(permit) = credits.acquire().await else {
-                    return;
+                let permit = match tokio::time::timeout(idle, credits.acquire()).await {
+                    Ok(Ok(permit)) => permit,
+                    Ok(Err(_)) => return false,
+                    Err(_) => return true,
                 };
                 permit.forget();
                 let frame = match input.recv().await {
@@ -374,7 +425,7 @@ impl ExecutorClient {
                 };
                 let end = matches!(frame, ClientFrame::StreamEnd { .. });
                 if tx.send(frame).await.is_err() || end {
-                    return;
+                    return false;
                 }
             }
         };
@@ -394,13 +445,33 @@ impl ExecutorClient {
         tokio::pin!(call);
         tokio::pin!(pump);
         let mut pumping = true;
-        let result = loop {
+        // Once the whole input is sent, the answer is due within the fixed bound.
+        let answer_due = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(answer_due);
+        let (result, timed_out) = loop {
             tokio::select! {
-                r = &mut call => break r,
-                _ = &mut pump, if pumping => pumping = false,
+                r = &mut call => break (r, false),
+                stalled = &mut pump, if pumping => {
+                    if stalled {
+                        break (Err(no_answer(kind, idle)), true);
+                    }
+                    pumping = false;
+                    answer_due.as_mut().reset(tokio::time::Instant::now() + idle);
+                }
+                _ = &mut answer_due, if !pumping => break (Err(no_answer(kind, idle)), true),
             }
         };
-        guard.disarm();
+        if timed_out {
+            tracing::warn!(
+                id,
+                kind,
+                "the executor did not take or answer a streamed request in time; the call failed with S216. Check that the executor process runs (not stopped or wedged)"
+            );
+            // Dropping the armed guard cancels the request on the executor.
+            drop(guard);
+        } else {
+            guard.disarm();
+        }
         if let Ok(mut r) = self.routes.lock() {
             r.credits.remove(&id);
         }

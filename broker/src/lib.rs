@@ -3,6 +3,7 @@
 //! It validates every request into a typed value and forwards it to the executor over a Unix
 //! socket. It never touches the host filesystem or runs programs itself.
 
+pub mod call_deadline;
 pub mod changed;
 pub mod confine;
 pub mod console_ui;

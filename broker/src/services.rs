@@ -5,6 +5,7 @@ use std::sync::{Arc, RwLock};
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
 
+use crate::call_deadline::CallBounds;
 use crate::engine::EngineLink;
 use crate::executor_client::{executor_lost, ExecutorClient, OutputStream};
 use crate::sandbox_jobs::SandboxJobs;
@@ -71,6 +72,8 @@ pub struct Services {
     pub changed: crate::changed::ChangedFeed,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
     engine: RwLock<Option<EngineLink>>,
+    /// The deadlines of calls to the executors installed from now on.
+    call_bounds: RwLock<CallBounds>,
 }
 
 impl Services {
@@ -83,7 +86,13 @@ impl Services {
             pty: Arc::default(),
             changed: Default::default(),
             engine: RwLock::new(None),
+            call_bounds: RwLock::new(CallBounds::DEFAULT),
         })
+    }
+
+    /// Other deadlines for calls to the executors installed from now on (tests shorten them).
+    pub fn set_call_bounds(&self, bounds: CallBounds) {
+        *self.call_bounds.write().unwrap_or_else(|p| p.into_inner()) = bounds;
     }
 
     pub fn set_engine(&self, link: EngineLink) {
@@ -98,9 +107,11 @@ impl Services {
             .snapshots
             .get()
             .ok_or_else(|| WireError::new(Code::S216, "no configuration installed"))?;
+        let bounds = *self.call_bounds.read().unwrap_or_else(|p| p.into_inner());
         let client = ExecutorClient::connect(stream)
             .await
-            .map_err(|e| WireError::new(Code::S216, e.to_string()))?;
+            .map_err(|e| WireError::new(Code::S216, e.to_string()))?
+            .with_bounds(bounds);
         client
             .call(Request::SetPolicy {
                 generation: rt.generation,
@@ -115,6 +126,8 @@ impl Services {
     /// Makes `client` the executor calls go to. The jobs of any other executor are now
     /// answered from the job book, and the job ends this one reports are recorded in it.
     pub fn install_executor(&self, client: ExecutorClient) {
+        let client =
+            client.with_bounds(*self.call_bounds.read().unwrap_or_else(|p| p.into_inner()));
         self.job_book.executor_installed(client.pid);
         let mut events = client.events();
         let book = self.job_book.clone();

@@ -524,3 +524,82 @@ async fn only_the_expected_peer_uid_may_connect() {
     let e = Executor::start(&["--peer-uid", &our_uid.to_string()]).await;
     e.handshake().await;
 }
+
+/// A request whose handler panics is answered with an internal error for its id, the id is
+/// free again at once, and the executor goes on serving (the fault is injected by the
+/// `test-faults` build of the tests' binary).
+#[tokio::test]
+async fn a_panicking_handler_is_answered_and_its_id_freed() {
+    use iii_shell_protocol::fs::FsOp;
+    let mut e = Executor::start(&[]).await;
+    let mut s = e.handshake().await;
+    let fault = Request::Fs(FsOp::Stat {
+        path: iii_shell_executor::panic_reply::FAULT_PATH.into(),
+    });
+    write_frame(
+        &mut s,
+        &ClientFrame::Request {
+            id: 11,
+            request: fault,
+        },
+    )
+    .await
+    .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), recv(&mut s)).await {
+        Ok(ServerFrame::Reply {
+            id: 11,
+            result: Err(err),
+        }) => {
+            assert_eq!(err.code.as_str(), "S216", "{err:?}");
+            assert_eq!(
+                err.message,
+                "internal error in the executor while serving this fs request (id 11); the \
+                 details are in the executor's log (ERROR \"request handler panicked\"); the \
+                 executor goes on serving"
+            );
+        }
+        Ok(other) => panic!("expected an error reply for id 11, got {other:?}"),
+        Err(_) => panic!("no reply within 10 s for a request whose handler panicked"),
+    }
+    // The id left the in-flight table: the same id is served again, not refused as a
+    // duplicate (S210 "still in flight").
+    write_frame(
+        &mut s,
+        &ClientFrame::Request {
+            id: 11,
+            request: Request::JobList,
+        },
+    )
+    .await
+    .unwrap();
+    match recv(&mut s).await {
+        ServerFrame::Reply {
+            id: 11,
+            result: Ok(Reply::JobList(l)),
+        } => assert_eq!(l.count, 0),
+        other => panic!("the freed id was not served: {other:?}"),
+    }
+    // ... and the next call on the same connection too.
+    write_frame(
+        &mut s,
+        &ClientFrame::Request {
+            id: 12,
+            request: Request::Ping,
+        },
+    )
+    .await
+    .unwrap();
+    match recv(&mut s).await {
+        ServerFrame::Reply {
+            id: 12,
+            result: Ok(Reply::Pong),
+        } => {}
+        other => panic!("expected Pong, got {other:?}"),
+    }
+    e.assert_alive();
+    let log = e.log();
+    assert!(
+        log.contains("request handler panicked") && log.contains("injected test fault"),
+        "the panic is logged as an ERROR with its message:\n{log}"
+    );
+}

@@ -290,3 +290,81 @@ async fn a_respawned_executor_keeps_clone3() {
         w.stderr()
     );
 }
+
+/// An executor stopped with SIGSTOP holds no caller past its deadline: a command gets S216
+/// within its own timeout plus the margin, a call without a timeout within the fixed bound,
+/// and once the executor is continued the worker serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_executor_answers_every_caller_by_the_deadline() {
+    use iii_shell_broker::call_deadline::CallBounds;
+    let bounds = CallBounds {
+        fixed: Duration::from_millis(1500),
+        margin: Duration::from_millis(1000),
+    };
+    let h = Arc::new(
+        Harness::with_call_bounds(
+            iii_shell_protocol::config::Config::builtin_default(),
+            bounds,
+        )
+        .await,
+    );
+    let before = h
+        .ok("shell::exec", json!({"command": "echo", "args": ["up"]}))
+        .await;
+    assert_eq!(before["stdout"], "up\n");
+    let pid = nix::unistd::Pid::from_raw(h.executor_pid as i32);
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+
+    let started = std::time::Instant::now();
+    let calls = [
+        (
+            "shell::exec",
+            json!({"command": "echo", "args": ["x"], "timeout_ms": 500}),
+            1500,
+        ),
+        ("shell::fs::stat", json!({"path": "/"}), 1500),
+        ("shell::list", json!({}), 1500),
+        (
+            "shell::exec",
+            json!({"command": "echo", "args": ["y"], "timeout_ms": 2000}),
+            3000,
+        ),
+    ];
+    let waits: Vec<_> = calls
+        .into_iter()
+        .map(|(f, payload, bound_ms)| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                let e = h.err(f, payload).await;
+                (f, bound_ms, e, started.elapsed())
+            })
+        })
+        .collect();
+    for w in waits {
+        let (f, bound_ms, e, took) = w.await.unwrap();
+        assert_eq!(e.code.as_str(), "S216", "{f}: {e:?}");
+        assert!(
+            e.message.starts_with("the executor did not answer this "),
+            "{f}: {}",
+            e.message
+        );
+        assert!(
+            e.message.contains(&format!("within {bound_ms} ms")),
+            "{f}: {}",
+            e.message
+        );
+        assert!(
+            took >= Duration::from_millis(bound_ms)
+                && took < Duration::from_millis(bound_ms + 1500),
+            "{f}: answered after {took:?}, its deadline is {bound_ms} ms"
+        );
+    }
+
+    nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
+    let after = h
+        .ok("shell::exec", json!({"command": "echo", "args": ["again"]}))
+        .await;
+    assert_eq!(after["stdout"], "again\n");
+    let st = h.ok("shell::fs::stat", json!({"path": "/"})).await;
+    assert!(st.is_object(), "{st}");
+}

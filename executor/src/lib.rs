@@ -17,6 +17,7 @@ pub mod foreground;
 pub mod fs;
 pub mod jail;
 pub mod jobs;
+pub mod panic_reply;
 pub mod pids_v1;
 pub mod policy;
 pub mod prepare;

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use crate::fs::stream::StreamItem;
 use crate::fs::RequestIo;
 
-use crate::Executor;
+use crate::{panic_reply, Executor};
 
 /// Per-request stream state of one connection.
 #[derive(Default)]
@@ -253,8 +253,26 @@ pub async fn serve_connection_limited(
                 let received = std::time::Instant::now();
                 tokio::spawn(async move {
                     let kind = request.kind();
+                    let coder = panic_reply::is_coder(&request);
                     let queued_us = received.elapsed().as_micros() as u64;
-                    let (result, cont) = exec.handle(request, cancel, &mut io).await;
+                    // A panicking handler is answered like a failed one, and the id is freed
+                    // below as after any reply: no caller waits for an answer that never comes.
+                    let handled = panic_reply::caught(async {
+                        if panic_reply::injected_fault(&request) {
+                            panic!("injected test fault");
+                        }
+                        exec.handle(request, cancel, &mut io).await
+                    })
+                    .await;
+                    let (result, cont) = handled.unwrap_or_else(|panic| {
+                        tracing::error!(
+                            id,
+                            kind,
+                            panic = %panic,
+                            "request handler panicked: this is a bug in iii-shell, please report it with this line; the call got an internal error and the executor goes on serving"
+                        );
+                        (Err(panic_reply::internal_error(id, kind, coder)), None)
+                    });
                     if let Err(e) = &result {
                         tracing::debug!(id, kind, code = %e.code, "request failed: {}", e.message);
                     }
@@ -267,7 +285,14 @@ pub async fn serve_connection_limited(
                         "request served"
                     );
                     if let Some(cont) = cont {
-                        cont.await;
+                        if let Err(panic) = panic_reply::caught(cont).await {
+                            tracing::error!(
+                                id,
+                                kind,
+                                panic = %panic,
+                                "the work after a reply panicked: this is a bug in iii-shell, please report it with this line; the executor goes on serving"
+                            );
+                        }
                     }
                     lock(&inflight).remove(&id);
                     let mut st = lock(&streams);

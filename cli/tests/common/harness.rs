@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use iii_shell_broker::call_deadline::CallBounds;
 use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
@@ -38,12 +39,22 @@ impl Harness {
     }
 
     /// An executor started with `extra` arguments (`--no-prestart`, say).
-    pub async fn with_args(mut config: Config, extra: &[&str]) -> Harness {
+    pub async fn with_args(config: Config, extra: &[&str]) -> Harness {
+        Harness::with_services(config, extra, Services::new()).await
+    }
+
+    /// A broker whose calls to the executor have other deadlines.
+    pub async fn with_call_bounds(config: Config, bounds: CallBounds) -> Harness {
+        let services = Services::new();
+        services.set_call_bounds(bounds);
+        Harness::with_services(config, &[], services).await
+    }
+
+    async fn with_services(mut config: Config, extra: &[&str], services: Arc<Services>) -> Harness {
         let turns = tempdir();
         if !config.turns.data_dir.starts_with('/') {
             config.turns.data_dir = turns.path().join("turns").to_string_lossy().into_owned();
         }
-        let services = Services::new();
         services.snapshots.install(config);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
