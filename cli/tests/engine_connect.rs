@@ -195,7 +195,7 @@ async fn url_flag_beats_iii_url_beats_iii_engine_url() {
 async fn default_url_is_local_port_49134() {
     // Only if the default port is free on this machine.
     if std::net::TcpListener::bind("127.0.0.1:49134").is_err() {
-        eprintln!("skipped: 127.0.0.1:49134 is in use");
+        iii_shell_confine::requirement::unmet("127.0.0.1:49134 is in use");
         return;
     }
     let engine = TestEngine::builder().port(49134).start().await;

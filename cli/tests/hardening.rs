@@ -353,8 +353,7 @@ fn observed(v: &Value, key: &str) -> String {
 /// where the special-bits rule sits.
 #[test]
 fn doctor_reports_the_command_user_and_the_foreign_chmod_probe() {
-    if !is_root() {
-        eprintln!("SKIPPED: the command user cases need root");
+    if !iii_shell_confine::requirement::root("the command user cases") {
         return;
     }
     let root = tempdir();

@@ -1049,8 +1049,7 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
 /// only the rlimit is in play.
 #[tokio::test]
 async fn max_processes_binds_a_run_as_user_and_not_root() {
-    if !is_root() {
-        eprintln!("SKIPPED max_processes_binds_a_run_as_user_and_not_root: needs root (run_as)");
+    if !iii_shell_confine::requirement::root("run_as") {
         return;
     }
     for run_as in [None, Some("4277:4277")] {
