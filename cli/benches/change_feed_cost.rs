@@ -7,7 +7,9 @@
 //! * **Pre-image cost** of `coder::update-file` (one insert into a ~10 KiB file): the mean
 //!   and p50 call time over `BENCH_ITERS` calls (default 200) with no turn open, then with a
 //!   turn open (the executor keeps the pre-image and the after-revision in the turn store),
-//!   interleaved in rounds so host noise hits both alike.
+//!   interleaved in rounds so host noise hits both alike. Since coder changes made outside a
+//!   turn are recorded too (one-call turns of `shell.outside-turns`), both sides record; the
+//!   numbers in BENCHMARKS.md from before that compare against a call that recorded nothing.
 //!
 //! Run with `cargo bench -p iii-shell --bench change_feed_cost`. Results are recorded
 //! in BENCHMARKS.md ("Change feed").

@@ -2,7 +2,8 @@
 //! connection playing the harness (turn events and the pre/post-trigger hooks around real
 //! `shell::fs::*` calls). A turn that creates, modifies, deletes and moves files is reverted to
 //! a byte-identical tree (every file hashed); an executor SIGKILLed mid-turn leaves a store
-//! that opens, lists and reverts; the hooks always continue.
+//! that opens, lists and reverts; `coder::change-diff` answers from the same records (across a
+//! restart, past the blob cap, outside any turn); the hooks always continue.
 
 mod common;
 
@@ -194,25 +195,10 @@ async fn an_executor_killed_mid_turn_leaves_a_store_that_lists_and_reverts() {
         "call": {"function_id": "shell::fs::write", "arguments": {"path": "a.txt", "content": "x"}}});
     s.call("shell::turns::on-pre-trigger", h).await;
     std::fs::write(s.root.join("a.txt"), "agent wrote this\n").unwrap();
-    let pid = s.worker.executor_pid().expect("executor");
-    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
-    s.worker.wait_executor(Some(pid)).await;
-    // The supervisor first kills what the dead executor left, then starts the new one and
-    // hands it to the broker: until then calls answer S216 ("the executor went away").
-    let deadline = std::time::Instant::now() + WAIT;
-    let list = loop {
-        match s
-            .harness
-            .call("shell::turns::list", json!({"session_id": "s1"}))
-            .await
-        {
-            Ok(v) => break v,
-            Err(e) if e.code == "S216" && std::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await
-            }
-            Err(e) => panic!("shell::turns::list: {e:?}; {}", s.worker.stderr()),
-        }
-    };
+    s.restart_executor().await;
+    let list = s
+        .call("shell::turns::list", json!({"session_id": "s1"}))
+        .await;
     // The respawned executor has no memory of the turn: only the store.
     let files = list["turns"][0]["files"].as_array().unwrap();
     assert_eq!(files.len(), 2, "{list}");
@@ -270,7 +256,7 @@ async fn coder_and_fs_calls_without_hooks_record_into_the_open_turn_and_revert_b
     std::fs::write(s.root.join("sed.txt"), "colour colour\n").unwrap();
     std::fs::write(s.root.join("bin.dat"), [0u8, 0xff, 0x80, 1]).unwrap();
     let before = hashes(&s.root);
-    // No turn open: nothing is recorded.
+    // No turn open: not in this session (a one-call turn of `shell.outside-turns`).
     s.call(
         "coder::create-file",
         json!({"files": [{"path": "untracked.txt", "content": "u\n"}]}),
@@ -359,7 +345,7 @@ async fn coder_and_fs_calls_without_hooks_record_into_the_open_turn_and_revert_b
         json!({"session_id": "s1", "turn_id": "t1"}),
     )
     .await;
-    // After the turn: not recorded.
+    // After the turn: not in it.
     std::fs::write(s.root.join("late.txt"), "x").unwrap();
     s.call("coder::delete-file", json!({"paths": ["late.txt"]}))
         .await;
@@ -546,6 +532,302 @@ async fn past_the_blob_cap_the_oldest_turns_bodies_go_and_their_revert_fails_cle
         std::fs::read_to_string(s.root.join("a.txt")).unwrap(),
         "t1 wrote this\n"
     );
+}
+
+/// The session `coder::*` changes made while no turn is open are recorded under.
+const OUTSIDE_TURNS: &str = "shell.outside-turns";
+
+impl Setup {
+    /// SIGKILLs the executor and waits for the supervisor's new one to answer.
+    async fn restart_executor(&self) {
+        let pid = self.worker.executor_pid().expect("executor");
+        kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+        self.worker.wait_executor(Some(pid)).await;
+        // The supervisor first kills what the dead executor left, then starts the new one and
+        // hands it to the broker: until then calls answer S216 ("the executor went away").
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match self
+                .harness
+                .call("shell::turns::list", json!({"session_id": "-"}))
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if e.code == "S216" && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("after the restart: {e:?}; {}", self.worker.stderr()),
+            }
+        }
+    }
+
+    /// `coder::change-diff` of `id`: the diff, or the error code.
+    async fn change_diff(&self, id: &str) -> Result<Value, String> {
+        self.harness
+            .call("coder::change-diff", json!({"change_id": id}))
+            .await
+            .map_err(|e| e.code)
+    }
+}
+
+/// The turn record of `path` (a suffix) in `get`'s answer.
+fn file_of(got: &Value, path: &str) -> Value {
+    got["turn"]["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no files: {got}"))
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with(path))
+        .unwrap_or_else(|| panic!("{path} is not in the turn: {got}"))
+        .clone()
+}
+
+/// `coder::change-diff` is a view of the turn store's records, not a history of its own: the
+/// id of each change a turn made is in that turn's record (the `after_revision` of a create or
+/// an update; a deletion's path), and its diff is there as long as the record is — across an
+/// executor restart too, which left the turn listed but every change id unknown (C211).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_diff_ids_resolve_through_the_turn_record_and_survive_an_executor_restart() {
+    let s = setup().await;
+    std::fs::write(s.root.join("a.txt"), "one\n").unwrap();
+    std::fs::write(s.root.join("gone.txt"), "bye\n").unwrap();
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    s.call(
+        "coder::update-file",
+        json!({"files": [{"path": "a.txt", "ops": [{"op": "insert", "at_line": 2, "content": "two\n"}]}]}),
+    )
+    .await;
+    let updated = s.call("coder::read-file", json!({"path": "a.txt"})).await["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let created = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "n.txt", "content": "new\n"}]}),
+        )
+        .await["results"][0]["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.call("coder::delete-file", json!({"paths": ["gone.txt"]}))
+        .await;
+    let deleted = format!("deleted:{}", s.root.join("gone.txt").display());
+    s.call(
+        "shell::turns::on-turn-completed",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    let path = |f: &str| s.root.join(f).to_string_lossy().into_owned();
+    let want = [
+        (
+            updated.clone(),
+            json!({"path": path("a.txt"), "is_binary": false, "old_contents": "one\n", "new_contents": "one\ntwo\n"}),
+        ),
+        (
+            created.clone(),
+            json!({"path": path("n.txt"), "is_binary": false, "old_contents": "", "new_contents": "new\n"}),
+        ),
+        (
+            deleted.clone(),
+            json!({"path": path("gone.txt"), "is_binary": false, "old_contents": "bye\n", "new_contents": ""}),
+        ),
+    ];
+    // The same change ids are in the turn record.
+    let check_turn = |got: Value| {
+        assert_eq!(file_of(&got, "/a.txt")["after_revision"], updated, "{got}");
+        assert_eq!(file_of(&got, "/n.txt")["after_revision"], created, "{got}");
+        let g = file_of(&got, "/gone.txt");
+        assert_eq!(
+            (g["path"].as_str(), g["kind"].as_str()),
+            (Some(&deleted["deleted:".len()..]), Some("deleted")),
+            "{got}"
+        );
+    };
+    check_turn(
+        s.call(
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await,
+    );
+    for (id, diff) in &want {
+        assert_eq!(
+            s.change_diff(id).await.as_ref(),
+            Ok(diff),
+            "{id} before the restart"
+        );
+    }
+    s.restart_executor().await;
+    check_turn(
+        s.call(
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        )
+        .await,
+    );
+    for (id, diff) in &want {
+        assert_eq!(
+            s.change_diff(id).await.as_ref(),
+            Ok(diff),
+            "{id} after the restart"
+        );
+    }
+    assert_eq!(s.change_diff("sha256:nope").await, Err("C211".to_string()));
+}
+
+/// A write that left a file's bytes as they were is in neither history: the turn drops it,
+/// and `coder::change-diff` has no change for its revision (it served one from a map of its
+/// own, a change the turn history did not list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_changed_nothing_is_in_neither_history() {
+    let s = setup().await;
+    std::fs::write(s.root.join("same.txt"), "same\n").unwrap();
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    let out = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "same.txt", "content": "same\n", "overwrite": true}]}),
+        )
+        .await;
+    assert_eq!(out["results"][0]["success"], true, "{out}");
+    let list = s
+        .call("shell::turns::list", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(list["turns"][0]["file_count"], 0, "{list}");
+    let id = out["results"][0]["revision"].as_str().unwrap();
+    assert_eq!(s.change_diff(id).await, Err("C211".to_string()));
+}
+
+/// Past `turns.max_blob_bytes` a change's diff goes with its turn's bodies: the turn record
+/// reads `stored: false` and `coder::change-diff` is C211 for the same change, while the newer
+/// turn's record and diff are both still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_blob_cap_a_change_diff_is_gone_exactly_when_its_turn_body_is() {
+    let s = setup_with(|c| c.turns.max_blob_bytes = 1000).await;
+    std::fs::write(s.root.join("a.txt"), "a".repeat(600)).unwrap();
+    std::fs::write(s.root.join("b.txt"), "b".repeat(600)).unwrap();
+    let mut ids = Vec::new();
+    for (turn, file) in [("t1", "a.txt"), ("t2", "b.txt")] {
+        s.call(
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": turn}),
+        )
+        .await;
+        let out = s
+            .call(
+                "coder::create-file",
+                json!({"files": [{"path": file, "content": format!("{turn}\n"), "overwrite": true}]}),
+            )
+            .await;
+        ids.push(out["results"][0]["revision"].as_str().unwrap().to_string());
+        assert!(s.change_diff(&ids[ids.len() - 1]).await.is_ok());
+        s.call(
+            "shell::turns::on-turn-completed",
+            json!({"session_id": "s1", "turn_id": turn}),
+        )
+        .await;
+        // Blob mtimes order the eviction: keep the two turns apart on the clock.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    let get = |t: &'static str| {
+        let s = &s;
+        async move {
+            s.call(
+                "shell::turns::get",
+                json!({"session_id": "s1", "turn_id": t}),
+            )
+            .await
+        }
+    };
+    let t1 = get("t1").await;
+    assert_eq!(file_of(&t1, "/a.txt")["after_revision"], ids[0], "{t1}");
+    assert_eq!(file_of(&t1, "/a.txt")["before"]["stored"], false, "{t1}");
+    assert_eq!(s.change_diff(&ids[0]).await, Err("C211".to_string()));
+    let t2 = get("t2").await;
+    assert_eq!(file_of(&t2, "/b.txt")["before"]["stored"], true, "{t2}");
+    assert_eq!(
+        s.change_diff(&ids[1])
+            .await
+            .map(|d| d["new_contents"].clone()),
+        Ok(json!("t2\n"))
+    );
+}
+
+/// A `coder::*` change made while no turn is open (no harness, or between turns) is recorded
+/// as a one-call turn of the session `shell.outside-turns`: listed there with its change id,
+/// its diff served from that record, revertable, and kept across a restart. A call that changed
+/// nothing leaves no turn behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coder_changes_outside_a_turn_are_one_call_turns_of_the_outside_turns_session() {
+    let s = setup().await;
+    std::fs::write(s.root.join("kept.txt"), "kept\n").unwrap();
+    let before = hashes(&s.root);
+    let id = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "x.txt", "content": "x\n"}]}),
+        )
+        .await["results"][0]["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Refused (exists, no overwrite): changes nothing, records nothing.
+    let out = s
+        .call(
+            "coder::create-file",
+            json!({"files": [{"path": "kept.txt", "content": "no\n"}]}),
+        )
+        .await;
+    assert_eq!(out["results"][0]["success"], false, "{out}");
+    let list = s
+        .call("shell::turns::list", json!({"session_id": OUTSIDE_TURNS}))
+        .await;
+    let turns = list["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{list}");
+    assert_eq!(
+        turns[0]["files"],
+        json!([{"path": s.root.join("x.txt").to_string_lossy(), "kind": "created"}]),
+        "{list}"
+    );
+    let turn_id = turns[0]["turn_id"].as_str().unwrap().to_string();
+    let got = s
+        .call(
+            "shell::turns::get",
+            json!({"session_id": OUTSIDE_TURNS, "turn_id": turn_id}),
+        )
+        .await;
+    assert_eq!(file_of(&got, "/x.txt")["after_revision"], id, "{got}");
+    assert_eq!(
+        file_of(&got, "/x.txt")["cause"],
+        "coder::create-file",
+        "{got}"
+    );
+    assert!(got["turn"]["ended_at"].is_u64(), "{got}");
+    assert_eq!(
+        s.change_diff(&id).await.map(|d| d["new_contents"].clone()),
+        Ok(json!("x\n"))
+    );
+    s.restart_executor().await;
+    assert_eq!(
+        s.change_diff(&id).await.map(|d| d["new_contents"].clone()),
+        Ok(json!("x\n"))
+    );
+    let rv = s
+        .call(
+            "shell::turns::revert",
+            json!({"session_id": OUTSIDE_TURNS, "turn_id": turn_id}),
+        )
+        .await;
+    assert_eq!(rv["reverted"], 1, "{rv}");
+    assert_eq!(hashes(&s.root), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

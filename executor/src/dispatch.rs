@@ -175,7 +175,7 @@ impl Executor {
         let out = fs::handle(p.clone(), op, io).await;
         if let Some(rec) = rec {
             let t = self.turns.clone();
-            let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec)).await;
+            let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec, &[])).await;
         }
         match out {
             Ok((reply, cont)) => (Ok(Reply::Fs(reply)), cont),
@@ -183,31 +183,19 @@ impl Executor {
         }
     }
 
-    /// `Coder`: checked and served on the blocking pool (its errors are C-codes). change-diff
-    /// snapshots and the open turn's pre-images live in the turn store (`coder::changes`,
-    /// `turns::calls`).
+    /// `Coder`: checked and served on the blocking pool (its errors are C-codes). A mutation
+    /// records into the turn history, and change-diff reads it (`coder::changes::run`).
     async fn coder(&self, call: CoderCall) -> Result<Reply, WireError> {
         let turns = self.turns.clone();
         let result = match self.current() {
-            Ok(p) => tokio::task::spawn_blocking(move || {
-                let _bound = coder::changes::bind(turns.clone(), p.clone());
-                let rec = match turns::calls::coder_call(&p, &call) {
-                    Some((f, args)) if turns.any_open() => turns.begin(&p, f, args),
-                    _ => None,
-                };
-                let out = coder::handle(&p, call);
-                if let Some(rec) = rec {
-                    turns.finish(&p, rec);
-                }
-                out
-            })
-            .await
-            .unwrap_or_else(|e| {
-                Err(WireError::new(
-                    Code::C216,
-                    format!("coder task failed: {e}"),
-                ))
-            }),
+            Ok(p) => tokio::task::spawn_blocking(move || coder::changes::run(&turns, &p, call))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(WireError::new(
+                        Code::C216,
+                        format!("coder task failed: {e}"),
+                    ))
+                }),
             Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
         };
         result.map(|r| Reply::Coder(Box::new(r)))

@@ -1,34 +1,56 @@
-//! The change snapshots `coder::change-diff` serves, kept in the turn store (CODER-72, 73).
+//! `coder::change-diff` (CODER-72, 73), a view of the turn history (`crate::turns::changes`).
 //!
-//! Every successful `create-file`, `update-file` and (file) `delete-file` entry records the
-//! exact bytes before and after. The id of a change is the revision of the bytes it left
-//! (`sha256:<hex>`, the `revision` a create returns and a later `read-file` reports); a
-//! deletion's id is `deleted:<canonical path>`. Both bodies go to the turn store's blob store
-//! under `turns.data_dir` ([`crate::turns::Turns::record_change`]): content-addressed, under
-//! `turns.max_blob_bytes` and its oldest-first eviction, shared with the turns' pre-images.
-//! The id → revisions map is in memory ([`crate::turns::CHANGE_IDS`] newest ids), so an id
-//! does not survive an executor restart; an unknown or evicted id is C211.
+//! Every successful `create-file`, `update-file` and (file) `delete-file` entry reports the
+//! exact bytes before and after with [`record`]. The id of a change is the revision of the
+//! bytes it left (`sha256:<hex>`, the `revision` a create returns and a later `read-file`
+//! reports); a deletion's id is `deleted:<canonical path>`. [`run`] serves a coder call inside
+//! the turn recording: the call's files record into the open turn (or a one-call turn of
+//! `shell.outside-turns`), and each change becomes a `change` record of that turn, its bodies
+//! blobs of the store. [`diff`] resolves an id through those records only, so a diff is there
+//! exactly as long as the turn history holds the change and its bodies; an unknown or evicted
+//! id is C211.
 //!
-//! The store a coder call records into is bound for the call's thread with [`bind`] by the
-//! executor's dispatch, so the write paths only call [`record`]; with nothing bound (a coder
-//! call outside an executor) nothing is recorded.
+//! The store is bound for the call's thread by [`run`], so the write paths only call
+//! [`record`]; with nothing bound (a coder call outside an executor) nothing is recorded.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use iii_shell_protocol::coder::ChangeDiffOutput;
-use iii_shell_protocol::Code;
+use iii_shell_protocol::coder::{ChangeDiffOutput, CoderCall, CoderReply};
+use iii_shell_protocol::{Code, WireError};
 
 use super::paths::CErr;
 use crate::policy::Policy;
+use crate::turns::changes::Change;
+use crate::turns::model::revision;
 use crate::turns::Turns;
 
+struct Binding {
+    turns: Arc<Turns>,
+    policy: Arc<Policy>,
+    /// The call records into a turn: its changes are kept.
+    recording: bool,
+    changes: Vec<Change>,
+}
+
 thread_local! {
-    static BOUND: RefCell<Option<(Arc<Turns>, Arc<Policy>)>> = const { RefCell::new(None) };
+    static BOUND: RefCell<Option<Binding>> = const { RefCell::new(None) };
 }
 
 /// Unbinds on drop.
-pub struct Bound(());
+struct Bound(());
+
+impl Bound {
+    /// The changes the call recorded so far.
+    fn take(&self) -> Vec<Change> {
+        BOUND.with(|b| {
+            b.borrow_mut()
+                .as_mut()
+                .map(|b| std::mem::take(&mut b.changes))
+                .unwrap_or_default()
+        })
+    }
+}
 
 impl Drop for Bound {
     fn drop(&mut self) {
@@ -36,94 +58,341 @@ impl Drop for Bound {
     }
 }
 
-/// Binds the turn store (and the policy naming its directory) for coder calls on this thread.
-pub fn bind(turns: Arc<Turns>, policy: Arc<Policy>) -> Bound {
-    BOUND.with(|b| *b.borrow_mut() = Some((turns, policy)));
+fn bind(turns: Arc<Turns>, policy: Arc<Policy>, recording: bool) -> Bound {
+    BOUND.with(|b| {
+        *b.borrow_mut() = Some(Binding {
+            turns,
+            policy,
+            recording,
+            changes: Vec::new(),
+        })
+    });
     Bound(())
 }
 
-fn bound() -> Option<(Arc<Turns>, Arc<Policy>)> {
-    BOUND.with(|b| b.borrow().clone())
+/// Runs one coder call against `policy` with its changes recorded in `turns` (blocking: call
+/// it off the runtime). A mutation keeps the pre-images of its files in the turn it records
+/// into (`Turns::begin_coder`), then their after-revisions and its changes (`Turns::finish`).
+pub fn run(
+    turns: &Arc<Turns>,
+    policy: &Arc<Policy>,
+    call: CoderCall,
+) -> Result<CoderReply, WireError> {
+    let rec = crate::turns::calls::coder_call(policy, &call)
+        .and_then(|(f, args)| turns.begin_coder(policy, f, args));
+    let bound = bind(turns.clone(), policy.clone(), rec.is_some());
+    let out = super::handle(policy, call);
+    let changes = bound.take();
+    drop(bound);
+    if let Some(rec) = rec {
+        turns.finish(policy, rec, &changes);
+    }
+    out
 }
 
-/// Records a change (bodies the blob store cannot keep leave the id unknown).
-pub fn record(id: String, path: String, old: Vec<u8>, new: Vec<u8>) {
-    if let Some((turns, policy)) = bound() {
-        turns.record_change(&policy, &id, &path, &old, &new);
-    }
+/// Reports a change the call made: both bodies are kept as blobs now, the change is recorded
+/// with the call's other records once it is done (`Turns::finish`: only for a file the turn
+/// lists, so a write that left the bytes as they were gets none). A call that records into no
+/// turn keeps nothing.
+pub fn record(id: String, path: String, old: &[u8], new: &[u8]) {
+    BOUND.with(|b| {
+        let mut b = b.borrow_mut();
+        let Some(b) = b.as_mut().filter(|b| b.recording) else {
+            return;
+        };
+        let (old_rev, new_rev) = (revision(old), revision(new));
+        // A body the store cannot keep leaves its revision recorded: the diff reads as gone.
+        b.turns.keep_body(&b.policy, old);
+        b.turns.keep_body(&b.policy, new);
+        b.changes.push(Change {
+            id,
+            path,
+            old: old_rev,
+            new: new_rev,
+        });
+    });
 }
 
 fn gone(id: &str) -> CErr {
     CErr::new(
         Code::C211,
-        format!("change diff is no longer available for {id}: unknown id, or the snapshot was evicted from the turn store (turns.max_blob_bytes) or lost with an executor restart"),
+        format!("change diff is no longer available for {id}: no turn record holds this change id, or its bodies were evicted from the turn store (turns.max_blob_bytes)"),
     )
 }
 
 /// The before/after of a change; an unknown or evicted id is C211.
 pub fn diff(id: &str) -> Result<ChangeDiffOutput, CErr> {
-    let (turns, policy) = bound().ok_or_else(|| gone(id))?;
+    let bound = BOUND.with(|b| {
+        b.borrow()
+            .as_ref()
+            .map(|b| (b.turns.clone(), b.policy.clone()))
+    });
+    let (turns, policy) = bound.ok_or_else(|| gone(id))?;
     match turns.change_diff_by_id(&policy, id) {
-        Some(Ok(v)) => serde_json::from_value(v).map_err(|_| gone(id)),
-        Some(Err(_)) | None => Err(gone(id)),
+        Ok(Some(v)) => serde_json::from_value(v).map_err(|_| gone(id)),
+        Ok(None) => Err(gone(id)),
+        Err(e) => Err(CErr::io(format!("coder::change-diff {id}: {e}"))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::turns::calls::OUTSIDE_TURNS;
+    use serde_json::{json, Value};
 
-    #[test]
-    fn snapshots_come_from_the_turn_store_and_an_evicted_body_is_c211() {
+    struct Setup {
+        _d: tempfile::TempDir,
+        root: std::path::PathBuf,
+        data: std::path::PathBuf,
+        policy: Arc<Policy>,
+    }
+
+    fn setup(max_blob_bytes: u64) -> Setup {
         let d = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(d.path()).unwrap();
-        std::fs::create_dir_all(base.join("root")).unwrap();
-        let data = base.join("data");
-        let v = serde_json::json!({"fs": {"host_roots": [base.join("root")]},
-            "turns": {"data_dir": data, "max_blob_bytes": 1000}});
-        let p = Arc::new(Policy::build(1, &v.to_string()).unwrap());
-        let _b = bind(Arc::default(), p);
-        let b200 = "b".repeat(200);
-        record(
-            "t1".into(),
-            "/p".into(),
-            b"a".to_vec(),
-            b200.clone().into_bytes(),
+        let (root, data) = (base.join("root"), base.join("data"));
+        std::fs::create_dir_all(&root).unwrap();
+        let v = json!({"fs": {"host_roots": [root]},
+            "turns": {"data_dir": data, "max_blob_bytes": max_blob_bytes}});
+        let policy = Arc::new(Policy::build(1, &v.to_string()).unwrap());
+        Setup {
+            _d: d,
+            root,
+            data,
+            policy,
+        }
+    }
+
+    /// A coder call through [`run`] (`op` as `CoderOp` JSON); the reply as JSON, or the code.
+    fn coder(t: &Arc<Turns>, p: &Arc<Policy>, op: Value) -> Result<Value, String> {
+        let call: CoderCall = serde_json::from_value(json!({"scope": {}, "op": op})).unwrap();
+        run(t, p, call)
+            .map(|r| serde_json::to_value(r).unwrap())
+            .map_err(|e| e.code.to_string())
+    }
+
+    fn diff_of(t: &Arc<Turns>, p: &Arc<Policy>, id: &str) -> Result<Value, String> {
+        coder(t, p, json!({"ChangeDiff": {"change_id": id}})).map(|r| r["ChangeDiff"].clone())
+    }
+
+    fn turns(t: &Turns, p: &Policy, function: &str, v: Value) -> Value {
+        t.call(p, function, &v.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_change_diff_is_the_turn_records_view_and_outlives_the_executor() {
+        let s = setup(1 << 20);
+        std::fs::write(s.root.join("a.txt"), "one\n").unwrap();
+        let t = Arc::new(Turns::default());
+        turns(
+            &t,
+            &s.policy,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
         );
-        let d = diff("t1").unwrap();
+        let out = coder(
+            &t,
+            &s.policy,
+            json!({"Create": {"files": [{"path": "a.txt", "content": "two\n", "overwrite": true}]}}),
+        )
+        .unwrap();
+        let id = out["Create"]["results"][0]["revision"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let path = s.root.join("a.txt").to_string_lossy().into_owned();
+        let want = json!({"path": path, "is_binary": false, "old_contents": "one\n", "new_contents": "two\n"});
+        assert_eq!(diff_of(&t, &s.policy, &id), Ok(want.clone()));
+        let got = turns(
+            &t,
+            &s.policy,
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        assert_eq!(got["turn"]["files"][0]["after_revision"], id, "{got}");
+        // A new executor has only the store.
+        let fresh = Arc::new(Turns::default());
+        assert_eq!(diff_of(&fresh, &s.policy, &id), Ok(want));
+        assert_eq!(diff_of(&fresh, &s.policy, "nope"), Err("C211".into()));
+        // The change is a record of the turn's log, its id in the index.
+        let log = std::fs::read_to_string(s.data.join("sessions/s1.jsonl")).unwrap();
+        let change: Vec<Value> = log
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["t"] == "change")
+            .collect();
+        assert_eq!(change.len(), 1, "{log}");
         assert_eq!(
             (
-                d.old_contents.as_deref(),
-                d.new_contents.as_deref(),
-                d.is_binary
+                &change[0]["change_id"],
+                &change[0]["file"],
+                &change[0]["turn_id"]
             ),
-            (Some("a"), Some(b200.as_str()), false)
+            (&json!(id), &json!(path), &json!("t1"))
         );
-        // The bodies are blobs of the turn store.
-        let blob = data
-            .join("objects")
-            .join(&crate::turns::model::revision(b"a")[7..9]);
-        assert!(blob.is_dir(), "{blob:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        record("t2".into(), "/p".into(), b"a".to_vec(), b"\xff".to_vec());
-        let d = diff("t2").unwrap();
+    }
+
+    /// The history has no record of a write that left the bytes as they were, so change-diff
+    /// has no change for its id either (it had one, in a map of its own).
+    #[test]
+    fn a_write_that_changed_nothing_has_no_change_id() {
+        let s = setup(1 << 20);
+        std::fs::write(s.root.join("same.txt"), "x\n").unwrap();
+        let t = Arc::new(Turns::default());
+        turns(
+            &t,
+            &s.policy,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let out = coder(
+            &t,
+            &s.policy,
+            json!({"Create": {"files": [{"path": "same.txt", "content": "x\n", "overwrite": true}]}}),
+        )
+        .unwrap();
+        assert_eq!(out["Create"]["results"][0]["success"], true, "{out}");
+        let id = out["Create"]["results"][0]["revision"].as_str().unwrap();
+        let list = turns(
+            &t,
+            &s.policy,
+            "shell::turns::list",
+            json!({"session_id": "s1"}),
+        );
+        assert_eq!(list["turns"][0]["file_count"], 0, "{list}");
+        assert_eq!(diff_of(&t, &s.policy, id), Err("C211".into()));
+    }
+
+    /// With no turn open, a coder mutation is a one-call turn of `shell.outside-turns` (titled
+    /// with its function, ended); one that changed nothing is discarded and never listed.
+    #[test]
+    fn outside_a_turn_a_coder_change_is_a_one_call_turn() {
+        let s = setup(1 << 20);
+        std::fs::write(s.root.join("kept.txt"), "kept\n").unwrap();
+        let t = Arc::new(Turns::default());
+        let out = coder(
+            &t,
+            &s.policy,
+            json!({"Create": {"files": [{"path": "n.txt", "content": "n\n"}]}}),
+        )
+        .unwrap();
+        let id = out["Create"]["results"][0]["revision"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let refused = coder(
+            &t,
+            &s.policy,
+            json!({"Create": {"files": [{"path": "kept.txt", "content": "no\n"}]}}),
+        )
+        .unwrap();
+        assert_eq!(refused["Create"]["results"][0]["success"], false);
+        let list = turns(
+            &t,
+            &s.policy,
+            "shell::turns::list",
+            json!({"session_id": OUTSIDE_TURNS}),
+        );
+        let listed = list["turns"].as_array().unwrap();
+        assert_eq!(listed.len(), 1, "{list}");
+        assert_eq!(listed[0]["title"], "coder::create-file", "{list}");
+        assert!(listed[0]["ended_at"].is_u64(), "{list}");
+        assert!(
+            listed[0]["turn_id"].as_str().unwrap().starts_with("call-"),
+            "{list}"
+        );
         assert_eq!(
-            (d.old_contents, d.new_contents, d.is_binary),
-            (None, None, true)
+            listed[0]["files"],
+            json!([{"path": s.root.join("n.txt").to_string_lossy(), "kind": "created"}])
         );
-        assert_eq!(diff("nope").unwrap_err().code, Code::C211);
-        // Bodies past the cap (1002 > 1000) evict the oldest down to 90 %: t1's after-body
-        // goes (802 left), so its diff is C211; t2 and t3 stay.
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        record("t3".into(), "/q".into(), vec![b'x'; 400], vec![b'y'; 400]);
-        assert_eq!(diff("t1").unwrap_err().code, Code::C211);
-        assert!(diff("t2").unwrap().is_binary);
-        assert_eq!(diff("t3").unwrap().new_contents.unwrap().len(), 400);
+        assert_eq!(
+            diff_of(&t, &s.policy, &id).map(|d| d["new_contents"].clone()),
+            Ok(json!("n\n"))
+        );
+        // The refused call's turn went in and was discarded.
+        let log = std::fs::read_to_string(s.data.join(format!("sessions/{OUTSIDE_TURNS}.jsonl")))
+            .unwrap();
+        assert_eq!(log.matches("\"discard\"").count(), 1, "{log}");
+        // Calls that change nothing record nothing.
+        coder(&t, &s.policy, json!("Info")).unwrap();
+        let again = turns(
+            &t,
+            &s.policy,
+            "shell::turns::list",
+            json!({"session_id": OUTSIDE_TURNS}),
+        );
+        assert_eq!(again, list);
+    }
+
+    /// `turns.max_blob_bytes` evicts a change's bodies with the turn's pre-images: the turn
+    /// reads `stored: false` and change-diff is C211 for it, the newer change still answers.
+    #[test]
+    fn an_evicted_body_takes_the_diff_with_it() {
+        let s = setup(1000);
+        std::fs::write(s.root.join("a"), "a".repeat(600)).unwrap();
+        std::fs::write(s.root.join("b"), "b".repeat(600)).unwrap();
+        let t = Arc::new(Turns::default());
+        turns(
+            &t,
+            &s.policy,
+            "shell::turns::on-turn-started",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+        );
+        let mut ids = Vec::new();
+        for f in ["a", "b"] {
+            let out = coder(
+                &t,
+                &s.policy,
+                json!({"Create": {"files": [{"path": f, "content": "new\n", "overwrite": true}]}}),
+            )
+            .unwrap();
+            ids.push(
+                out["Create"]["results"][0]["revision"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // Both left "new\n": one id, the newest change (b's) answers.
+        assert_eq!(ids[0], ids[1]);
+        let d = diff_of(&t, &s.policy, &ids[1]).unwrap();
+        assert_eq!(d["old_contents"], "b".repeat(600));
+        let got = turns(
+            &t,
+            &s.policy,
+            "shell::turns::get",
+            json!({"session_id": "s1"}),
+        );
+        let before = |suffix: &str| {
+            got["turn"]["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["path"].as_str().unwrap().ends_with(suffix))
+                .unwrap()["before"]["stored"]
+                .clone()
+        };
+        assert_eq!(
+            (before("/a"), before("/b")),
+            (json!(false), json!(true)),
+            "{got}"
+        );
+        // A third change evicts b's body too (the oldest left), and its diff goes with it.
+        std::fs::write(s.root.join("c"), "c".repeat(600)).unwrap();
+        coder(
+            &t,
+            &s.policy,
+            json!({"Create": {"files": [{"path": "c", "content": "c2\n", "overwrite": true}]}}),
+        )
+        .unwrap();
+        assert_eq!(diff_of(&t, &s.policy, &ids[1]), Err("C211".into()));
     }
 
     #[test]
     fn nothing_bound_records_nothing() {
-        record("u".into(), "/p".into(), b"a".to_vec(), b"b".to_vec());
+        record("u".into(), "/p".into(), b"a", b"b");
         assert_eq!(diff("u").unwrap_err().code, Code::C211);
     }
 }

@@ -202,7 +202,7 @@ fn create_one(
     commit(&parent, data, mode, owner, owner.is_none()).map_err(failc)?;
     let rev = revision(data);
     if let Some(old) = old {
-        changes::record(rev.clone(), canonical.clone(), old, data.to_vec());
+        changes::record(rev.clone(), canonical.clone(), &old, data);
     }
     Ok((canonical, data.len() as u64, rev))
 }
@@ -291,8 +291,8 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
     changes::record(
         revision(&applied.body),
         canonical.clone(),
-        original,
-        applied.body.clone(),
+        &original,
+        &applied.body,
     );
     Ok((canonical, applied))
 }

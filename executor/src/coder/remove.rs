@@ -95,12 +95,7 @@ fn delete_one(
         unlink(&parent.dir, &name, 0)
             .map_err(|e| failc(CErr::io(format!("delete {input}: {e}"))))?;
         if let Some(old) = old {
-            changes::record(
-                format!("deleted:{canonical}"),
-                canonical.clone(),
-                old,
-                Vec::new(),
-            );
+            changes::record(format!("deleted:{canonical}"), canonical.clone(), &old, &[]);
         }
         return Ok((canonical, true));
     }

@@ -5,7 +5,12 @@
 //! ([`pick_open`]): a top-level turn that `on-turn-started` opened and `on-turn-completed` has
 //! not closed. With several open (two chats at once), the one whose `fs_scope.root` (learned
 //! from its hooks) holds the first path the request changes wins, else the one whose hooks
-//! were seen last. With none open nothing is recorded and the request costs one mutex check.
+//! were seen last. With none open, a `shell::fs::*` request records nothing (it costs one mutex
+//! check), and a `coder::*` mutation records a **one-call turn** of the session
+//! [`OUTSIDE_TURNS`] ([`Turns::begin_coder`]): a `start` titled with the function id, the call's
+//! records, an `end` — or a `discard` when it changed nothing, so no empty turn is listed. That
+//! keeps every coder change in the one history `coder::change-diff` reads (`super::changes`),
+//! as the original kept a `change-diff` snapshot of every coder mutation, session or not.
 //!
 //! The request is mapped to the call the harness would have hooked ([`request_call`]: the
 //! function id and the arguments [`super::model::touches`] reads, every path made absolute the
@@ -14,19 +19,25 @@
 //!
 //! After the request, a file whose revision is still its pre-image's (a failed batch, an entry
 //! refused inside a coder batch) is dropped again unless the turn changed it before; the others
-//! get their after-revision.
+//! get their after-revision, and each coder change to one of them its `change` record.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use iii_shell_protocol::coder::{CoderCall, CoderOp};
 use iii_shell_protocol::fs::FsOp;
 use serde_json::{json, Value};
 
+use super::changes::{change_record, Change};
 use super::{lock, now_ms, TurnCtx, Turns};
 use crate::policy::Policy;
 
 /// Open turns remembered at most (the least recently seen is forgotten first).
 pub const MAX_OPEN: usize = 1024;
+
+/// The session a `coder::*` mutation made while no turn is open records under, as a turn of
+/// its own (`call-<uuid>`). An ordinary session id for `shell::turns::list/get/revert`.
+pub const OUTSIDE_TURNS: &str = "shell.outside-turns";
 
 /// One top-level turn between `on-turn-started` and `on-turn-completed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +153,9 @@ pub struct Recording {
     args: Value,
     /// Path → its pre-image revision (`None`: missing), as captured before the request.
     before: Vec<(String, Option<String>)>,
+    /// A one-call turn of [`OUTSIDE_TURNS`], started at this time: `finish` starts and ends it
+    /// (or discards it).
+    one_call: Option<u64>,
 }
 
 impl Turns {
@@ -223,6 +237,7 @@ impl Turns {
                 function,
                 args,
                 before,
+                one_call: None,
             }),
             Ok(_) => None,
             Err(e) => {
@@ -233,10 +248,60 @@ impl Turns {
         }
     }
 
+    /// [`Self::begin`] for a `coder::*` mutation: into the open turn, else into a new
+    /// one-call turn of [`OUTSIDE_TURNS`].
+    pub fn begin_coder(
+        &self,
+        policy: &Policy,
+        function: &'static str,
+        args: Value,
+    ) -> Option<Recording> {
+        if self.any_open() {
+            return self.begin(policy, function, args);
+        }
+        let ctx = TurnCtx {
+            session: OUTSIDE_TURNS.to_string(),
+            turn: format!("call-{}", uuid::Uuid::new_v4().simple()),
+            root: None,
+            agent: None,
+        };
+        let append = |r: &Value| {
+            self.with_store(policy, |s| s.append(&ctx.session, r))
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        };
+        let started = now_ms();
+        match self.before_inner(policy, &ctx, function, &args) {
+            Ok(before) if !before.is_empty() => Some(Recording {
+                ctx,
+                function,
+                args,
+                before,
+                one_call: Some(started),
+            }),
+            Ok(_) => {
+                // Structure records may have gone in before it turned out nothing is kept.
+                let _ = append(&json!({"t": "discard", "turn_id": ctx.turn}));
+                None
+            }
+            Err(e) => {
+                let _ = append(&json!({"t": "discard", "turn_id": ctx.turn}));
+                tracing::error!(error = %e, function, session = OUTSIDE_TURNS,
+                    "cannot keep the pre-images of a coder call made outside a turn; its changes are not in the turn history and coder::change-diff will not find them: make turns.data_dir writable and with space");
+                None
+            }
+        }
+    }
+
     /// After the request: each file's after-revision, or its record dropped again when the
-    /// request left it as it was.
-    pub fn finish(&self, policy: &Policy, rec: Recording) {
+    /// request left it as it was; the `change` record of each of `changes` (a coder call's,
+    /// `coder::changes`) made to a file given an after-revision, with its id in the index.
+    /// One append for the session's records.
+    pub fn finish(&self, policy: &Policy, rec: Recording, changes: &[Change]) {
         let touches = super::model::touches(rec.function, &rec.args);
+        let mut records = Vec::new();
+        // Canonical path (as the coder reports it) → the turn's path, for files given a post.
+        let mut posted: HashMap<String, &str> = HashMap::new();
         // Every recorded path: the call's own and those inside a tree it reached into.
         for (path, before) in &rec.before {
             let from = touches
@@ -251,18 +316,58 @@ impl Turns {
                 let from = Self::absolute(policy, &rec.ctx, f);
                 matches!(super::current_revision(policy, &from), Ok(Some(_)))
             });
-            let r = if now == *before && source_kept {
-                json!({"t": "drop_if_same", "turn_id": rec.ctx.turn, "path": path, "revision": now})
+            if now == *before && source_kept {
+                records.push(json!({"t": "drop_if_same", "turn_id": rec.ctx.turn, "path": path, "revision": now}));
             } else {
-                json!({"t": "post", "turn_id": rec.ctx.turn, "path": path, "after_revision": now, "at": now_ms()})
-            };
-            let ok = self.with_store(policy, |s| s.append(&rec.ctx.session, &r));
-            if let Err(e) = ok
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            {
-                tracing::error!(error = %e, session = %rec.ctx.session, "cannot record a change's after-revision in the turn store; revert will ask for force: make turns.data_dir writable and with space");
+                records.push(json!({"t": "post", "turn_id": rec.ctx.turn, "path": path, "after_revision": now, "at": now_ms()}));
+                if !changes.is_empty() {
+                    if let Ok(p) = policy.jail.parent(path, false) {
+                        posted.insert(p.path.to_string_lossy().into_owned(), path.as_str());
+                    }
+                }
             }
+        }
+        let any_post = records.iter().any(|r| r["t"] == "post");
+        let mut ids = Vec::new();
+        for c in changes {
+            // A change to a file the turn does not list (one the call reached through a link,
+            // or left as it was) is not in the history, so it gets no id either.
+            if let Some(file) = posted.get(&c.path) {
+                records.push(change_record(&rec.ctx.turn, file, c));
+                ids.push(c.id.as_str());
+            }
+        }
+        if let Some(started) = rec.one_call {
+            // Its start goes with its end, in the one append (a crash before it leaves a turn
+            // listed with no title and no after-revisions, as for any call cut short).
+            if any_post {
+                records.push(json!({"t": "start", "turn_id": rec.ctx.turn, "started_at": started, "title": rec.function}));
+                records.push(json!({"t": "end", "turn_id": rec.ctx.turn, "ended_at": now_ms()}));
+            } else {
+                records.push(json!({"t": "discard", "turn_id": rec.ctx.turn}));
+            }
+        }
+        if records.is_empty() {
+            return;
+        }
+        let (session, turn) = (&rec.ctx.session, &rec.ctx.turn);
+        let ok = self.with_store(policy, |s| {
+            // The index first: a crash between the two leaves an id whose record is not
+            // there (gone, as the turn has no after-revision either), never a recorded
+            // change its id cannot reach.
+            let indexed = ids
+                .iter()
+                .try_for_each(|id| s.index_change(id, session, turn));
+            (indexed, s.append_all(session, &records))
+        });
+        let (indexed, appended) = match ok {
+            Ok((i, a)) => (i.map_err(|e| e.to_string()), a.map_err(|e| e.to_string())),
+            Err(e) => (Ok(()), Err(e.to_string())),
+        };
+        if let Err(e) = appended {
+            tracing::error!(error = %e, session = %session, "cannot record a call's after-revisions in the turn store; revert will ask for force and coder::change-diff will not find its changes: make turns.data_dir writable and with space");
+        } else if let Err(e) = indexed {
+            tracing::error!(error = %e, session = %session, "cannot index a coder change in the turn store; the turn lists it but coder::change-diff will not find it: make turns.data_dir writable and with space");
         }
     }
 }
@@ -303,6 +408,22 @@ mod tests {
             pick_open(&nested, Some("/w/a/x")).map(|o| o.session.as_str()),
             Some("outer"),
             "both hold it: the most recently seen"
+        );
+    }
+
+    #[test]
+    fn a_discarded_one_call_turn_is_not_listed() {
+        let recs = [
+            json!({"t": "pre", "turn_id": "call-1", "path": "/a", "kind": "created", "cause": "coder::create-file", "before": {"missing": true}, "at": 1}),
+            json!({"t": "start", "turn_id": "call-1", "started_at": 1, "title": "coder::create-file"}),
+            json!({"t": "drop_if_same", "turn_id": "call-1", "path": "/a", "revision": null}),
+            json!({"t": "discard", "turn_id": "call-1"}),
+            json!({"t": "start", "turn_id": "call-2", "started_at": 2, "title": "coder::delete-file"}),
+        ];
+        let turns = super::super::fold(&recs);
+        assert_eq!(
+            turns.iter().map(|t| t.turn_id.as_str()).collect::<Vec<_>>(),
+            ["call-2"]
         );
     }
 

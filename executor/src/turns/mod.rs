@@ -9,21 +9,21 @@
 //! The executor's own `shell::fs::*` and `coder::*` requests record into the open turn without
 //! a hook ([`calls`]: `begin`/`finish` around the request, at dispatch).
 //!
-//! Records (one JSON line each, `store.rs`): `start`, `end`, `pre`, `post`, `drop`. Loading
-//! folds them into [`model::TurnRecord`]s; a `pre` with no `post` (the executor died mid-call)
-//! still lists, with no after-revision.
+//! Records (one JSON line each, `store.rs`): `start`, `end`, `pre`, `post`, `drop_if_same`,
+//! `meta`, `change`, `discard`. Loading folds them into [`model::TurnRecord`]s; a `pre` with no
+//! `post` (the executor died mid-call) still lists, with no after-revision; a `discard` removes
+//! a one-call turn that changed nothing.
 //!
-//! **`coder::change-diff`** (`coder/changes.rs`): [`Turns::record_change`] keeps both sides
-//! with [`Turns::keep_body`] and maps the change id to the two revisions;
-//! [`Turns::change_diff_by_id`] answers. Bodies share the blob cap and eviction with the
-//! pre-images.
+//! **`coder::change-diff`** is a view of these records ([`changes`]): each coder change is a
+//! `change` record of the turn it was made in, and its id resolves only through that record.
 
 pub mod calls;
+pub mod changes;
 pub mod model;
 pub mod store;
 pub mod tree;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -72,20 +72,6 @@ pub struct Turns {
     /// Top-level turns started and not completed (`calls`: where requests record).
     open: Mutex<Vec<calls::OpenTurn>>,
     seen: std::sync::atomic::AtomicU64,
-    /// `coder::change-diff` ids → the kept bodies' revisions, newest last, at most
-    /// [`CHANGE_IDS`].
-    changes: Mutex<VecDeque<ChangeRef>>,
-}
-
-/// How many `coder::change-diff` ids are remembered (the bodies live in the blob store, under
-/// its cap and eviction; an id past this count, or whose body was evicted, is C211).
-pub const CHANGE_IDS: usize = 4096;
-
-struct ChangeRef {
-    id: String,
-    path: String,
-    old: String,
-    new: String,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -621,100 +607,6 @@ impl Turns {
     }
 }
 
-/// `coder::change-diff`'s answer for two bodies (CODER-72): both contents when both sides are
-/// UTF-8 (a missing side is the empty body), neither and `is_binary: true` otherwise.
-pub fn change_diff_output(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Value {
-    let o = std::str::from_utf8(old.unwrap_or_default());
-    let n = std::str::from_utf8(new.unwrap_or_default());
-    match (o, n) {
-        (Ok(o), Ok(n)) => {
-            json!({"path": path, "is_binary": false, "old_contents": o, "new_contents": n})
-        }
-        _ => json!({"path": path, "is_binary": true}),
-    }
-}
-
-impl Turns {
-    /// For `coder::change-diff` from the same store: keeps `body` as a blob and returns its
-    /// revision (`None` when it is over `turns.max_blob_bytes` or cannot be written). A coder
-    /// mutation keeps its before and after bodies this way and maps its `change_id` to the
-    /// two revisions.
-    pub fn keep_body(&self, policy: &Policy, body: &[u8]) -> Option<String> {
-        let rev = revision(body);
-        self.with_store(policy, |s| s.put_blob(&rev, body))
-            .ok()
-            .filter(|kept| *kept)
-            .map(|_| rev)
-    }
-
-    /// Records a `coder::*` change for `coder::change-diff`: both bodies into the blob store
-    /// (shared cap and eviction with the pre-images), `id` → their revisions in memory. A
-    /// body the store cannot keep leaves the id unknown.
-    pub fn record_change(&self, policy: &Policy, id: &str, path: &str, old: &[u8], new: &[u8]) {
-        let (Some(old), Some(new)) = (self.keep_body(policy, old), self.keep_body(policy, new))
-        else {
-            return;
-        };
-        let mut c = lock(&self.changes);
-        c.retain(|x| x.id != id);
-        c.push_back(ChangeRef {
-            id: id.to_string(),
-            path: path.to_string(),
-            old,
-            new,
-        });
-        while c.len() > CHANGE_IDS {
-            c.pop_front();
-        }
-    }
-
-    /// `coder::change-diff` of a change recorded with [`Self::record_change`]: `None` for an
-    /// unknown id, an error when a body was evicted since.
-    pub fn change_diff_by_id(&self, policy: &Policy, id: &str) -> Option<Result<Value, ExecError>> {
-        let (path, old, new) = {
-            let c = lock(&self.changes);
-            let r = c.iter().rev().find(|x| x.id == id)?;
-            (r.path.clone(), r.old.clone(), r.new.clone())
-        };
-        Some(self.change_diff(policy, &path, Some(&old), Some(&new)))
-    }
-
-    /// The `coder::change-diff` response for a change whose bodies were kept with
-    /// [`Self::keep_body`] (`None` revision = the path did not exist on that side). An evicted
-    /// body is an error: the diff is no longer available (C211 for the caller).
-    pub fn change_diff(
-        &self,
-        policy: &Policy,
-        path: &str,
-        old_revision: Option<&str>,
-        new_revision: Option<&str>,
-    ) -> Result<Value, ExecError> {
-        let gone = || {
-            ExecError::Missing(
-                "change diff is no longer available; the body was evicted from the turn store"
-                    .into(),
-            )
-        };
-        let (old, new) = self.with_store(policy, |s| {
-            (
-                old_revision.map(|r| s.read_blob(r)),
-                new_revision.map(|r| s.read_blob(r)),
-            )
-        })?;
-        let old = match old {
-            Some(Some(b)) => Some(b),
-            Some(None) => return Err(gone()),
-            None => None,
-        };
-        let new = match new {
-            Some(Some(b)) => Some(b),
-            Some(None) => return Err(gone()),
-            None => None,
-        };
-        Ok(change_diff_output(path, old.as_deref(), new.as_deref()))
-    }
-}
-
 fn req_str(v: &Value, k: &str) -> Result<String, ExecError> {
     v.get(k)
         .and_then(Value::as_str)
@@ -851,6 +743,10 @@ pub fn fold(records: &[Value]) -> Vec<TurnRecord> {
                         link: r["link"].as_str().map(String::from),
                     });
                 }
+            }
+            Some("discard") => {
+                // A one-call turn (`calls::OUTSIDE_TURNS`) whose call changed nothing.
+                turns.retain(|t| t.turn_id != id);
             }
             Some("drop_if_same") => {
                 // A failed call: forget the path when it did not change (TURNS-05).
@@ -1466,37 +1362,6 @@ mod tests {
             .unwrap();
         assert_eq!(adopted["kind"], "created", "{list}");
         assert_eq!(adopted["root"], proj.to_string_lossy().as_ref(), "{list}");
-    }
-
-    #[test]
-    fn change_diffs_come_from_the_same_store() {
-        let d = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(d.path()).unwrap();
-        std::fs::create_dir_all(base.join("root")).unwrap();
-        let p = policy(&base.join("root"), &base.join("data"), 1 << 20);
-        let t = Turns::default();
-        let old = t.keep_body(&p, b"a\n").unwrap();
-        let new = t.keep_body(&p, b"b\n").unwrap();
-        assert_eq!(
-            t.change_diff(&p, "/x", Some(&old), Some(&new)).unwrap(),
-            json!({"path": "/x", "is_binary": false, "old_contents": "a\n", "new_contents": "b\n"})
-        );
-        assert_eq!(
-            t.change_diff(&p, "/x", None, Some(&new)).unwrap()["old_contents"],
-            ""
-        );
-        let bin = t.keep_body(&p, &[0xff, 0xfe]).unwrap();
-        assert_eq!(
-            t.change_diff(&p, "/x", Some(&bin), Some(&new)).unwrap(),
-            json!({"path": "/x", "is_binary": true})
-        );
-        let missing = revision(b"never kept");
-        assert_eq!(
-            t.change_diff(&p, "/x", Some(&missing), None)
-                .unwrap_err()
-                .code(),
-            iii_shell_protocol::Code::S211
-        );
     }
 
     #[test]

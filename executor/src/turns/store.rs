@@ -3,6 +3,7 @@
 //! ```text
 //! <data_dir>/objects/<hh>/<64 hex>   pre-image bodies, content-addressed (sha256)
 //! <data_dir>/sessions/<stem>.jsonl   one append-only log per top-level session
+//! <data_dir>/changes/<hh>.jsonl      which session log holds each coder::change-diff id
 //! ```
 //!
 //! * A blob is written to a temp file, fsynced, renamed into place and its directory fsynced;
@@ -16,6 +17,10 @@
 //!   the same body, so this is the order of the turns that last needed them) down to 90 % of
 //!   the cap; the blob just written is never evicted. An evicted body reads `stored: false`
 //!   and its revert fails with an error; it is never guessed.
+//! * The change-id index (`changes/`, bucketed by the first byte of the id's sha256) holds one
+//!   line `{id, session, turn}` per `coder::*` change, appended and fsynced like a log record;
+//!   the newest line of an id wins. It only says where to look: the change itself is a record
+//!   of that session's log (`super::changes`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -54,6 +59,7 @@ impl Store {
     pub fn open(dir: &Path, max_blob_bytes: u64) -> std::io::Result<Store> {
         std::fs::create_dir_all(dir.join("objects"))?;
         std::fs::create_dir_all(dir.join("sessions"))?;
+        std::fs::create_dir_all(dir.join("changes"))?;
         let s = Store {
             dir: dir.to_path_buf(),
             max_blob_bytes,
@@ -179,14 +185,44 @@ impl Store {
 
     /// Appends one record (one line) and fsyncs it.
     pub fn append(&self, session: &str, record: &serde_json::Value) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(record)?;
-        line.push(b'\n');
-        let mut f = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(self.log_path(session))?;
-        f.write_all(&line)?;
-        f.sync_data()
+        self.append_all(session, std::slice::from_ref(record))
+    }
+
+    /// Appends records (one line each) with one write and one fsync.
+    pub fn append_all(&self, session: &str, records: &[serde_json::Value]) -> std::io::Result<()> {
+        append_lines(&self.log_path(session), records)
+    }
+
+    fn index_path(&self, id: &str) -> PathBuf {
+        let h = super::model::revision(id.as_bytes());
+        self.dir
+            .join("changes")
+            .join(format!("{}.jsonl", &h["sha256:".len()..][..2]))
+    }
+
+    /// Notes that the change `id` is recorded in `session`'s log under `turn`.
+    pub fn index_change(&self, id: &str, session: &str, turn: &str) -> std::io::Result<()> {
+        let line = serde_json::json!({"id": id, "session": session, "turn": turn});
+        append_lines(&self.index_path(id), &[line])
+    }
+
+    /// The (session, turn) whose log holds the change `id`, from its newest index line.
+    pub fn find_change(&self, id: &str) -> Option<(String, String)> {
+        let data = std::fs::read(self.index_path(id)).ok()?;
+        // The id as it is written in a line (JSON-escaped): lines without it are not parsed.
+        let needle = serde_json::to_vec(id).ok()?;
+        let finder = memchr::memmem::Finder::new(&needle);
+        data.split(|b| *b == b'\n')
+            .rev()
+            .filter(|l| finder.find(l).is_some())
+            .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+            .find(|v| v["id"].as_str() == Some(id))
+            .and_then(|v| {
+                Some((
+                    v["session"].as_str()?.to_string(),
+                    v["turn"].as_str()?.to_string(),
+                ))
+            })
     }
 
     /// Every complete record of a session, oldest first (a torn last line is skipped).
@@ -199,6 +235,22 @@ impl Store {
             .filter_map(|l| serde_json::from_slice(l).ok())
             .collect()
     }
+}
+
+/// Appends `records` to the file at `path`, one JSON line each, in one write, then fsyncs.
+/// A crash leaves at most a torn last line, which readers skip.
+fn append_lines(path: &Path, records: &[serde_json::Value]) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    for r in records {
+        serde_json::to_writer(&mut buf, r)?;
+        buf.push(b'\n');
+    }
+    let mut f = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(&buf)?;
+    f.sync_data()
 }
 
 #[cfg(test)]
@@ -225,6 +277,25 @@ mod tests {
             .unwrap();
         f.write_all(b"{\"t\": \"sta").unwrap();
         assert_eq!(s.records("s").len(), 1);
+    }
+
+    #[test]
+    fn the_change_index_answers_with_the_newest_line_of_an_id() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), 1 << 20).unwrap();
+        let odd = "deleted:/w/a \"quoted\" \\ ü";
+        s.index_change("sha256:aa", "s1", "t1").unwrap();
+        s.index_change(odd, "s2", "t9").unwrap();
+        s.index_change("sha256:aa", "s3", "t2").unwrap();
+        assert_eq!(s.find_change("sha256:aa"), Some(("s3".into(), "t2".into())));
+        assert_eq!(s.find_change(odd), Some(("s2".into(), "t9".into())));
+        assert_eq!(s.find_change("sha256:a"), None, "a prefix is another id");
+        assert_eq!(s.find_change("never"), None);
+        // A torn last line (a crash mid-append) is skipped.
+        let bucket = s.index_path("sha256:aa");
+        let mut f = std::fs::File::options().append(true).open(&bucket).unwrap();
+        f.write_all(b"{\"id\":\"sha256:aa\",\"sess").unwrap();
+        assert_eq!(s.find_change("sha256:aa"), Some(("s3".into(), "t2".into())));
     }
 
     #[test]
