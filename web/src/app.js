@@ -321,7 +321,12 @@ export function mountShellPage(el, host) {
         if (seen && baseline === (r.content ?? "")) return;
         view = { path, oldText: baseline, newText: r.content ?? "", isBinary: r.is_utf8 === false, source: seen ? "since last seen" : kind === "created" ? "created" : "new to this page" };
       }
-      if (gen !== diffGen) return;
+      if (gen !== diffGen) {
+        // A later change took the view while this diff was fetched: as above, this body is
+        // still the page's newest sight of the file, and the baseline of its next diff.
+        if (!view.isBinary && lastWritten !== path) remember(path, view.newText ?? "");
+        return;
+      }
       if (!view.isBinary) remember(path, view.newText ?? "");
       if ((view.oldText ?? "").length + (view.newText ?? "").length > DIFF_LIMIT) {
         clear(diffView);
