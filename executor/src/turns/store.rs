@@ -5,6 +5,9 @@
 //! <data_dir>/sessions/<stem>.jsonl   one append-only log per top-level session
 //! ```
 //!
+//! A log's first line names its session (`{"t": "session", "session_id": …}`, written with
+//! the first record), so the sessions can be listed when the stem is a hash.
+//!
 //! * A blob is written to a temp file, fsynced, renamed into place and its directory fsynced;
 //!   a blob that exists already only has its mtime refreshed.
 //! * A log record is one JSON line, appended and fsynced before the call is answered. A crash
@@ -23,13 +26,7 @@ use std::path::{Path, PathBuf};
 /// `<stem>` of a session's log: the id itself when it is 1-128 of `[A-Za-z0-9_.-]` not
 /// starting with `.`, else `h-<sha256 hex of the id>`.
 pub fn session_stem(id: &str) -> String {
-    let plain = !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
-    if plain {
+    if iii_shell_protocol::turns::is_stem_shape(id) {
         id.to_string()
     } else {
         let r = super::model::revision(id.as_bytes());
@@ -177,28 +174,63 @@ impl Store {
             .join(format!("{}.jsonl", session_stem(session)))
     }
 
-    /// Appends one record (one line) and fsyncs it.
+    /// Appends one record (one line) and fsyncs it. A new log starts with a [`HEADER`] line
+    /// naming the session, so `shell::turns::sessions` can list a session whose stem is a hash.
     pub fn append(&self, session: &str, record: &serde_json::Value) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(record)?;
-        line.push(b'\n');
-        let mut f = std::fs::File::options()
-            .create(true)
+        let path = self.log_path(session);
+        let mut line = Vec::new();
+        let mut f = match std::fs::File::options()
+            .create_new(true)
             .append(true)
-            .open(self.log_path(session))?;
+            .open(&path)
+        {
+            Ok(f) => {
+                serde_json::to_writer(&mut line, &header(session))?;
+                line.push(b'\n');
+                f
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::File::options().append(true).open(&path)?
+            }
+            Err(e) => return Err(e),
+        };
+        serde_json::to_writer(&mut line, record)?;
+        line.push(b'\n');
         f.write_all(&line)?;
         f.sync_data()
     }
 
-    /// Every complete record of a session, oldest first (a torn last line is skipped).
+    /// Every complete turn record of a session, oldest first (a torn last line is skipped, and
+    /// so is the header).
     pub fn records(&self, session: &str) -> Vec<serde_json::Value> {
-        let Ok(data) = std::fs::read(self.log_path(session)) else {
-            return Vec::new();
-        };
-        data.split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| serde_json::from_slice(l).ok())
-            .collect()
+        let mut v = read_log(&self.log_path(session));
+        v.retain(|r| !is_header(r));
+        v
     }
+}
+
+/// The `t` of the first line of a session's log: `{"t": "session", "session_id": <id>}`
+/// (logs written before it have none). Folding skips it: it has no `turn_id`.
+pub const HEADER: &str = "session";
+
+fn header(session: &str) -> serde_json::Value {
+    serde_json::json!({"t": HEADER, "session_id": session})
+}
+
+/// Whether `record` is a log's [`HEADER`] line.
+pub fn is_header(record: &serde_json::Value) -> bool {
+    record.get("t").and_then(serde_json::Value::as_str) == Some(HEADER)
+}
+
+/// Every complete record of the log at `path`, oldest first (a torn last line is skipped).
+pub fn read_log(path: &Path) -> Vec<serde_json::Value> {
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    data.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
 }
 
 #[cfg(test)]
