@@ -11,7 +11,9 @@
 //!   `/ui/<path>` as the console does. `web/host/drive.mjs` then drives Debian's Chromium
 //!   through playwright-core: pick a workspace, see a file made by `shell::exec` appear in
 //!   the tree within a second, open it, change it with `coder::update-file` inside a harness
-//!   turn and see the diff, revert the turn and see it restored, type `echo hi` in a
+//!   turn and see the diff, see the sessions with recorded turns listed newest first (turn
+//!   counts, times) and open one with a click, revert the turn and see it restored (the
+//!   session that gets a new turn moves to the top; a typed id still loads), type `echo hi` in a
 //!   terminal and see `hi`, reload and see the scrollback replayed (and the workspace, the open
 //!   file and the font size kept), leave the page and adopt its orphaned terminal session.
 //!   Nothing may be fetched from any other origin. Screenshots go to `target/ui-screenshots/`.
@@ -338,6 +340,7 @@ async fn the_page_works_in_headless_chromium() {
     for shot in [
         "01-workspace.png",
         "02-diff.png",
+        "03-sessions.png",
         "03-reverted.png",
         "04-terminal.png",
         "05-reloaded.png",

@@ -1077,3 +1077,172 @@ async fn recursive_and_structural_changes_revert_to_an_identical_tree() {
     assert_eq!(rv["failed"], 0, "{rv}");
     assert_eq!(full_tree(r), before, "{rv}");
 }
+
+/// `shell::turns::sessions` through the engine: registered with its schemas, the sessions
+/// with recorded turns newest first (by the last change to their history), each with the
+/// turn count and the first and last turn's start `shell::turns::list` shows, a session whose
+/// log stem is a hash under its own id, pages that follow `next_cursor`, a session that gets
+/// a new turn moving to the top, and bad requests refused with S210.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_lists_the_sessions_with_turns_newest_first_with_counts_and_times() {
+    let s = setup().await;
+    let f = s
+        .engine
+        .function("shell::turns::sessions")
+        .expect("shell::turns::sessions is registered");
+    let req = f.request_format.clone().unwrap_or_default();
+    assert_eq!(
+        req["properties"]["limit"]["type"],
+        json!(["integer", "null"]),
+        "{req}"
+    );
+    assert_eq!(
+        req["properties"]["cursor"]["type"],
+        json!(["string", "null"]),
+        "{req}"
+    );
+    assert_eq!(
+        (
+            &req["properties"]["limit"]["minimum"],
+            &req["properties"]["limit"]["maximum"]
+        ),
+        (&json!(1), &json!(200)),
+        "{req}"
+    );
+    let resp = f.response_format.clone().unwrap_or_default();
+    assert_eq!(resp["required"], json!(["sessions"]), "{resp}");
+
+    let empty = s.call("shell::turns::sessions", json!({})).await;
+    assert_eq!(empty, json!({"sessions": []}));
+
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let t0 = now();
+    let turn = |sid: &'static str, tid: &'static str, title: &'static str| {
+        let s = &s;
+        async move {
+            s.call(
+                "shell::turns::on-turn-started",
+                json!({"session_id": sid, "turn_id": tid, "message_preview": title}),
+            )
+            .await;
+            s.call(
+                "shell::turns::on-turn-completed",
+                json!({"session_id": sid, "turn_id": tid}),
+            )
+            .await;
+        }
+    };
+    // File times move with the kernel's clock tick: keep the sessions' last writes apart.
+    let tick = || tokio::time::sleep(std::time::Duration::from_millis(30));
+    turn("s-old", "o1", "first of old").await;
+    turn("s-old", "o2", "second of old").await;
+    tick().await;
+    turn("chat 2/with spaces", "c1", "hashed").await;
+    tick().await;
+    turn("s-new", "n1", "newest").await;
+    let t1 = now();
+
+    let got = s.call("shell::turns::sessions", json!({})).await;
+    let sessions = got["sessions"].as_array().unwrap().clone();
+    let ids: Vec<&str> = sessions
+        .iter()
+        .map(|x| x["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s-new", "chat 2/with spaces", "s-old"], "{got}");
+    let counts: Vec<u64> = sessions
+        .iter()
+        .map(|x| x["turn_count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 1, 2]);
+    assert!(got.get("next_cursor").is_none(), "{got}");
+    let mut keys: Vec<&str> = sessions[2]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "first_started_at",
+            "last_started_at",
+            "last_title",
+            "session_id",
+            "turn_count",
+            "updated_at"
+        ]
+    );
+    let updated: Vec<u64> = sessions
+        .iter()
+        .map(|x| x["updated_at"].as_u64().unwrap())
+        .collect();
+    assert!(
+        updated[0] > updated[1] && updated[1] > updated[2],
+        "{updated:?}"
+    );
+    // The file clock is the kernel's coarse one: a tick behind the precise clock at most.
+    assert!(
+        updated.iter().all(|u| *u + 20 >= t0 && *u <= t1),
+        "{updated:?} not in {t0}..{t1}"
+    );
+    // Each session's times and title are what shell::turns::list shows for it.
+    for x in &sessions {
+        let list = s
+            .call("shell::turns::list", json!({"session_id": x["session_id"]}))
+            .await;
+        let turns = list["turns"].as_array().unwrap();
+        assert_eq!(
+            turns.len() as u64,
+            x["turn_count"].as_u64().unwrap(),
+            "{list}"
+        );
+        assert_eq!(x["last_started_at"], turns[0]["started_at"], "{x} {list}");
+        assert_eq!(
+            x["first_started_at"],
+            turns[turns.len() - 1]["started_at"],
+            "{x} {list}"
+        );
+        assert_eq!(x["last_title"], turns[0]["title"], "{x} {list}");
+        assert!(x["first_started_at"].as_u64().unwrap() >= t0);
+    }
+    assert_eq!(sessions[2]["last_title"], "second of old");
+    assert!(sessions[2]["first_started_at"].as_u64() < sessions[2]["last_started_at"].as_u64());
+
+    // Pages of two, then the rest.
+    let p1 = s.call("shell::turns::sessions", json!({"limit": 2})).await;
+    assert_eq!(p1["sessions"], json!(sessions[..2]), "{p1}");
+    let cursor = p1["next_cursor"].as_str().expect("a next page").to_string();
+    let p2 = s
+        .call(
+            "shell::turns::sessions",
+            json!({"limit": 2, "cursor": cursor}),
+        )
+        .await;
+    assert_eq!(p2, json!({"sessions": [sessions[2]]}));
+
+    // A new turn in the oldest session takes it to the top.
+    tick().await;
+    turn("s-old", "o3", "third of old").await;
+    let again = s.call("shell::turns::sessions", json!({"limit": 1})).await;
+    assert_eq!(again["sessions"][0]["session_id"], "s-old", "{again}");
+    assert_eq!(again["sessions"][0]["turn_count"], 3);
+    assert_eq!(again["sessions"][0]["last_title"], "third of old");
+
+    for bad in [
+        json!({"limit": 0}),
+        json!({"limit": 201}),
+        json!({"limit": "2"}),
+        json!({"cursor": "not a cursor"}),
+        json!({"cursor": "1:../../etc/passwd"}),
+        json!({"cursor": "9".repeat(100_000)}),
+    ] {
+        let r = s.harness.call("shell::turns::sessions", bad.clone()).await;
+        assert_code(&r, "S210");
+    }
+}

@@ -4,6 +4,7 @@
 //! turns function's JSON payload verbatim; the executor parses it against the seed schema
 //! itself (nothing the broker sends is trusted) and answers with the JSON response.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `Request::Turns`: `function` is the full function id (`shell::turns::list`, …).
@@ -17,4 +18,217 @@ pub struct TurnsCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnsReply {
     pub json: String,
+}
+
+// ---- `shell::turns::sessions`: the sessions that have recorded turns, newest first.
+//
+// Not in the ide 0.12.9 contract (it has no function that lists sessions): an addition, so a
+// console page can offer the sessions instead of asking for an id. Checked by the broker and
+// again by the executor with the same functions.
+
+/// Sessions in one page when `limit` is omitted.
+pub const DEFAULT_SESSIONS_PAGE: usize = 50;
+/// The most sessions one page holds.
+pub const MAX_SESSIONS_PAGE: usize = 200;
+/// The longest cursor accepted, in bytes (`<20 digits>:<stem of at most 128>`).
+pub const MAX_CURSOR_BYTES: usize = 160;
+
+/// `shell::turns::sessions` request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "SessionsInput")]
+pub struct SessionsRequest {
+    /// Most sessions to return, 1 to 200 (default 50).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_SESSIONS_PAGE))]
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the previous page, for the sessions older than it; omit for the newest.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// One session with recorded turns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionSummary {
+    /// The harness session id: what `shell::turns::list`, `get` and `revert` take.
+    pub session_id: String,
+    /// How many turns `shell::turns::list` lists for it.
+    pub turn_count: usize,
+    /// `started_at` of its oldest turn (ms since the epoch).
+    pub first_started_at: u64,
+    /// `started_at` of its newest turn (ms since the epoch).
+    pub last_started_at: u64,
+    /// When its history last changed (ms since the epoch): the time of the last record written to its log. The list is ordered by this, newest first.
+    pub updated_at: u64,
+    /// The title of its newest turn, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_title: Option<String>,
+}
+
+/// `shell::turns::sessions` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "SessionsOutput")]
+pub struct SessionsResponse {
+    /// Newest first (by `updated_at`).
+    pub sessions: Vec<SessionSummary>,
+    /// Pass as `cursor` for the next, older page; absent when there is none. A page can hold fewer than `limit` sessions and still have a next one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Where a page of sessions resumes: strictly after the session whose log was last changed at
+/// `mtime_ns` and whose log file is `<stem>.jsonl` (order: newest first, then by stem).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsCursor {
+    pub mtime_ns: u64,
+    pub stem: String,
+}
+
+/// Whether `s` has the shape of a session log's stem: 1-128 of `[A-Za-z0-9_.-]`, not starting
+/// with `.` (the executor's `session_stem` makes nothing else).
+pub fn is_stem_shape(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+}
+
+impl SessionsCursor {
+    /// The wire form: `<mtime_ns>:<stem>`.
+    pub fn encode(&self) -> String {
+        format!("{}:{}", self.mtime_ns, self.stem)
+    }
+
+    /// The cursor in `s`, or why it is not one.
+    pub fn parse(s: &str) -> Result<SessionsCursor, String> {
+        let bad = || {
+            format!(
+                "'cursor' is not a cursor of shell::turns::sessions (pass the next_cursor of the previous page unchanged, or omit it for the newest sessions): {:?}",
+                s.chars().take(40).collect::<String>()
+            )
+        };
+        if s.len() > MAX_CURSOR_BYTES {
+            return Err(bad());
+        }
+        let (ns, stem) = s.split_once(':').ok_or_else(bad)?;
+        if ns.is_empty() || ns.len() > 20 || !ns.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let mtime_ns = ns.parse::<u64>().map_err(|_| bad())?;
+        if !is_stem_shape(stem) {
+            return Err(bad());
+        }
+        Ok(SessionsCursor {
+            mtime_ns,
+            stem: stem.to_string(),
+        })
+    }
+}
+
+/// A checked `shell::turns::sessions` request: the page size and where it resumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsPage {
+    pub limit: usize,
+    pub after: Option<SessionsCursor>,
+}
+
+/// Checks a request (`Err` is the S210 message): `limit` 1 to [`MAX_SESSIONS_PAGE`], a cursor
+/// of the shape [`SessionsCursor::encode`] writes.
+pub fn sessions_page(r: &SessionsRequest) -> Result<SessionsPage, String> {
+    let limit = match r.limit {
+        None => DEFAULT_SESSIONS_PAGE,
+        Some(n) if (1..=MAX_SESSIONS_PAGE).contains(&n) => n,
+        Some(n) => {
+            return Err(format!(
+                "'limit' is {n}; pass 1 to {MAX_SESSIONS_PAGE} (omit it for {DEFAULT_SESSIONS_PAGE}), and follow next_cursor for more"
+            ))
+        }
+    };
+    let after = r.cursor.as_deref().map(SessionsCursor::parse).transpose()?;
+    Ok(SessionsPage { limit, after })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_anything_else() {
+        let c = SessionsCursor {
+            mtime_ns: 1_700_000_000_123_456_789,
+            stem: "ui-s1".into(),
+        };
+        assert_eq!(c.encode(), "1700000000123456789:ui-s1");
+        assert_eq!(SessionsCursor::parse(&c.encode()), Ok(c));
+        assert_eq!(
+            SessionsCursor::parse("0:h-ab.c_d"),
+            Ok(SessionsCursor {
+                mtime_ns: 0,
+                stem: "h-ab.c_d".into()
+            })
+        );
+        for bad in [
+            "",
+            ":",
+            "12",
+            "12:",
+            ":abc",
+            "-1:abc",
+            "+1:abc",
+            "1.5:abc",
+            "18446744073709551616:abc",
+            "123456789012345678901:abc",
+            "1:../x",
+            "1:.hidden",
+            "1:a/b",
+            "1:a:b",
+            "1:a b",
+        ] {
+            assert!(SessionsCursor::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(SessionsCursor::parse(&format!("1:{}", "a".repeat(128))).is_ok());
+        assert!(SessionsCursor::parse(&format!("1:{}", "a".repeat(129))).is_err());
+        assert!(SessionsCursor::parse(&"9".repeat(100_000)).is_err());
+        assert_eq!(
+            SessionsCursor::parse("x").unwrap_err(),
+            "'cursor' is not a cursor of shell::turns::sessions (pass the next_cursor of the previous page unchanged, or omit it for the newest sessions): \"x\""
+        );
+    }
+
+    #[test]
+    fn pages_are_1_to_200_and_50_by_default() {
+        let req = |limit, cursor: Option<&str>| SessionsRequest {
+            limit,
+            cursor: cursor.map(String::from),
+        };
+        assert_eq!(
+            sessions_page(&req(None, None)),
+            Ok(SessionsPage {
+                limit: 50,
+                after: None
+            })
+        );
+        assert_eq!(sessions_page(&req(Some(1), None)).map(|p| p.limit), Ok(1));
+        assert_eq!(
+            sessions_page(&req(Some(200), None)).map(|p| p.limit),
+            Ok(200)
+        );
+        assert_eq!(
+            sessions_page(&req(Some(0), None)),
+            Err(
+                "'limit' is 0; pass 1 to 200 (omit it for 50), and follow next_cursor for more"
+                    .into()
+            )
+        );
+        assert!(sessions_page(&req(Some(201), None)).is_err());
+        assert!(sessions_page(&req(Some(usize::MAX), None)).is_err());
+        assert_eq!(
+            sessions_page(&req(None, Some("5:s"))).map(|p| p.after),
+            Ok(Some(SessionsCursor {
+                mtime_ns: 5,
+                stem: "s".into()
+            }))
+        );
+        assert!(sessions_page(&req(None, Some("s"))).is_err());
+    }
 }

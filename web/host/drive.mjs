@@ -102,10 +102,41 @@ try {
   console.log(`diff: ${await text("[data-testid=diff-view]")}`.replace(/\n/g, " | "));
   await page.screenshot({ path: join(shots, "02-diff.png") });
 
-  step("revert the turn and see the file restored");
-  await page.fill("[data-testid=turns-session]", "ui-s1");
-  await page.click("[data-testid=turns-load]");
+  step("the turns pane lists the sessions with recorded turns, newest first; one click opens one");
+  // A second, newer session (an id that is not a file name: its log's name is a hash).
+  const side = { session_id: "chat 9/side", turn_id: "s1" };
+  await call("shell::turns::on-turn-started", { ...side, message_preview: "look around" });
+  await call("shell::turns::on-turn-completed", side);
+  const sessionItems = () => page.evaluate(() => [...document.querySelectorAll("[data-testid=turns-session-item]")].map((e) => ({
+    id: e.dataset.sessionId,
+    count: e.querySelector("[data-testid=session-turn-count]")?.textContent,
+    title: e.querySelector("[data-testid=session-title]")?.textContent,
+    times: e.querySelector("[data-testid=session-times]")?.textContent,
+    selected: e.classList.contains("shell-selected"),
+  })));
+  const listed = (want) => async () => {
+    const got = await sessionItems();
+    if (JSON.stringify(got.map((x) => [x.id, x.count])) === JSON.stringify(want)) return got;
+    throw new Error(JSON.stringify(got));
+  };
+  const shown = await until("both sessions listed, newest first", listed([["chat 9/side", "1 turn"], ["ui-s1", "1 turn"]]));
+  if (shown[1].title !== "greet the world" || !/^\d\d:\d\d:\d\d · first \d\d:\d\d:\d\d$/.test(shown[1].times)) throw new Error(`session row: ${JSON.stringify(shown[1])}`);
+  // The times shown are the worker's, in the browser's time zone.
+  const wire = await call("shell::turns::sessions", {});
+  const hhmmss = (ms) => new Date(ms).toTimeString().slice(0, 8);
+  const ui = wire.sessions.find((x) => x.session_id === "ui-s1");
+  if (shown[1].times !== `${hhmmss(ui.updated_at)} · first ${hhmmss(ui.first_started_at)}`) throw new Error(`times ${shown[1].times} vs ${JSON.stringify(ui)}`);
+  console.log(`sessions: ${shown.map((x) => `${x.id} (${x.count}, ${x.times})`).join("; ")}`);
+  if ((await page.locator("[data-testid=turn]").count()) !== 0) throw new Error("turns shown before a session was opened");
+  await page.click('[data-testid=turns-session-item][data-session-id="ui-s1"]');
   await page.locator("[data-testid=turn][data-turn-id=t1]").waitFor({ timeout: 10000 });
+  if (!(await text("[data-testid=turn][data-turn-id=t1]")).includes("greet the world")) throw new Error("the opened session's turn has no title");
+  if ((await text("[data-testid=turns-current]")) !== "Turns of ui-s1") throw new Error(`heading: ${await text("[data-testid=turns-current]")}`);
+  await until("the opened session marked", async () => (await sessionItems()).find((x) => x.id === "ui-s1")?.selected);
+  if ((await page.inputValue("[data-testid=turns-session]")) !== "ui-s1") throw new Error("the id field does not follow the opened session");
+  await page.screenshot({ path: join(shots, "03-sessions.png") });
+
+  step("revert the turn and see the file restored");
   await page.click("[data-testid=turn][data-turn-id=t1] [data-testid=revert-turn]");
   await until("the revert result", async () => (await text("[data-testid=revert-result]")).startsWith("reverted 1, failed 0"));
   await until("the restored file in the view", async () => (await text("[data-testid=file-content]")).includes('println!("hello")'));
@@ -127,6 +158,10 @@ try {
   await call("shell::turns::on-turn-completed", t2);
   // The last file written shows as the diff before anything else happens.
   await until("the diff of the turn's last write", async () => (await text("[data-testid=diff-path]")) === "README.md");
+  // The session that just had a turn moves to the top of the list, with its new count.
+  await until("ui-s1 on top with 2 turns", listed([["ui-s1", "2 turns"], ["chat 9/side", "1 turn"]]));
+  // The typed id is the fallback: it loads the session as a click does.
+  await page.fill("[data-testid=turns-session]", "ui-s1");
   await page.click("[data-testid=turns-load]");
   const oneFile = '[data-testid=turn][data-turn-id=t2] li:has(code:text-is("src/lib.rs")) [data-testid=revert-file]';
   await page.locator(oneFile).waitFor({ timeout: 10000 });
@@ -161,6 +196,7 @@ try {
   if ((await text("[data-testid=font-size]")) !== "15px") throw new Error("the font size is not kept per browser");
   await until("the open file restored", async () => (await text("[data-testid=file-content]")).includes('println!("hello")'));
   if ((await text("[data-testid=ws-current]")) !== ws) throw new Error("the workspace was not restored from ui-state");
+  await until("the open session restored and marked in the list", async () => (await sessionItems()).find((x) => x.id === "ui-s1")?.selected && (await page.locator("[data-testid=turn][data-turn-id=t2]").count()) === 1);
   await page.screenshot({ path: join(shots, "05-reloaded.png") });
 
   step("leave the page (its terminal detaches), forget the session, come back and adopt it");

@@ -3,6 +3,7 @@
 import { h, clear, errorText, base64ToBytes, debounce } from "./dom.js";
 import { isNoise, join, relative, imageType, language } from "./paths.js";
 import { highlight } from "./highlight.js";
+import { fullTime, shortTime } from "./times.js";
 import { renderDiff } from "./diffview.js";
 import { createTerminalPane } from "./terminal.js";
 
@@ -17,6 +18,9 @@ const CHUNKED_LIMIT = 16 * 1024 * 1024;
 const DIFF_LIMIT = 2 * 1024 * 1024;
 // Most baselines the page keeps (the oldest are forgotten first).
 const SEEN_LIMIT = 256;
+// Sessions asked for at a time (shell::turns::sessions takes at most 200 per call).
+const SESSIONS_PAGE = 20;
+const SESSIONS_MAX = 200;
 
 export function mountShellPage(el, host) {
   const call = (fid, payload) => host.iii.trigger(fid, payload);
@@ -50,7 +54,10 @@ export function mountShellPage(el, host) {
   const tree = h("div", { class: "shell-tree", "data-testid": "tree" });
   const fileView = h("section", { class: "shell-file", "data-testid": "file-view" }, h("div", { class: "shell-muted", text: "open a file from the tree" }));
   const diffView = h("section", { class: "shell-diff", "data-testid": "diff-view" }, h("div", { class: "shell-muted", text: "the last written file shows here as a diff" }));
-  const sessionInput = h("input", { class: "shell-session-input", "data-testid": "turns-session", placeholder: "harness session id" });
+  const sessionInput = h("input", { class: "shell-session-input", "data-testid": "turns-session", placeholder: "or type a session id", spellcheck: "false" });
+  const sessionsList = h("div", { class: "shell-sessions", "data-testid": "turns-sessions" });
+  const sessionsMore = h("button", { class: "shell-small", "data-testid": "turns-sessions-more", hidden: true, onclick: () => moreSessions() }, "older sessions");
+  const turnsCurrent = h("div", { class: "shell-subtitle", "data-testid": "turns-current", text: "no session open" });
   const turnsList = h("div", { class: "shell-turns-list", "data-testid": "turns-list" });
   const revertNote = h("div", { class: "shell-muted", "data-testid": "revert-result" });
   const termEl = h("section", { class: "shell-term" });
@@ -79,7 +86,11 @@ export function mountShellPage(el, host) {
           "aside",
           { class: "shell-turns" },
           h("div", { class: "shell-pane-title", text: "Turns" }),
-          h("div", { class: "shell-row" }, sessionInput, h("button", { "data-testid": "turns-load", onclick: () => { update({ session_id: sessionInput.value.trim() }); refreshTurns(); } }, "Load")),
+          h("div", { class: "shell-subtitle", text: "Sessions" }),
+          sessionsList,
+          sessionsMore,
+          h("div", { class: "shell-row" }, sessionInput, h("button", { "data-testid": "turns-load", onclick: () => openSession(sessionInput.value.trim()) }, "Load")),
+          turnsCurrent,
           revertNote,
           turnsList,
         ),
@@ -140,11 +151,13 @@ export function mountShellPage(el, host) {
   let lastWritten = null;
   const refreshTreeSoon = debounce(() => refreshTree(), 60);
   const refreshTurnsSoon = debounce(() => refreshTurns(), 250);
+  const refreshSessionsSoon = debounce(() => refreshSessions(), 250);
   cleanups.push(
     host.iii.on(changedFn, (ev) => {
       if (!state.root || !ev || ev.root !== state.root) return;
       refreshTreeSoon();
       refreshTurnsSoon();
+      refreshSessionsSoon();
       if (ev.overflow || ev.dir || !ev.path || ev.path === ".") return;
       // Change paths are relative to the watched root.
       const path = join(ev.root, ev.path);
@@ -321,7 +334,12 @@ export function mountShellPage(el, host) {
         if (seen && baseline === (r.content ?? "")) return;
         view = { path, oldText: baseline, newText: r.content ?? "", isBinary: r.is_utf8 === false, source: seen ? "since last seen" : kind === "created" ? "created" : "new to this page" };
       }
-      if (gen !== diffGen) return;
+      if (gen !== diffGen) {
+        // A later change took the view while this diff was fetched: as above, this body is
+        // still the page's newest sight of the file, and the baseline of its next diff.
+        if (!view.isBinary && lastWritten !== path) remember(path, view.newText ?? "");
+        return;
+      }
       if (!view.isBinary) remember(path, view.newText ?? "");
       if ((view.oldText ?? "").length + (view.newText ?? "").length > DIFF_LIMIT) {
         clear(diffView);
@@ -335,9 +353,81 @@ export function mountShellPage(el, host) {
   }
 
   // ---- turn history (shell::turns::*)
+  // The sessions with recorded turns, newest first (shell::turns::sessions); one click opens one.
+  let sessionsGen = 0;
+  let sessionsShown = [];
+  let sessionsCursor = null;
+
+  function openSession(id) {
+    if (!id) return;
+    sessionInput.value = id;
+    update({ session_id: id });
+    renderSessions();
+    refreshTurns();
+  }
+
+  function sessionRow(s) {
+    const n = s.turn_count;
+    const selected = s.session_id === state.session_id;
+    return h(
+      "button",
+      {
+        class: `shell-session${selected ? " shell-selected" : ""}`,
+        "data-testid": "turns-session-item",
+        "data-session-id": s.session_id,
+        title: `${s.session_id}\nfirst turn started ${fullTime(s.first_started_at)}\nlast turn started ${fullTime(s.last_started_at)}\nhistory changed ${fullTime(s.updated_at)}`,
+        onclick: () => openSession(s.session_id),
+      },
+      h("span", { class: "shell-session-head" }, h("code", { class: "shell-session-id", text: s.session_id }), h("span", { class: "shell-muted", "data-testid": "session-turn-count", text: `${n} turn${n === 1 ? "" : "s"}` })),
+      s.last_title ? h("span", { class: "shell-session-title", "data-testid": "session-title", text: s.last_title }) : null,
+      h("span", { class: "shell-muted shell-session-times", "data-testid": "session-times", text: `${shortTime(s.updated_at)} · first ${shortTime(s.first_started_at)}` }),
+    );
+  }
+
+  function renderSessions() {
+    clear(sessionsList);
+    if (!sessionsShown.length) sessionsList.append(h("div", { class: "shell-muted", text: "no session has recorded turns yet" }));
+    for (const s of sessionsShown) sessionsList.append(sessionRow(s));
+    sessionsMore.hidden = !sessionsCursor;
+  }
+
+  async function refreshSessions() {
+    const gen = ++sessionsGen;
+    try {
+      // As many as are shown (older pages the user opened stay open), newest first.
+      const limit = Math.min(SESSIONS_MAX, Math.max(SESSIONS_PAGE, sessionsShown.length));
+      const r = await call("shell::turns::sessions", { limit });
+      if (gen !== sessionsGen) return;
+      sessionsShown = r.sessions || [];
+      sessionsCursor = r.next_cursor ?? null;
+      renderSessions();
+    } catch (e) {
+      if (gen !== sessionsGen) return;
+      clear(sessionsList);
+      sessionsList.append(h("div", { class: "shell-error", text: `sessions: ${errorText(e)}` }));
+    }
+  }
+
+  async function moreSessions() {
+    if (!sessionsCursor) return;
+    const gen = ++sessionsGen;
+    try {
+      const r = await call("shell::turns::sessions", { limit: SESSIONS_PAGE, cursor: sessionsCursor });
+      if (gen !== sessionsGen) return;
+      // A session that changed meanwhile moved up and is already shown.
+      const seen = new Set(sessionsShown.map((s) => s.session_id));
+      sessionsShown = sessionsShown.concat((r.sessions || []).filter((s) => !seen.has(s.session_id)));
+      sessionsCursor = r.next_cursor ?? null;
+      renderSessions();
+    } catch (e) {
+      sessionsList.append(h("div", { class: "shell-error", text: `sessions: ${errorText(e)}` }));
+    }
+  }
+
   let turnsGen = 0;
   async function refreshTurns() {
     const sid = state.session_id;
+    turnsCurrent.textContent = sid ? `Turns of ${sid}` : "no session open";
     if (!sid) return;
     const gen = ++turnsGen;
     try {
@@ -432,9 +522,13 @@ export function mountShellPage(el, host) {
     } else {
       showRoots();
     }
+    refreshSessions();
     if (state.session_id) refreshTurns();
   })();
-  const poll = setInterval(() => refreshTurns(), 3000);
+  const poll = setInterval(() => {
+    refreshSessions();
+    refreshTurns();
+  }, 3000);
   cleanups.push(() => clearInterval(poll));
 
   return () => {

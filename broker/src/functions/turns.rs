@@ -8,17 +8,31 @@
 //! `{"decision": "continue"}` and the turn events `{"ok": …}`, within [`HOOK_BUDGET`], even
 //! when the store fails (logged). `shell::turns::revert` also takes `force: true` (outside the
 //! seed schema, which allows extra keys) to revert files changed since the turn.
+//!
+//! `shell::turns::sessions` is not in the seed (ide 0.12.9 has no function that lists
+//! sessions): the sessions with recorded turns, newest first, a page at a time, so the console
+//! page can offer them instead of asking for an id. Its schemas are generated from the
+//! protocol's types; the broker checks the request (`sessions_page`) before forwarding it and
+//! the executor checks it again.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use iii_shell_protocol::messages::{Reply, Request};
-use iii_shell_protocol::turns::TurnsCall;
+use iii_shell_protocol::turns::{
+    sessions_page, SessionsRequest, SessionsResponse, TurnsCall, DEFAULT_SESSIONS_PAGE,
+    MAX_SESSIONS_PAGE,
+};
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
-use super::FunctionDef;
+use super::{meta, FunctionDef};
+use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
+use crate::validate::parse;
+
+/// The one turns function that is not the seed's.
+pub const SESSIONS: &str = "shell::turns::sessions";
 
 /// The seed's entries of the eight turns functions.
 const SEED: &str = include_str!("turns_seed.json");
@@ -61,7 +75,8 @@ pub fn definitions() -> Vec<FunctionDef> {
     static DEFS: OnceLock<Vec<FunctionDef>> = OnceLock::new();
     DEFS.get_or_init(|| {
         let seed: Vec<Value> = serde_json::from_str(SEED).unwrap_or_default();
-        seed.iter()
+        let mut v: Vec<FunctionDef> = seed
+            .iter()
             .map(|f| FunctionDef {
                 id: leak(f["name"].as_str().unwrap_or_default()),
                 description: leak(f["description"].as_str().unwrap_or_default()),
@@ -69,7 +84,15 @@ pub fn definitions() -> Vec<FunctionDef> {
                 request_format: f["request_schema"].clone(),
                 response_format: f["response_schema"].clone(),
             })
-            .collect()
+            .collect();
+        v.push(FunctionDef {
+            id: SESSIONS,
+            description: leak(&format!("List the harness sessions that have recorded turns, newest first (by the last change to their history), with their turn counts, the first and last turn's start and the newest turn's title: what to pass to shell::turns::list. At most {MAX_SESSIONS_PAGE} per call ({DEFAULT_SESSIONS_PAGE} by default); pass next_cursor back as cursor for older ones.")),
+            metadata: meta(false, false, false),
+            request_format: schema_for::<SessionsRequest>(),
+            response_format: schema_for::<SessionsResponse>(),
+        });
+        v
     })
     .clone()
 }
@@ -106,6 +129,16 @@ pub async fn dispatch(
         function_id,
         "shell::turns::on-turn-started" | "shell::turns::on-turn-completed"
     );
+    if function_id == SESSIONS {
+        // serde would take an array for the struct, field by field.
+        if !payload.is_object() && !payload.is_null() {
+            return Err(WireError::new(Code::S210, "the request must be an object"));
+        }
+        let r: SessionsRequest = parse(&payload)?;
+        sessions_page(&r).map_err(|why| WireError::new(Code::S210, why))?;
+        // The typed request goes on, not the payload (which may be null or carry extra keys).
+        return forward(services, function_id, &super::to_value(&r)?).await;
+    }
     if !hook && !event {
         if !payload.is_object() {
             return Err(WireError::new(Code::S210, "the request must be an object"));
@@ -126,4 +159,34 @@ pub async fn dispatch(
     } else {
         json!({"ok": failed.is_none()})
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `shell::turns::sessions` is checked here before anything is forwarded: with no executor
+    /// connected, a bad request still answers S210 at once, with the reason.
+    #[tokio::test]
+    async fn a_bad_sessions_request_is_refused_before_the_executor() {
+        let services = Services::new();
+        for (bad, why) in [
+            (json!({"limit": 0}), "'limit' is 0; pass 1 to 200"),
+            (json!({"limit": 1000}), "'limit' is 1000; pass 1 to 200"),
+            (json!({"limit": "9"}), "malformed payload"),
+            (json!({"cursor": "7"}), "'cursor' is not a cursor"),
+            (json!([1]), "the request must be an object"),
+            (json!("x"), "the request must be an object"),
+        ] {
+            let r = tokio::time::timeout(
+                Duration::from_secs(5),
+                dispatch(&services, SESSIONS, bad.clone()),
+            )
+            .await
+            .expect("answered without the executor");
+            let e = r.expect_err("refused");
+            assert!(e.is(Code::S210), "{bad}: {e:?}");
+            assert!(e.message.starts_with(why), "{bad}: {}", e.message);
+        }
+    }
 }

@@ -14,12 +14,16 @@
 //! `post` (the executor died mid-call) still lists, with no after-revision; a `discard` removes
 //! a one-call turn that changed nothing.
 //!
+//! **`shell::turns::sessions`** ([`sessions`]): the sessions with recorded turns, newest
+//! first, a page at a time (not in the seed: an addition for the console page).
+//!
 //! **`coder::change-diff`** is a view of these records ([`changes`]): each coder change is a
 //! `change` record of the turn it was made in, and its id resolves only through that record.
 
 pub mod calls;
 pub mod changes;
 pub mod model;
+pub mod sessions;
 pub mod store;
 pub mod tree;
 
@@ -166,6 +170,20 @@ impl Turns {
                     })
                     .collect();
                 Ok(json!({"session_id": session, "turns": turns}))
+            }
+            "shell::turns::sessions" => {
+                if !v.is_object() {
+                    return Err(ExecError::Invalid("the request must be an object".into()));
+                }
+                let r: iii_shell_protocol::turns::SessionsRequest =
+                    serde_json::from_value(v).map_err(invalid)?;
+                let page =
+                    iii_shell_protocol::turns::sessions_page(&r).map_err(ExecError::Invalid)?;
+                // Read outside the store's lock: a page reads up to `limit` logs, and the hooks
+                // must not wait for it.
+                let dir = self.with_store(policy, |s| s.dir().join("sessions"))?;
+                serde_json::to_value(sessions::list(&dir, &page))
+                    .map_err(|e| ExecError::Internal(format!("sessions: {e}")))
             }
             "shell::turns::get" => {
                 let session = req_str(&v, "session_id")?;
@@ -1490,5 +1508,50 @@ mod tests {
         );
         assert_eq!(rv["reverted"], 1, "{rv}");
         assert_eq!(std::fs::read(root.join("b")).unwrap(), vec![b'b'; 600]);
+    }
+
+    /// `shell::turns::sessions` is checked again here, whatever the broker let through, and a
+    /// session whose log stem is a hash lists under its own id, which opens its turns.
+    #[test]
+    fn sessions_are_checked_again_and_list_under_their_own_ids() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let p = policy(&root, &d.path().join("turns"), 1 << 20);
+        let t = Turns::default();
+        for bad in [
+            json!({"limit": 0}),
+            json!({"limit": 201}),
+            json!({"limit": -1}),
+            json!({"limit": "5"}),
+            json!({"cursor": "x"}),
+            json!({"cursor": "1:../../etc"}),
+            json!("not an object"),
+            json!([1]),
+            json!(null),
+        ] {
+            let r = t.call(&p, "shell::turns::sessions", &bad.to_string());
+            assert!(matches!(r, Err(ExecError::Invalid(_))), "{bad}: {r:?}");
+        }
+        let id = "chat 7/with slashes";
+        assert!(store::session_stem(id).starts_with("h-"));
+        call(
+            &t,
+            &p,
+            "shell::turns::on-turn-started",
+            json!({"session_id": id, "turn_id": "t1", "message_preview": "  hello there "}),
+        );
+        let got = call(&t, &p, "shell::turns::sessions", json!({}));
+        assert_eq!(got["sessions"].as_array().unwrap().len(), 1, "{got}");
+        assert_eq!(got["sessions"][0]["session_id"], id);
+        assert_eq!(got["sessions"][0]["turn_count"], 1);
+        assert_eq!(got["sessions"][0]["last_title"], "hello there");
+        assert!(got.get("next_cursor").is_none(), "{got}");
+        let list = call(&t, &p, "shell::turns::list", json!({"session_id": id}));
+        assert_eq!(list["turns"][0]["turn_id"], "t1", "{list}");
+        assert_eq!(
+            list["turns"][0]["started_at"],
+            got["sessions"][0]["first_started_at"]
+        );
     }
 }

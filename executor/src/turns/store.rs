@@ -6,6 +6,9 @@
 //! <data_dir>/changes/<hh>.jsonl      which session log holds each coder::change-diff id
 //! ```
 //!
+//! A log's first line names its session (`{"t": "session", "session_id": …}`, written with
+//! the first record), so the sessions can be listed when the stem is a hash.
+//!
 //! * A blob is written to a temp file, fsynced, renamed into place and its directory fsynced;
 //!   a blob that exists already only has its mtime refreshed.
 //! * A log record is one JSON line, appended and fsynced before the call is answered. A crash
@@ -28,13 +31,7 @@ use std::path::{Path, PathBuf};
 /// `<stem>` of a session's log: the id itself when it is 1-128 of `[A-Za-z0-9_.-]` not
 /// starting with `.`, else `h-<sha256 hex of the id>`.
 pub fn session_stem(id: &str) -> String {
-    let plain = !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
-    if plain {
+    if iii_shell_protocol::turns::is_stem_shape(id) {
         id.to_string()
     } else {
         let r = super::model::revision(id.as_bytes());
@@ -183,14 +180,37 @@ impl Store {
             .join(format!("{}.jsonl", session_stem(session)))
     }
 
-    /// Appends one record (one line) and fsyncs it.
+    /// Appends one record (one line) and fsyncs it. A new log starts with a [`HEADER`] line
+    /// naming the session, so `shell::turns::sessions` can list a session whose stem is a hash.
     pub fn append(&self, session: &str, record: &serde_json::Value) -> std::io::Result<()> {
         self.append_all(session, std::slice::from_ref(record))
     }
 
     /// Appends records (one line each) with one write and one fsync.
     pub fn append_all(&self, session: &str, records: &[serde_json::Value]) -> std::io::Result<()> {
-        append_lines(&self.log_path(session), records)
+        let path = self.log_path(session);
+        let mut buf = Vec::new();
+        let mut f = match std::fs::File::options()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                serde_json::to_writer(&mut buf, &header(session))?;
+                buf.push(b'\n');
+                f
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::File::options().append(true).open(&path)?
+            }
+            Err(e) => return Err(e),
+        };
+        for r in records {
+            serde_json::to_writer(&mut buf, r)?;
+            buf.push(b'\n');
+        }
+        f.write_all(&buf)?;
+        f.sync_data()
     }
 
     fn index_path(&self, id: &str) -> PathBuf {
@@ -225,15 +245,12 @@ impl Store {
             })
     }
 
-    /// Every complete record of a session, oldest first (a torn last line is skipped).
+    /// Every complete turn record of a session, oldest first (a torn last line is skipped, and
+    /// so is the header).
     pub fn records(&self, session: &str) -> Vec<serde_json::Value> {
-        let Ok(data) = std::fs::read(self.log_path(session)) else {
-            return Vec::new();
-        };
-        data.split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| serde_json::from_slice(l).ok())
-            .collect()
+        let mut v = read_log(&self.log_path(session));
+        v.retain(|r| !is_header(r));
+        v
     }
 }
 
@@ -251,6 +268,30 @@ fn append_lines(path: &Path, records: &[serde_json::Value]) -> std::io::Result<(
         .open(path)?;
     f.write_all(&buf)?;
     f.sync_data()
+}
+
+/// The `t` of the first line of a session's log: `{"t": "session", "session_id": <id>}`
+/// (logs written before it have none). Folding skips it: it has no `turn_id`.
+pub const HEADER: &str = "session";
+
+fn header(session: &str) -> serde_json::Value {
+    serde_json::json!({"t": HEADER, "session_id": session})
+}
+
+/// Whether `record` is a log's [`HEADER`] line.
+pub fn is_header(record: &serde_json::Value) -> bool {
+    record.get("t").and_then(serde_json::Value::as_str) == Some(HEADER)
+}
+
+/// Every complete record of the log at `path`, oldest first (a torn last line is skipped).
+pub fn read_log(path: &Path) -> Vec<serde_json::Value> {
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    data.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
 }
 
 #[cfg(test)]
