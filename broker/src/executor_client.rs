@@ -229,6 +229,16 @@ impl ExecutorClient {
                             c.add_permits(1);
                         }
                     }
+                    Ok(ServerFrame::Spans(spans)) => {
+                        if let Some(hub) = crate::telemetry::active() {
+                            hub.emit_executor_spans(spans);
+                        }
+                    }
+                    Ok(ServerFrame::Logs(logs)) => {
+                        if let Some(hub) = crate::telemetry::active() {
+                            hub.relay_executor_logs(logs);
+                        }
+                    }
                     Ok(other) => tracing::warn!(?other, "unexpected frame from executor"),
                     Err(iii_shell_protocol::frame::FrameError::Closed) => {
                         tracing::debug!("executor connection closed");
@@ -288,12 +298,29 @@ impl ExecutorClient {
     async fn call_with_id(&self, id: u64, request: Request) -> Result<Reply, WireError> {
         let kind = request.kind();
         let deadline = self.bounds.deadline(&request);
+        // Inside a traced call: this round trip's span, whose context the request carries.
+        let trip = crate::telemetry::call_span::round_trip(kind);
+        let trace = trip.as_ref().and_then(|t| t.context);
         let call = async {
-            let (rx, guard) = self.send_request(id, request).await?;
+            let (rx, guard) = self.send_request(id, request, trace).await?;
             let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
             guard.disarm();
             result
         };
+        let result = self.within_deadline(id, kind, deadline, call).await;
+        if let Some(t) = trip {
+            t.finish(&result);
+        }
+        result
+    }
+
+    async fn within_deadline(
+        &self,
+        id: u64,
+        kind: &'static str,
+        deadline: Option<Duration>,
+        call: impl std::future::Future<Output = Result<Reply, WireError>>,
+    ) -> Result<Reply, WireError> {
         match deadline {
             // Past the deadline the future is dropped, and with it the guard that cancels
             // the request on the executor.
@@ -318,6 +345,7 @@ impl ExecutorClient {
         &self,
         id: u64,
         request: Request,
+        trace: Option<iii_shell_protocol::trace::TraceContext>,
     ) -> Result<(oneshot::Receiver<Result<Reply, WireError>>, CancelOnDrop), WireError> {
         if *self.closed.borrow() {
             return Err(executor_lost());
@@ -332,7 +360,7 @@ impl ExecutorClient {
             pending: self.pending.clone(),
             armed: true,
         };
-        let frame = ClientFrame::Request { id, request };
+        let frame = ClientFrame::Request { id, request, trace };
         let bytes = match encode(&frame) {
             Ok(b) => b,
             Err(e) => {
@@ -432,7 +460,9 @@ impl ExecutorClient {
         // The request frame must be queued before the first chunk of its stream: the executor
         // drops chunks for an id it does not know yet, and the lost credits would stall the
         // stream until its idle limit.
-        let (rx, guard) = match self.send_request(id, request).await {
+        let trip = crate::telemetry::call_span::round_trip(kind);
+        let trace = trip.as_ref().and_then(|t| t.context);
+        let (rx, guard) = match self.send_request(id, request, trace).await {
             Ok(started) => started,
             Err(e) => {
                 if let Ok(mut r) = self.routes.lock() {
@@ -474,6 +504,9 @@ impl ExecutorClient {
         }
         if let Ok(mut r) = self.routes.lock() {
             r.credits.remove(&id);
+        }
+        if let Some(t) = trip {
+            t.finish(&result);
         }
         result
     }

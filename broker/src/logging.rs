@@ -1,4 +1,5 @@
-//! Log setup: `tracing` to stderr, filtered by `RUST_LOG`.
+//! Log setup: `tracing` to stderr, filtered by `RUST_LOG`, and optionally a second layer
+//! that ships events to the engine ([`init_with`]).
 //!
 //! One line per event. Colours only when stderr is a terminal (and `NO_COLOR` is unset).
 //! Under systemd (stderr is the journal stream named in `JOURNAL_STREAM`) every line starts
@@ -9,10 +10,16 @@
 use std::io::IsTerminal;
 
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::{DefaultFields, Format, Full, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+/// A layer beside the stderr log (what ships events to the engine).
+pub type Extra = Box<dyn Layer<Registry> + Send + Sync>;
 
 static DEFAULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
@@ -74,25 +81,40 @@ where
 }
 
 pub fn init(default_filter: &str) {
+    init_with(default_filter, None)
+}
+
+/// [`init`] with `extra` beside the stderr log. `extra` sees events up to INFO whatever
+/// `RUST_LOG` says (it decides itself what it keeps); stderr shows what `RUST_LOG` selects,
+/// exactly as without it.
+pub fn init_with(default_filter: &str, extra: Option<Extra>) {
     let _ = DEFAULT.set(default_filter.to_string());
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if stderr_is_journal() {
-        let _ = builder
+    let stderr: Extra = if stderr_is_journal() {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
             .fmt_fields(DefaultFields::new())
             .event_format(Journald(
                 tracing_subscriber::fmt::format()
                     .without_time()
                     .with_ansi(false),
             ))
-            .try_init();
+            .with_filter(filter)
+            .boxed()
     } else {
         let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        let _ = builder.with_ansi(ansi).try_init();
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed()
+    };
+    let mut layers = vec![stderr];
+    if let Some(e) = extra {
+        layers.push(e.with_filter(LevelFilter::INFO).boxed());
     }
+    let _ = tracing_subscriber::registry().with(layers).try_init();
 }
 
 #[cfg(test)]

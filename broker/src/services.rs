@@ -74,6 +74,8 @@ pub struct Services {
     engine: RwLock<Option<EngineLink>>,
     /// The deadlines of calls to the executors installed from now on.
     call_bounds: RwLock<CallBounds>,
+    /// Executors installed so far (every one after the first is a respawn).
+    executors_installed: std::sync::atomic::AtomicU64,
 }
 
 impl Services {
@@ -87,6 +89,7 @@ impl Services {
             changed: Default::default(),
             engine: RwLock::new(None),
             call_bounds: RwLock::new(CallBounds::DEFAULT),
+            executors_installed: Default::default(),
         })
     }
 
@@ -128,6 +131,15 @@ impl Services {
     pub fn install_executor(&self, client: ExecutorClient) {
         let client =
             client.with_bounds(*self.call_bounds.read().unwrap_or_else(|p| p.into_inner()));
+        if self
+            .executors_installed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            > 0
+        {
+            if let Some(hub) = crate::telemetry::installed() {
+                hub.metrics.respawned();
+            }
+        }
         self.job_book.executor_installed(client.pid);
         let mut events = client.events();
         let book = self.job_book.clone();

@@ -89,6 +89,8 @@ impl SnapshotCell {
 
     /// Installs a snapshot under a generation already announced to the executor.
     pub fn install_as(&self, generation: u64, config: Config) -> Arc<ConfigSnapshot> {
+        // The telemetry switch and cadence follow the configuration in force.
+        crate::telemetry::apply(&config.telemetry);
         let mut g = self.current.write().unwrap_or_else(|p| p.into_inner());
         let rt = Arc::new(ConfigSnapshot { generation, config });
         *g = Some(rt.clone());

@@ -102,6 +102,12 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
     let denylist =
         compiled_denylist(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
     if let Some(p) = denylist.matches(&argv) {
+        // For the operator: which pattern stopped which call (its trace shows the caller);
+        // never the command line itself, which can hold secrets.
+        tracing::warn!(
+            pattern = %p,
+            "a command was refused by the denylist; if it should run, remove or narrow that entry of denylist_patterns"
+        );
         return Err(WireError::plain(denied_message(p)));
     }
     if request.target != Target::Host {

@@ -21,6 +21,8 @@ use iii_shell_protocol::config::Config;
 /// seed, drop to the unprivileged user if still root, and confine itself (Landlock applies
 /// to the calling thread and the threads it creates later, so this must come first).
 pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, ExecutorSource), i32> {
+    // The worker's memory and CPU gauges read this; Landlock allows no open later.
+    iii_shell_broker::telemetry::usage::open_self_stat();
     if args.control_fd.is_some() {
         // Spawned by `serve`: go away with our supervisor.
         // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
@@ -176,7 +178,21 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
         // SAFETY: getppid cannot fail.
         opts.pid = unsafe { libc::getppid() } as u32;
     }
+    let identity = iii_shell_broker::telemetry::Identity {
+        worker_name: opts.name.clone(),
+        namespace: opts.namespace.clone(),
+    };
+    let engine_url = opts.url.clone();
     let link = EngineLink::start(opts, invoker);
+    // Spans, logs and gauges for the engine's telemetry socket (on unless the configuration
+    // in force says `telemetry.enabled: false`).
+    let hub = iii_shell_broker::telemetry::install(&engine_url, identity);
+    hub.apply(&seed.telemetry);
+    tokio::spawn(iii_shell_broker::telemetry::usage::run(
+        hub,
+        services.clone(),
+        link.clone(),
+    ));
     link.set_trigger_provider(Arc::new(iii_shell_broker::changed::Provider(
         services.clone(),
     )));

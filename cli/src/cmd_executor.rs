@@ -133,6 +133,12 @@ pub fn load_envelope(path: &std::path::Path) -> Result<Config, String> {
 pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     spawn_orphan_reaper();
     let exec = Arc::new(Executor::with_envelope(pinned));
+    if args.fd.is_some() {
+        // Started by `serve` (or `call`) over an inherited socket: its parent is part of the
+        // worker, and counts in its memory and CPU gauges.
+        // SAFETY: getppid cannot fail.
+        let _ = exec.supervisor.set(unsafe { libc::getppid() } as u32);
+    }
     let own_uid = nix::unistd::getuid().as_raw();
     let expected = args.peer_uid.unwrap_or(own_uid);
 

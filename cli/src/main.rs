@@ -15,7 +15,11 @@ fn main() {
         }
         Some(Command::Probe { args }) => iii_shell::cmd_probe::run(&args),
         Some(Command::Executor(mut args)) => {
-            logging::init("info");
+            // Its WARN and ERROR events also go to the broker, which ships them.
+            logging::init_with(
+                "info",
+                Some(Box::new(iii_shell_executor::log_relay::RelayLayer)),
+            );
             match cmd_executor::resolve_peer_user(&mut args)
                 .and_then(|()| cmd_executor::harden(&args))
             {
@@ -28,7 +32,11 @@ fn main() {
             current_thread_runtime().block_on(cmd_call::run(args, cli.serve.config.as_deref()))
         }
         Some(Command::Broker(args)) => {
-            logging::init("info");
+            // Its WARN and ERROR events also go to the engine, once telemetry is set up.
+            logging::init_with(
+                "info",
+                Some(Box::new(iii_shell_broker::telemetry::log_layer::ShipLayer)),
+            );
             match cmd_broker::prepare(&mut cli.serve, &args) {
                 Ok((seed, source)) => {
                     current_thread_runtime().block_on(cmd_broker::run(cli.serve, seed, source))

@@ -100,6 +100,7 @@ impl Executor {
             &ClientFrame::Request {
                 id: n,
                 request: Request::Ping,
+                trace: None,
             },
         )
         .await
@@ -185,6 +186,7 @@ async fn handshake_ping_and_socket_mode() {
         &ClientFrame::Request {
             id: 7,
             request: Request::JobList,
+            trace: None,
         },
     )
     .await
@@ -209,6 +211,7 @@ async fn handshake_ping_and_socket_mode() {
         &ClientFrame::Request {
             id: 8,
             request: Request::Exec(spec),
+            trace: None,
         },
     )
     .await
@@ -291,6 +294,7 @@ async fn version_mismatch_and_non_hello_are_refused() {
         &ClientFrame::Request {
             id: 1,
             request: Request::Ping,
+            trace: None,
         },
     )
     .await
@@ -541,6 +545,7 @@ async fn a_panicking_handler_is_answered_and_its_id_freed() {
         &ClientFrame::Request {
             id: 11,
             request: fault,
+            trace: None,
         },
     )
     .await
@@ -568,6 +573,7 @@ async fn a_panicking_handler_is_answered_and_its_id_freed() {
         &ClientFrame::Request {
             id: 11,
             request: Request::JobList,
+            trace: None,
         },
     )
     .await
@@ -585,6 +591,7 @@ async fn a_panicking_handler_is_answered_and_its_id_freed() {
         &ClientFrame::Request {
             id: 12,
             request: Request::Ping,
+            trace: None,
         },
     )
     .await

@@ -10,6 +10,8 @@
 //!   configuration, the protected entries and the device directory.
 //! * [`landlock_ruleset`]: a plan turned into a ruleset fd, and what the kernel enforces of it.
 //! * [`ptys`]: a private devpts instance, so commands never see the host's terminals.
+//! * [`proc_stat`]: a process's resident memory and CPU time, for the worker's gauges (read,
+//!   not confinement, but shared by the broker and the executor like the rest).
 //! * [`requirement`]: how a test that needs root or a kernel feature skips or fails.
 //! * prctl flags (no_new_privs, dumpable, child subreaper) and [`observe`], the state of
 //!   this process as `doctor` reports it.
@@ -21,6 +23,7 @@ pub mod caps;
 pub mod landlock;
 pub mod landlock_plan;
 pub mod landlock_ruleset;
+pub mod proc_stat;
 pub mod ptys;
 pub mod requirement;
 pub mod seccomp;

@@ -72,6 +72,7 @@ impl Executor {
             Request::Watch(op) => done(self.watch(op)),
             Request::Turns(call) => done(self.turns_call(call).await),
             Request::UiState(op) => done(self.ui_state_call(op).await),
+            Request::Usage => (Ok(Reply::Usage(self.usage())), None),
         }
     }
 
@@ -105,6 +106,7 @@ impl Executor {
         match built {
             Ok(p) => {
                 tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
+                crate::log_relay::apply(&p.config.telemetry);
                 let home = doctor::home_gap(
                     p.base_env.get("HOME").map(String::as_str),
                     &p.config.fs.host_roots,

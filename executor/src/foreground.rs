@@ -7,6 +7,7 @@ use iii_shell_protocol::exec::ExecResponse;
 use iii_shell_protocol::messages::ExecSpec;
 use tokio::sync::Notify;
 
+use crate::call_trace;
 use crate::capture::Collector;
 use crate::error::ExecError;
 use crate::policy::Policy;
@@ -23,6 +24,14 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
 /// the output read so far. (Codex uses the same 2 s.) Background jobs use it too.
 pub const ROOT_EXIT_DRAIN: Duration = Duration::from_secs(2);
 
+/// Marks a traced step failed with `e`'s code, and passes `e` on.
+fn failed(span: Option<call_trace::Span>, e: ExecError) -> ExecError {
+    if let Some(mut s) = span {
+        s.fail(e.code().as_str());
+    }
+    e
+}
+
 enum Outcome {
     /// The root exited and both pipes reached EOF.
     Completed,
@@ -30,6 +39,17 @@ enum Outcome {
     RootExited,
     TimedOut,
     Cancelled,
+}
+
+impl Outcome {
+    fn name(&self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::RootExited => "root_exited",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Runs `spec` to completion, timeout or cancellation.
@@ -116,23 +136,36 @@ async fn run_inner(
         policy.take_prestarted()
     };
     let started;
+    // Traced requests: the re-checks and confinement setup, the spawn, the wait.
+    let mut prep_span = call_trace::start("exec.prepare");
+    let mut spawn_span;
     let (mut running, mut out, mut err) = match prestarted {
         Some(w) => {
+            if let Some(s) = prep_span.as_mut() {
+                s.attr("iii.shell.prestarted", true);
+            }
             let prepared = match prepare::prepare_for_prestarted(&policy, spec) {
                 Ok(p) => p,
                 Err(e) => {
                     policy.put_back_prestarted(w);
-                    return Err(e);
+                    return Err(failed(prep_span, e));
                 }
             };
+            drop(prep_span);
+            spawn_span = call_trace::start("exec.spawn");
             started = Instant::now();
             match start_in_prestarted(w, prepared, cap) {
-                Some(r) => r?,
+                Some(r) => r.map_err(|e| failed(spawn_span.take(), e))?,
                 None => return Ok(Attempt::NeverStarted(None)),
             }
         }
         None => {
-            let prepared = prepare::prepare(&policy, spec)?;
+            if let Some(s) = prep_span.as_mut() {
+                s.attr("iii.shell.prestarted", false);
+            }
+            let prepared =
+                prepare::prepare(&policy, spec).map_err(|e| failed(prep_span.take(), e))?;
+            drop(prep_span);
             if timeout_ms == 0 {
                 if let Some(cg) = prepared.cgroup {
                     let _ = cg.recycle();
@@ -142,10 +175,16 @@ async fn run_inner(
                     Spent::default(),
                 ));
             }
+            spawn_span = call_trace::start("exec.spawn");
             started = Instant::now();
-            start(prepared, &spec.argv[0], cap)?
+            start(prepared, &spec.argv[0], cap).map_err(|e| failed(spawn_span.take(), e))?
         }
     };
+    if let Some(s) = spawn_span.as_mut() {
+        s.attr("process.pid", running.pid());
+    }
+    drop(spawn_span);
+    let mut wait_span = call_trace::start("exec.wait");
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
     let spawned = started.elapsed();
 
@@ -227,6 +266,18 @@ async fn run_inner(
         ));
     }
     let timed_out = matches!(outcome, Outcome::TimedOut);
+    if let Some(s) = wait_span.as_mut() {
+        s.attr("iii.shell.outcome", outcome.name());
+        s.attr("iii.shell.timed_out", timed_out);
+        if let Some(c) = running
+            .status
+            .and_then(|st| st.code())
+            .filter(|_| !timed_out)
+        {
+            s.attr("iii.shell.exit_code", c);
+        }
+    }
+    drop(wait_span);
     let response = ExecResponse {
         stdout: out.capture.text(),
         stderr: err.capture.text(),

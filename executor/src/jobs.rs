@@ -235,8 +235,15 @@ impl Jobs {
                 iii_shell_protocol::config::job_cap_reached(limit),
             ));
         }
+        let prep_span = crate::call_trace::start("exec.prepare");
         let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+        drop(prep_span);
+        let mut spawn_span = crate::call_trace::start("exec.spawn");
         let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+        if let Some(s) = spawn_span.as_mut() {
+            s.attr("process.pid", running.pid());
+        }
+        drop(spawn_span);
         let id = uuid::Uuid::new_v4().to_string();
         let stdout = Arc::new(Mutex::new(Capture::new(cap)));
         let stderr = Arc::new(Mutex::new(Capture::new(cap)));

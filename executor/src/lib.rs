@@ -4,6 +4,7 @@
 //! against the policy it was given (argv rules, denylist, dangerous env keys, the path jail),
 //! and only then runs commands and background jobs. It never talks to the network.
 
+pub mod call_trace;
 pub mod capture;
 pub mod cgroups;
 pub mod child;
@@ -17,6 +18,7 @@ pub mod foreground;
 pub mod fs;
 pub mod jail;
 pub mod jobs;
+pub mod log_relay;
 pub mod panic_reply;
 pub mod pids_v1;
 pub mod policy;
@@ -32,6 +34,7 @@ pub mod started;
 pub mod tree;
 pub mod turns;
 pub mod ui_state;
+pub mod usage;
 pub mod watch;
 
 /// The shared policy rules, re-exported where the executor's modules have always found them.
@@ -61,6 +64,9 @@ pub struct Executor {
     pub ui_state: Arc<ui_state::UiState>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
+    /// The `serve` supervisor that started this executor, whose memory and CPU count in the
+    /// worker's gauges (unset when it runs on its own).
+    pub supervisor: std::sync::OnceLock<u32>,
 }
 
 impl Default for Executor {
@@ -85,6 +91,7 @@ impl Executor {
             ui_state: Arc::default(),
             events,
             envelope,
+            supervisor: std::sync::OnceLock::new(),
         }
     }
 

@@ -164,6 +164,14 @@ pub async fn serve_connection_limited(
         loop {
             let frame = tokio::select! {
                 f = rx.recv() => match f { Some(f) => f, None => break },
+                // The executor's WARN and ERROR events, for the broker to ship (telemetry on).
+                _ = crate::log_relay::ready() => {
+                    let logs = crate::log_relay::take();
+                    if logs.is_empty() {
+                        continue;
+                    }
+                    ServerFrame::Logs(logs)
+                }
                 ev = events.recv() => match ev {
                     Ok(ev) => ServerFrame::Event(ev),
                     // Never a silent gap: the broker tells every change-feed binding.
@@ -197,7 +205,7 @@ pub async fn serve_connection_limited(
     let staging = crate::fs::staging::Staging::default();
     loop {
         match read_frame::<_, ClientFrame>(&mut rd).await {
-            Ok(ClientFrame::Request { id, request }) => {
+            Ok(ClientFrame::Request { id, request, trace }) => {
                 let cancel = Arc::new(Notify::new());
                 let admitted = {
                     let mut m = lock(&inflight);
@@ -251,32 +259,51 @@ pub async fn serve_connection_limited(
                     wr.clone(),
                 );
                 let received = std::time::Instant::now();
+                // A request that carries a trace context records its spans.
+                let traced = crate::call_trace::begin(trace, request.kind());
                 tokio::spawn(async move {
                     let kind = request.kind();
                     let coder = panic_reply::is_coder(&request);
                     let queued_us = received.elapsed().as_micros() as u64;
                     // A panicking handler is answered like a failed one, and the id is freed
                     // below as after any reply: no caller waits for an answer that never comes.
-                    let handled = panic_reply::caught(async {
-                        if panic_reply::injected_fault(&request) {
-                            panic!("injected test fault");
-                        }
-                        exec.handle(request, cancel, &mut io).await
+                    let recorder = traced.as_ref().map(|t| t.recorder.clone());
+                    // Inside the request's trace, so its log lines (the panic's too) join it.
+                    let (result, cont) = crate::call_trace::scope(recorder, async {
+                        let handled = panic_reply::caught(async {
+                            if panic_reply::injected_fault(&request) {
+                                panic!("injected test fault");
+                            }
+                            exec.handle(request, cancel, &mut io).await
+                        })
+                        .await;
+                        handled.unwrap_or_else(|panic| {
+                            tracing::error!(
+                                id,
+                                kind,
+                                panic = %panic,
+                                "request handler panicked: this is a bug in iii-shell, please report it with this line; the call got an internal error and the executor goes on serving"
+                            );
+                            (Err(panic_reply::internal_error(id, kind, coder)), None)
+                        })
                     })
                     .await;
-                    let (result, cont) = handled.unwrap_or_else(|panic| {
-                        tracing::error!(
-                            id,
-                            kind,
-                            panic = %panic,
-                            "request handler panicked: this is a bug in iii-shell, please report it with this line; the call got an internal error and the executor goes on serving"
-                        );
-                        (Err(panic_reply::internal_error(id, kind, coder)), None)
-                    });
                     if let Err(e) = &result {
                         tracing::debug!(id, kind, code = %e.code, "request failed: {}", e.message);
                     }
+                    let spans = traced.map(|mut t| {
+                        if let Err(e) = &result {
+                            t.span.fail(e.code.as_str());
+                        }
+                        drop(t.span);
+                        t.recorder.take()
+                    });
                     reply(&wr, &tx, ServerFrame::Reply { id, result }).await;
+                    // After the reply, and never waiting: spans are dropped when the writer
+                    // is backed up.
+                    if let Some(spans) = spans.filter(|s| !s.is_empty()) {
+                        let _ = tx.try_send(ServerFrame::Spans(spans));
+                    }
                     tracing::trace!(
                         id,
                         kind,

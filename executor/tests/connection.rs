@@ -62,7 +62,12 @@ impl Peer {
     }
 
     async fn request(&mut self, id: u64, request: Request) {
-        self.send(ClientFrame::Request { id, request }).await;
+        self.send(ClientFrame::Request {
+            id,
+            request,
+            trace: None,
+        })
+        .await;
     }
 
     /// The next reply (events skipped).

@@ -52,6 +52,40 @@ pub struct Config {
     pub confinement: ConfinementConfig,
     /// Limits of terminal sessions (`shell::pty::*`).
     pub pty: PtyConfig,
+    /// Spans, logs and gauges sent to the engine's telemetry socket (the iii console's traces, logs and worker view).
+    pub telemetry: TelemetryConfig,
+}
+
+/// Telemetry to the engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Send spans of every call, the worker's logs and its gauges to the engine. When false, no span is built and nothing is sent.
+    pub enabled: bool,
+    /// The least severe log event shipped to the engine: `warn` (WARN and ERROR, the default), `error`, or `info`. Local stderr logging is not affected.
+    pub logs_level: TelemetryLogLevel,
+    /// How often the gauges (memory, CPU, uptime, running jobs and terminal sessions) and counters are sent, in ms (1000 to 3600000).
+    pub metrics_interval_ms: u64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            enabled: true,
+            logs_level: TelemetryLogLevel::Warn,
+            metrics_interval_ms: 10_000,
+        }
+    }
+}
+
+/// Which log events go to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TelemetryLogLevel {
+    Error,
+    #[default]
+    Warn,
+    Info,
 }
 
 /// Terminal-session limits.
@@ -487,6 +521,7 @@ impl Default for Config {
             working_dir: None,
             confinement: ConfinementConfig::default(),
             pty: PtyConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -600,6 +635,12 @@ impl Config {
         }
         if let Some(r) = &self.confinement.run_as {
             RunAs::parse(r).map_err(ConfigError)?;
+        }
+        if !(1_000..=3_600_000).contains(&self.telemetry.metrics_interval_ms) {
+            return Err(ConfigError(format!(
+                "telemetry.metrics_interval_ms is {}: it must be between 1000 and 3600000",
+                self.telemetry.metrics_interval_ms
+            )));
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
 //! * [`error`]: the `{code, message}` wire error and the S-codes (from `iii_shell_policy`).
 //! * [`exec`]: the public JSON request/response types of the exec family.
+//! * [`trace`]: the telemetry that crosses the socket (trace context, spans, logs, usage).
 //! * [`coder`]: the public JSON types of `coder::*`, its budgets and executor operations.
 //! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape; from
 //!   `iii_shell_policy`).
@@ -17,6 +18,7 @@ pub mod fs;
 pub mod messages;
 pub mod pty;
 pub mod sink;
+pub mod trace;
 pub mod turns;
 pub mod ui_state;
 pub mod watch;
@@ -28,7 +30,7 @@ pub use iii_shell_policy::{Code, WireCode, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Package version, reported by `--version` and registered with the engine.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

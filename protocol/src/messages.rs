@@ -30,6 +30,8 @@ pub enum ClientFrame {
     Request {
         id: u64,
         request: Request,
+        /// The broker span this request runs under, when telemetry is on (version 6).
+        trace: Option<crate::trace::TraceContext>,
     },
     /// Abandon a request: the executor stops work on it (kills a foreground exec).
     Cancel {
@@ -81,6 +83,10 @@ pub enum ServerFrame {
     StreamAck {
         id: u64,
     },
+    /// Spans the executor measured for traced requests (version 6), after their replies.
+    Spans(Vec<crate::trace::SpanRecord>),
+    /// The executor's WARN and ERROR events (version 6), for the broker to ship.
+    Logs(Vec<crate::trace::LogRecord>),
 }
 
 /// How many stream chunks may be in flight, unacknowledged, per request.
@@ -135,6 +141,9 @@ pub enum Request {
     Turns(crate::turns::TurnsCall),
     /// The console page's per-pane state (`shell::ui-state::*`; added in protocol version 5).
     UiState(crate::ui_state::UiStateOp),
+    /// Memory and CPU of the executor (and its supervisor), running jobs and terminal
+    /// sessions, for the worker's gauges (added in protocol version 6).
+    Usage,
 }
 
 impl Request {
@@ -155,6 +164,7 @@ impl Request {
             Request::Watch(_) => "watch",
             Request::Turns(_) => "turns",
             Request::UiState(_) => "ui_state",
+            Request::Usage => "usage",
         }
     }
 }
@@ -176,6 +186,7 @@ pub enum Reply {
     Watch(crate::watch::WatchReply),
     Turns(crate::turns::TurnsReply),
     UiState(crate::ui_state::UiStateReply),
+    Usage(crate::trace::UsageReport),
 }
 
 /// Pushed by the executor without a request.

@@ -45,6 +45,11 @@ pub enum Inbound {
         data: Value,
         #[serde(default)]
         metadata: Option<Value>,
+        /// W3C trace context of the caller.
+        #[serde(default)]
+        traceparent: Option<String>,
+        #[serde(default)]
+        baggage: Option<String>,
     },
     InvocationResult {
         invocation_id: String,

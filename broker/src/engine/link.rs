@@ -298,7 +298,16 @@ impl EngineLink {
                     let mut st = lock(&self.inner.state);
                     match &st.out {
                         Some(out) => {
-                            let frame = json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data});
+                            let mut frame = json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id, "data": data});
+                            // Inside a traced call, what this reaches joins its trace.
+                            if let Some(c) = crate::telemetry::call_span::outgoing() {
+                                if let Some(tp) = c.traceparent {
+                                    frame["traceparent"] = json!(tp);
+                                }
+                                if let Some(b) = c.baggage {
+                                    frame["baggage"] = json!(b);
+                                }
+                            }
                             let ok = out.send(Message::Text(frame.to_string().into())).is_ok();
                             if ok {
                                 st.pending.insert(id.clone(), tx);
@@ -533,7 +542,7 @@ async fn serve_connection(inner: &Arc<Inner>, ws: Ws) -> Ended {
                 continue;
             }
         };
-        if let Some(end) = handle_frame(inner, &tx, frame) {
+        if let Some(end) = handle_frame(inner, &tx, frame, text.len()) {
             break end;
         }
     };
@@ -559,6 +568,7 @@ fn handle_frame(
     inner: &Arc<Inner>,
     tx: &mpsc::UnboundedSender<Message>,
     frame: Inbound,
+    frame_bytes: usize,
 ) -> Option<Ended> {
     match frame {
         Inbound::WorkerRegistered {
@@ -575,14 +585,23 @@ fn handle_frame(
             function_id,
             data,
             metadata,
+            traceparent,
+            baggage,
         } => {
             dispatch_invocation(
                 inner,
                 tx.clone(),
-                invocation_id,
-                function_id,
-                data,
-                metadata,
+                Invocation {
+                    invocation_id,
+                    function_id,
+                    data,
+                    metadata,
+                    trace: crate::telemetry::propagation::Carrier {
+                        traceparent,
+                        baggage,
+                    },
+                    frame_bytes,
+                },
             );
         }
         Inbound::InvocationResult {
@@ -698,14 +717,26 @@ impl Drop for InflightGuard {
     }
 }
 
-fn dispatch_invocation(
-    inner: &Arc<Inner>,
-    tx: mpsc::UnboundedSender<Message>,
+/// One `invokefunction` from the engine.
+struct Invocation {
     invocation_id: Option<String>,
     function_id: String,
     data: Value,
     metadata: Option<Value>,
-) {
+    trace: crate::telemetry::propagation::Carrier,
+    /// The size of its frame.
+    frame_bytes: usize,
+}
+
+fn dispatch_invocation(inner: &Arc<Inner>, tx: mpsc::UnboundedSender<Message>, inv: Invocation) {
+    let Invocation {
+        invocation_id,
+        function_id,
+        data,
+        metadata,
+        trace,
+        frame_bytes,
+    } = inv;
     if inner.draining.load(Ordering::SeqCst) {
         if let Some(id) = invocation_id {
             let refused = Err(ErrorBody::new("S216", "the worker is shutting down"));
@@ -719,23 +750,32 @@ fn dispatch_invocation(
     }
     inner.inflight.fetch_add(1, Ordering::SeqCst);
     let guard = InflightGuard(inner.clone());
+    // With telemetry on, the call is a span in its caller's trace; off, nothing is built.
+    let call = crate::telemetry::active()
+        .map(|hub| hub.start_call(&function_id, &trace, &data, frame_bytes));
     let handler = (inner.invoker)(function_id.clone(), data, metadata);
     tokio::spawn(async move {
         let _guard = guard;
         // The handler runs in its own task so that a panic becomes an S216 answer.
-        let outcome = match tokio::spawn(handler).await {
+        let joined = match &call {
+            Some(c) => tokio::spawn(c.run(handler)).await,
+            None => tokio::spawn(handler).await,
+        };
+        let outcome = match joined {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(function_id, error = %e, "handler failed (a bug: the caller got S216; please report it with these log lines)");
                 Err(ErrorBody::new("S216", "internal error: the handler failed"))
             }
         };
-        if let Some(id) = invocation_id {
-            let _ = tx.send(Message::Text(
-                invocation_result(&id, &function_id, &outcome)
-                    .to_string()
-                    .into(),
-            ));
+        let answer = invocation_id
+            .as_ref()
+            .map(|id| invocation_result(id, &function_id, &outcome).to_string());
+        if let Some(c) = call {
+            c.finish(&outcome, answer.as_ref().map_or(0, String::len));
+        }
+        if let Some(text) = answer {
+            let _ = tx.send(Message::Text(text.into()));
         }
     });
 }

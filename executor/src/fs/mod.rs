@@ -39,11 +39,19 @@ pub struct RequestIo {
 }
 
 async fn blocking<T: Send + 'static>(
+    name: &'static str,
     f: impl FnOnce() -> Result<T, ExecError> + Send + 'static,
 ) -> Result<T, ExecError> {
-    tokio::task::spawn_blocking(f)
+    // A traced request: the filesystem work (the walk, for tree operations) is a span.
+    let mut span = crate::call_trace::start(name);
+    let rec = crate::call_trace::current();
+    let r = tokio::task::spawn_blocking(move || crate::call_trace::in_blocking(rec, f))
         .await
-        .unwrap_or_else(|e| Err(ExecError::Internal(format!("fs task failed: {e}"))))
+        .unwrap_or_else(|e| Err(ExecError::Internal(format!("fs task failed: {e}"))));
+    if let (Some(s), Err(e)) = (span.as_mut(), &r) {
+        s.fail(e.code().as_str());
+    }
+    r
 }
 
 /// Runs one filesystem operation against one policy snapshot.
@@ -54,15 +62,25 @@ pub async fn handle(
 ) -> Result<(FsReply, Option<Continuation>), ExecError> {
     let p = policy.clone();
     let reply = match op {
-        FsOp::Ls { path } => blocking(move || ops::ls(&p, &path).map(FsReply::Ls)).await?,
-        FsOp::Stat { path } => blocking(move || ops::stat(&p, &path).map(FsReply::Stat)).await?,
+        FsOp::Ls { path } => blocking("fs.ls", move || ops::ls(&p, &path).map(FsReply::Ls)).await?,
+        FsOp::Stat { path } => {
+            blocking("fs.stat", move || ops::stat(&p, &path).map(FsReply::Stat)).await?
+        }
         FsOp::Mkdir {
             path,
             mode,
             parents,
-        } => blocking(move || ops::mkdir(&p, &path, mode, parents).map(FsReply::Mkdir)).await?,
+        } => {
+            blocking("fs.mkdir", move || {
+                ops::mkdir(&p, &path, mode, parents).map(FsReply::Mkdir)
+            })
+            .await?
+        }
         FsOp::Rm { path, recursive } => {
-            blocking(move || ops::rm(&p, &path, recursive).map(FsReply::Rm)).await?
+            blocking("fs.rm", move || {
+                ops::rm(&p, &path, recursive).map(FsReply::Rm)
+            })
+            .await?
         }
         FsOp::Chmod {
             path,
@@ -71,18 +89,32 @@ pub async fn handle(
             gid,
             recursive,
         } => {
-            blocking(move || ops::chmod(&p, &path, mode, uid, gid, recursive).map(FsReply::Chmod))
-                .await?
+            blocking("fs.chmod", move || {
+                ops::chmod(&p, &path, mode, uid, gid, recursive).map(FsReply::Chmod)
+            })
+            .await?
         }
         FsOp::Mv {
             src,
             dst,
             overwrite,
-        } => blocking(move || ops::mv(&p, &src, &dst, overwrite).map(FsReply::Mv)).await?,
-        FsOp::Grep(spec) => blocking(move || grep::grep(&p, &spec).map(FsReply::Grep)).await?,
-        FsOp::Sed(spec) => blocking(move || sed::sed(&p, &spec).map(FsReply::Sed)).await?,
+        } => {
+            blocking("fs.mv", move || {
+                ops::mv(&p, &src, &dst, overwrite).map(FsReply::Mv)
+            })
+            .await?
+        }
+        FsOp::Grep(spec) => {
+            blocking("fs.grep", move || grep::grep(&p, &spec).map(FsReply::Grep)).await?
+        }
+        FsOp::Sed(spec) => {
+            blocking("fs.sed", move || sed::sed(&p, &spec).map(FsReply::Sed)).await?
+        }
         FsOp::Write { files } => {
-            blocking(move || ops::write_inline(&p, &files).map(FsReply::Write)).await?
+            blocking("fs.write", move || {
+                ops::write_inline(&p, &files).map(FsReply::Write)
+            })
+            .await?
         }
         FsOp::WriteStream {
             path,
@@ -136,11 +168,14 @@ pub async fn handle(
         }
         FsOp::WriteCommit { batch } => {
             let st = io.staging.clone();
-            blocking(move || staging::commit(&st, batch).map(FsReply::Write)).await?
+            blocking("fs.write", move || {
+                staging::commit(&st, batch).map(FsReply::Write)
+            })
+            .await?
         }
         FsOp::WriteAbort { batch } => {
             let st = io.staging.clone();
-            blocking(move || {
+            blocking("fs.write_abort", move || {
                 staging::abort(&st, batch);
                 Ok(FsReply::Write(iii_shell_protocol::fs::WriteResponse {
                     bytes_written: 0,
@@ -151,7 +186,8 @@ pub async fn handle(
             .await?
         }
         FsOp::Read { path } => {
-            let (file, st, _) = blocking(move || ops::open_for_read(&p, &path, true)).await?;
+            let (file, st, _) =
+                blocking("fs.read", move || ops::open_for_read(&p, &path, true)).await?;
             let start = ReadStart {
                 size: st.st_size as u64,
                 mode: iii_shell_protocol::fs::mode_string(st.st_mode),
@@ -168,18 +204,23 @@ pub async fn handle(
         }
         FsOp::WorkspaceRoots => FsReply::WorkspaceRoots(workspace::roots(&policy)),
         FsOp::WorkspaceList { path, page_size } => {
-            blocking(move || workspace::list(&p, &path, page_size).map(FsReply::WorkspaceList))
-                .await?
+            blocking("fs.list", move || {
+                workspace::list(&p, &path, page_size).map(FsReply::WorkspaceList)
+            })
+            .await?
         }
         FsOp::WorkspaceValidate { path } => {
-            blocking(move || workspace::validate(&p, &path).map(FsReply::WorkspaceValidate)).await?
+            blocking("fs.validate", move || {
+                workspace::validate(&p, &path).map(FsReply::WorkspaceValidate)
+            })
+            .await?
         }
         FsOp::WorkspaceReadBytes {
             path,
             offset,
             length,
         } => {
-            blocking(move || {
+            blocking("fs.read_bytes", move || {
                 workspace::read_bytes(&p, &path, offset, length).map(FsReply::WorkspaceReadBytes)
             })
             .await?

@@ -67,9 +67,51 @@ fn list(fd: &OwnedFd, display: &str) -> Result<Vec<OsString>, ExecError> {
     Ok(rd.flatten().map(|e| e.file_name()).collect())
 }
 
+/// Counts the entries a walk met, for its span.
+struct Counted<'v, V> {
+    inner: &'v mut V,
+    entries: u64,
+}
+
+impl<V: Visitor> Visitor for Counted<'_, V> {
+    fn enter(&mut self, node: &Node<'_>) -> Result<bool, ExecError> {
+        self.inner.enter(node)
+    }
+    fn leave(&mut self, node: &Node<'_>) -> Result<(), ExecError> {
+        self.entries += 1;
+        self.inner.leave(node)
+    }
+    fn unreadable(&mut self, node: &Node<'_>, e: ExecError) -> Result<(), ExecError> {
+        self.inner.unreadable(node, e)
+    }
+}
+
 /// Walks everything below `root` (an `O_RDONLY | O_DIRECTORY` fd at `root_path`). The root
-/// itself is not visited. `display` is the caller's path, for error messages.
+/// itself is not visited. `display` is the caller's path, for error messages. In a traced
+/// request the walk is an `fs.walk` span with the number of entries it met.
 pub fn walk(
+    root: OwnedFd,
+    root_path: &Path,
+    display: &str,
+    max_depth: usize,
+    v: &mut impl Visitor,
+) -> Result<(), ExecError> {
+    let Some(mut span) = crate::call_trace::start("fs.walk") else {
+        return walk_tree(root, root_path, display, max_depth, v);
+    };
+    let mut counted = Counted {
+        inner: v,
+        entries: 0,
+    };
+    let r = walk_tree(root, root_path, display, max_depth, &mut counted);
+    span.attr("iii.shell.entries", counted.entries);
+    if let Err(e) = &r {
+        span.fail(e.code().as_str());
+    }
+    r
+}
+
+fn walk_tree(
     root: OwnedFd,
     root_path: &Path,
     display: &str,

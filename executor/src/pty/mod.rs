@@ -359,6 +359,15 @@ impl Table {
         }
     }
 
+    /// The sessions held (running, or exited and not yet closed).
+    pub fn len(&self) -> usize {
+        lock(&self.inner.sessions).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Kills every session (executor shutdown).
     pub fn kill_all(&self) {
         for s in lock(&self.inner.sessions).values() {

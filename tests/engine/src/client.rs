@@ -228,6 +228,23 @@ impl TestClient {
             .await
     }
 
+    /// Calls `function_id` carrying W3C trace context (`traceparent`, and `baggage`).
+    pub async fn call_with_trace(
+        &self,
+        function_id: &str,
+        data: Value,
+        traceparent: &str,
+        baggage: Option<&str>,
+    ) -> Result<Value, ErrorBody> {
+        let mut extra = Map::new();
+        extra.insert("traceparent".into(), json!(traceparent));
+        if let Some(b) = baggage {
+            extra.insert("baggage".into(), json!(b));
+        }
+        self.invoke_frame(function_id, data, None, None, extra, self.timeout)
+            .await
+    }
+
     pub async fn call_with_metadata(
         &self,
         function_id: &str,
@@ -277,6 +294,19 @@ impl TestClient {
         namespace: Option<&str>,
         timeout: Duration,
     ) -> Result<Value, ErrorBody> {
+        self.invoke_frame(function_id, data, metadata, namespace, Map::new(), timeout)
+            .await
+    }
+
+    async fn invoke_frame(
+        &self,
+        function_id: &str,
+        data: Value,
+        metadata: Option<Value>,
+        namespace: Option<&str>,
+        extra: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<Value, ErrorBody> {
         let id = Uuid::new_v4();
         let (tx, rx) = oneshot::channel();
         self.inner
@@ -295,6 +325,7 @@ impl TestClient {
         if let Some(ns) = namespace {
             frame.insert("namespace".into(), json!(ns));
         }
+        frame.extend(extra);
         if !self.inner.send(Value::Object(frame)) {
             return Err(not_connected());
         }

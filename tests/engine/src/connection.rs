@@ -123,6 +123,8 @@ fn spawn_grace_timer(shared: &Arc<Shared>, worker_id: Uuid) {
 fn dispatch(shared: &Arc<Shared>, worker_id: Uuid, text: &str, binary: bool) {
     if binary && ["OTLP", "MTRC", "LOGS"].iter().any(|p| text.starts_with(p)) {
         record(shared, worker_id, text, binary, None);
+        // The worker socket takes telemetry frames too (§1.2).
+        shared.update(|st| st.telemetry.ingest(text.as_bytes()));
         return;
     }
     let decoded = protocol::decode(text);

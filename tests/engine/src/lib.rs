@@ -26,6 +26,7 @@ mod routing;
 pub mod schema_check;
 mod server;
 mod state;
+mod telemetry;
 mod triggers;
 
 use std::sync::{Arc, Mutex};
@@ -304,6 +305,45 @@ impl TestEngine {
             }
             let nap = (deadline - now).min(Duration::from_millis(50));
             let _ = tokio::time::timeout(nap, changed).await;
+        }
+    }
+
+    // ----- telemetry (§8.2) ---------------------------------------------
+
+    /// Every span stored from `OTLP` frames, in the engine's stored shape.
+    pub fn spans(&self) -> Vec<Value> {
+        self.shared().lock().telemetry.spans.clone()
+    }
+
+    /// Every log record stored from `LOGS` frames.
+    pub fn logs(&self) -> Vec<Value> {
+        self.shared().lock().telemetry.logs.clone()
+    }
+
+    /// Every number data point from `MTRC` frames: (name, attributes, value, time in ns).
+    pub fn metric_points(&self) -> Vec<(String, serde_json::Map<String, Value>, f64, u64)> {
+        self.shared().lock().telemetry.points.clone()
+    }
+
+    /// Telemetry frames that did not parse, with the reason (a worker bug: the engine would
+    /// reject them too).
+    pub fn telemetry_errors(&self) -> Vec<String> {
+        self.shared().lock().telemetry.errors.clone()
+    }
+
+    /// Telemetry frames received so far.
+    pub fn telemetry_frames(&self) -> u64 {
+        self.shared().lock().telemetry.frames
+    }
+
+    /// Accepts (true, the default) or refuses `/otel` upgrades with HTTP 404; refusing also
+    /// closes every open `/otel` socket.
+    pub fn set_otel_accepted(&self, accepted: bool) {
+        self.shared()
+            .otel_accepted
+            .store(accepted, std::sync::atomic::Ordering::SeqCst);
+        if !accepted {
+            self.shared().otel_epoch.send_modify(|e| *e += 1);
         }
     }
 

@@ -9,11 +9,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{StatusCode, Uri};
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::protocol::{percent_decode, ChannelDirection};
 use crate::state::Shared;
@@ -62,7 +63,13 @@ pub(crate) fn spawn_accept_loop(shared: Arc<Shared>, listener: TcpListener) -> J
 fn route_for(shared: &Shared, uri: &Uri) -> Option<Route> {
     match uri.path() {
         "/" => return Some(Route::Worker),
-        "/otel" => return Some(Route::Otel),
+        "/otel"
+            if shared
+                .otel_accepted
+                .load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            return Some(Route::Otel)
+        }
         _ => {}
     }
     let channel_id = uri.path().strip_prefix("/ws/channels/")?;
@@ -118,10 +125,33 @@ async fn serve_socket(shared: Arc<Shared>, stream: TcpStream) {
     match route {
         Some(Route::Worker) => connection::run(shared, ws).await,
         Some(Route::Channel(id, dir)) => channels::run_end(shared, ws, id, dir).await,
-        Some(Route::Otel) => {
-            let mut ws = ws;
-            while let Some(Ok(_)) = ws.next().await {}
-        }
+        Some(Route::Otel) => serve_otel(shared, ws).await,
         None => {}
+    }
+}
+
+/// A telemetry-only socket: binary frames with a telemetry prefix are stored, everything else
+/// is ignored; closed when the test bumps the otel epoch.
+async fn serve_otel(shared: Arc<Shared>, mut ws: tokio_tungstenite::WebSocketStream<TcpStream>) {
+    let mut epoch = shared.otel_epoch.subscribe();
+    epoch.borrow_and_update();
+    loop {
+        tokio::select! {
+            m = ws.next() => match m {
+                Some(Ok(Message::Binary(b))) => {
+                    shared.update(|st| {
+                        if !st.telemetry.ingest(&b) {
+                            tracing::warn!("unrecognized binary frame on /otel (dropped)");
+                        }
+                    });
+                }
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                Some(Ok(_)) => {}
+            },
+            _ = epoch.changed() => {
+                let _ = ws.send(Message::Close(None)).await;
+                break;
+            }
+        }
     }
 }

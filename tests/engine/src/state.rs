@@ -48,6 +48,10 @@ pub(crate) struct Shared {
     pub port: u16,
     /// Socket tasks (worker and channel connections), aborted on stop/restart.
     tasks: Mutex<Vec<AbortHandle>>,
+    /// Whether `/otel` upgrades are accepted (a test turns it off to see a worker cope).
+    pub otel_accepted: std::sync::atomic::AtomicBool,
+    /// Bumped to close every open `/otel` socket.
+    pub otel_epoch: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -58,6 +62,8 @@ impl Shared {
             settings,
             port,
             tasks: Mutex::new(Vec::new()),
+            otel_accepted: std::sync::atomic::AtomicBool::new(true),
+            otel_epoch: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -224,6 +230,8 @@ pub(crate) struct State {
     pub triggers: TriggerRegistry,
     pub config: ConfigStore,
     pub channels: HashMap<Uuid, Channel>,
+    /// What arrived on the telemetry frames (§8.2).
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// How a torn-down connection's socket is ended.
