@@ -9,7 +9,9 @@
 //! file arrive; `shell::fs::read`/`write` streaming through the engine's data channels; a
 //! terminal session whose output reaches the client's own output function;
 //! three namespaced workers (one jail each), every call reaching the host its
-//! namespace names. All are `#[ignore]`d, so that an ordinary run (and CI, which has no
+//! namespace names; telemetry on `/otel` stored by the engine's observability worker (its
+//! memory exporter) and read back through `engine::traces::list`/`tree`,
+//! `engine::logs::list` and `engine::workers::info`. All are `#[ignore]`d, so that an ordinary run (and CI, which has no
 //! engine binary) lists them as ignored instead of passing them unrun; run them with
 //! `III_ENGINE_BIN=/path/to/iii cargo test -p iii-shell --test interop_real_engine --
 //! --ignored`. Run that way without the variable, they fail and say why.
@@ -18,7 +20,8 @@
 //! `iii-worker-manager` listens on `127.0.0.1:<port>`; the `configuration` worker's `fs`
 //! adapter stores under the temporary directory; `iii-telemetry` is disabled (also through
 //! `III_TELEMETRY_ENABLED=false`); `IIIWORKER_DISABLE_BUILTIN_DAEMONS=1` keeps the engine from
-//! spawning auxiliary daemons.
+//! spawning auxiliary daemons. The telemetry test adds `iii-observability` with
+//! `exporter: memory`, `metrics_enabled` and `logs_enabled` ([`OBSERVABILITY`]).
 
 mod common;
 
@@ -98,6 +101,27 @@ fn spawn_logged(name: &'static str, mut cmd: Command, log: &Path) -> Proc {
 }
 
 fn engine_config(port: u16, dir: &Path) -> String {
+    engine_config_with(port, dir, "")
+}
+
+/// The observability worker with its in-memory exporter for traces, metrics and logs, so
+/// `engine::traces::*`, `engine::logs::list` and `engine::workers::info` answer from what
+/// workers sent on `/otel`.
+const OBSERVABILITY: &str = r#"  - name: iii-observability
+    config:
+      enabled: true
+      service_name: iii-interop
+      exporter: memory
+      memory_max_spans: 20000
+      sampling_ratio: 1.0
+      metrics_enabled: true
+      metrics_exporter: memory
+      logs_enabled: true
+      logs_exporter: memory
+      logs_console_output: false
+"#;
+
+fn engine_config_with(port: u16, dir: &Path, extra_workers: &str) -> String {
     let store = dir.join("configuration");
     format!(
         r#"workers:
@@ -114,7 +138,7 @@ fn engine_config(port: u16, dir: &Path) -> String {
   - name: iii-telemetry
     config:
       enabled: false
-"#,
+{extra_workers}"#,
         store = store.display()
     )
 }
@@ -211,6 +235,11 @@ struct Running {
 }
 
 async fn engine_and_worker() -> Running {
+    engine_and_worker_with("", None).await
+}
+
+/// [`engine_and_worker`] with more engine workers and a seed configuration for the worker.
+async fn engine_and_worker_with(extra_workers: &str, seed_yaml: Option<&str>) -> Running {
     let engine_bin = engine_bin();
     assert!(
         engine_bin.is_file(),
@@ -221,7 +250,11 @@ async fn engine_and_worker() -> Running {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let config_path = dir.path().join("config.yaml");
-    std::fs::write(&config_path, engine_config(port, dir.path())).unwrap();
+    std::fs::write(
+        &config_path,
+        engine_config_with(port, dir.path(), extra_workers),
+    )
+    .unwrap();
 
     let mut engine_cmd = Command::new(&engine_bin);
     engine_cmd
@@ -236,11 +269,15 @@ async fn engine_and_worker() -> Running {
     wait_for_port(port, &mut engine, deadline).await;
     let url = format!("ws://127.0.0.1:{port}");
 
+    let seed_path = dir.path().join("seed.yaml");
+    if let Some(y) = seed_yaml {
+        std::fs::write(&seed_path, y).unwrap();
+    }
     let mut worker_cmd = Command::new(BIN);
     worker_cmd
         .arg("serve")
         .arg("--config")
-        .arg(dir.path().join("no-seed.yaml")) // missing: the built-in default is the seed
+        .arg(&seed_path) // missing without a seed: the built-in default is the seed
         .current_dir(dir.path())
         .env("III_URL", &url)
         .env_remove("III_ENGINE_URL")
@@ -792,4 +829,280 @@ async fn three_namespaced_workers_through_a_real_engine() {
     let _ = ws.close(None).await;
     drop(workers);
     drop(engine);
+}
+
+/// Invokes `function_id` with W3C trace context and waits for its result.
+async fn invoke_traced(
+    ws: &mut Ws,
+    function_id: &str,
+    data: Value,
+    traceparent: &str,
+) -> Result<Value, Value> {
+    let id = uuid::Uuid::new_v4().to_string();
+    send(
+        ws,
+        json!({"type": "invokefunction", "invocation_id": id, "function_id": function_id,
+                    "data": data, "traceparent": traceparent, "baggage": "tenant=interop"}),
+    )
+    .await;
+    result_of(ws, &id, function_id, Duration::from_secs(30)).await
+}
+
+fn span_attr<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|kv| kv[0] == key)
+        .and_then(|kv| kv[1].as_str())
+}
+
+/// Every span the engine stored for `trace` (all of them, not only roots).
+async fn stored_spans(ws: &mut Ws, trace: &str) -> Vec<Value> {
+    let listed = invoke(
+        ws,
+        "engine::traces::list",
+        json!({"trace_id": trace, "search_all_spans": true, "include_internal": true, "limit": 1000}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("engine::traces::list");
+    listed["spans"].as_array().cloned().unwrap_or_default()
+}
+
+/// Traces, logs and gauges through the engine's own telemetry channel: the real engine with
+/// the observability worker's memory exporter stores what the worker sends on `/otel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real iii engine: III_ENGINE_BIN=/path/to/iii, run with --ignored"]
+async fn telemetry_reaches_a_real_engines_observability_worker() {
+    let mut r = engine_and_worker_with(
+        OBSERVABILITY,
+        Some("fs:\n  allow_unjailed: true\ntelemetry:\n  metrics_interval_ms: 1000\n"),
+    )
+    .await;
+    let trace = uuid::Uuid::new_v4().simple().to_string();
+    let caller_span = "00f067aa0ba902b7";
+    let tp = format!("00-{trace}-{caller_span}-01");
+    let secret = format!("s3cr3t-{}", uuid::Uuid::new_v4().simple());
+    let file = r.dir.path().join("telemetry-written.txt");
+
+    for i in 0..10 {
+        let out = invoke_traced(
+            &mut r.ws,
+            "shell::exec",
+            json!({"command": "echo", "args": [format!("{secret}-{i}")], "env": {"TOKEN": secret}}),
+            &tp,
+        )
+        .await
+        .expect("shell::exec");
+        assert_eq!(out["exit_code"], 0, "{out}");
+    }
+    invoke_traced(
+        &mut r.ws,
+        "shell::fs::write",
+        json!({"path": file.to_string_lossy(), "content": secret}),
+        &tp,
+    )
+    .await
+    .expect("shell::fs::write");
+    let denied = invoke_traced(
+        &mut r.ws,
+        "shell::exec",
+        json!({"command": "rm", "args": ["-rf", "/"]}),
+        &tp,
+    )
+    .await
+    .expect_err("the denylist refuses it");
+    assert_eq!(denied["code"], "invocation_failed", "{denied}");
+    let hidden = invoke_traced(
+        &mut r.ws,
+        "shell::fs::read",
+        json!({"path": "/etc/shadow"}),
+        &tp,
+    )
+    .await
+    .expect_err("a hidden path");
+    assert_eq!(hidden["code"], "S211", "{hidden}");
+
+    // Spans are batched: wait until the last call's are stored.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spans = loop {
+        let spans = stored_spans(&mut r.ws, &trace).await;
+        let waits = spans.iter().filter(|s| s["name"] == "exec.wait").count();
+        if waits == 10 && spans.iter().any(|s| s["name"] == "execute shell::fs::read") {
+            break spans;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine stored {} spans of trace {trace} ({waits} exec.wait)\n{}\n{}",
+            spans.len(),
+            r.worker.log_tail(),
+            r.engine.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let by_id = |id: &Value| spans.iter().find(|s| s["span_id"] == *id);
+    let execs: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "execute shell::exec" && s["status"] != "error")
+        .collect();
+    assert_eq!(execs.len(), 10);
+    for call in &execs {
+        // A child of the caller's span.
+        assert_eq!(call["parent_span_id"], caller_span, "{call}");
+        assert_eq!(span_attr(call, "iii.function.id"), Some("shell::exec"));
+        assert_eq!(span_attr(call, "iii.shell.exit_code"), Some("0"));
+        assert_eq!(span_attr(call, "iii.shell.program"), Some("echo"));
+        assert_eq!(span_attr(call, "iii.shell.timed_out"), Some("false"));
+    }
+    // Each exec step under the executor's handling, under the round trip, under a call.
+    for step in ["exec.prepare", "exec.spawn", "exec.wait"] {
+        let n = spans
+            .iter()
+            .filter(|s| s["name"] == step)
+            .filter(|s| {
+                let handled = by_id(&s["parent_span_id"]).expect("parent stored");
+                let trip = by_id(&handled["parent_span_id"]).expect("round trip stored");
+                let call = by_id(&trip["parent_span_id"]).expect("call stored");
+                handled["name"] == "executor.exec"
+                    && trip["name"] == "executor.call"
+                    && call["name"] == "execute shell::exec"
+            })
+            .count();
+        assert_eq!(n, 10, "{step}");
+        assert!(spans
+            .iter()
+            .filter(|s| s["name"] == step)
+            .all(|s| { s["end_time_unix_nano"].as_u64() >= s["start_time_unix_nano"].as_u64() }));
+    }
+    assert!(spans
+        .iter()
+        .filter(|s| s["name"] == "exec.wait")
+        .all(|s| span_attr(s, "iii.shell.exit_code") == Some("0")));
+    // The denied calls: error status with their wire codes.
+    let refused = spans
+        .iter()
+        .find(|s| s["name"] == "execute shell::exec" && s["status"] == "error")
+        .expect("the denylisted call's span");
+    assert_eq!(
+        refused["status_description"], "invocation_failed",
+        "{refused}"
+    );
+    assert_eq!(span_attr(refused, "error.type"), Some("invocation_failed"));
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "execute shell::fs::read")
+        .unwrap();
+    assert_eq!(read["status"], "error", "{read}");
+    assert_eq!(read["status_description"], "S211", "{read}");
+    // The tree nests them the same way.
+    let tree = invoke(
+        &mut r.ws,
+        "engine::traces::tree",
+        json!({"trace_id": trace}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("engine::traces::tree");
+    let roots = tree["roots"].as_array().expect("roots");
+    let root = roots
+        .iter()
+        .find(|n| n["name"] == "execute shell::exec" && n["status"] == "ok")
+        .unwrap_or_else(|| panic!("no exec root: {tree}"));
+    let trip = root["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "executor.call")
+        .unwrap_or_else(|| panic!("no round trip: {root}"));
+    let handled = &trip["children"][0];
+    assert_eq!(handled["name"], "executor.exec", "{trip}");
+    let steps: Vec<&str> = handled["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for step in ["exec.prepare", "exec.spawn", "exec.wait"] {
+        assert!(steps.contains(&step), "{steps:?}");
+    }
+    // No argument value, environment value or file content in anything the engine stored.
+    let everything = invoke(
+        &mut r.ws,
+        "engine::traces::list",
+        json!({"search_all_spans": true, "include_internal": true, "limit": 20000}),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("engine::traces::list");
+    let text = everything.to_string();
+    assert!(!text.contains(&secret), "a secret is in the stored spans");
+
+    // The broker's WARN about the denylist hit, stored with the call's trace.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = invoke(
+            &mut r.ws,
+            "engine::logs::list",
+            json!({"trace_id": trace}),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("engine::logs::list");
+        let warn = logs["logs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["severity_text"] == "WARN");
+        if let Some(w) = warn {
+            assert!(
+                w["body"]
+                    .as_str()
+                    .unwrap()
+                    .contains("refused by the denylist"),
+                "{w}"
+            );
+            assert_eq!(w["span_id"], refused["span_id"], "{w}");
+            assert!(!w.to_string().contains(&secret));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no WARN with trace {trace}: {logs}\n{}",
+            r.engine.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // The memory gauge, found by the engine through worker.id.
+    let name = format!("iii-shell-interop-{}", std::process::id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = invoke(
+            &mut r.ws,
+            "engine::workers::info",
+            json!({"name": name}),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("engine::workers::info");
+        let m = &info["worker"]["latest_metrics"];
+        if let Some(rss) = m["memory_rss"].as_u64() {
+            assert!(rss > 1 << 20, "{m}");
+            assert!(m["uptime_seconds"].as_u64().is_some(), "{m}");
+            assert!(m["cpu_percent"].as_f64().is_some(), "{m}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no latest_metrics for {name}: {info}\n{}",
+            r.engine.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        !r.engine.log_tail().contains("ingestion error"),
+        "{}",
+        r.engine.log_tail()
+    );
+    let _ = r.ws.close(None).await;
 }
