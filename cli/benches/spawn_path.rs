@@ -10,6 +10,8 @@
 //! executor switches to that user); `BENCH_NO_PRESTART=1` starts them with `--no-prestart`
 //! (every command through the fallback spawn path); `BENCH_BASELINE_RUN_AS` gives the
 //! baseline executor another `confinement.run_as` (the same binary as both, for the uid switch).
+//! The last rows compare telemetry on and off and measure the worker's memory with it on;
+//! `BENCH_TELEMETRY_ONLY=1` runs only those.
 
 use std::ffi::CString;
 use std::future::Future;
@@ -22,6 +24,8 @@ use std::time::{Duration, Instant};
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_broker::telemetry;
+use iii_shell_broker::telemetry::propagation::Carrier;
 use iii_shell_broker::validate::exec_request;
 use iii_shell_executor::cgroups::{cgroup_base, kill_all_cgroups, JobCgroup};
 use iii_shell_executor::denylist::Denylist;
@@ -42,6 +46,10 @@ const FAT_BYTES: usize = 1 << 20;
 const FAT_PARENT_MIB: usize = 256;
 const FORK_ITERS: usize = 50;
 const GOAL: f64 = 1.2;
+/// The trace the telemetry rows' calls continue.
+const BENCH_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+/// What telemetry may add to a foreground exec at p50.
+const TELEMETRY_GOAL_US: f64 = 100.0;
 
 fn main() {
     // Executor logs at warn unless the caller asked otherwise (set before any thread exists).
@@ -65,6 +73,10 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let respawn_iters = iters.min(300);
+    if std::env::var_os("BENCH_TELEMETRY_ONLY").is_some() {
+        rt.block_on(telemetry_only(iters, warmup));
+        return;
+    }
     if std::env::var_os("BENCH_RESPAWN_ONLY").is_some() {
         rt.block_on(respawn_comparison(respawn_iters));
         return;
@@ -185,6 +197,9 @@ async fn bench(iters: usize, warmup: usize) {
     )
     .await;
 
+    // Last: it installs the process's telemetry hub (every row above ran without one).
+    telemetry_comparison(&services, &raw, &payload, iters, warmup).await;
+
     println!("summary (goal: iii/raw <= {GOAL:.2} at p50, idle and with the fat jobs):");
     for (name, c, judged) in [
         ("idle", &idle, true),
@@ -302,16 +317,42 @@ fn wait_success(pid: libc::pid_t) {
     );
 }
 
-/// One `shell::exec` through the full broker → executor path.
+/// One `shell::exec` through the full broker → executor path. With a telemetry hub on (the
+/// telemetry rows), wrapped as the engine link wraps an invocation: its span in the caller's
+/// trace, started before and ended after the handler.
 async fn iii_exec(services: &Arc<Services>, payload: &Value) -> Duration {
     let start = Instant::now();
-    let r = dispatch(
-        services,
-        "shell::exec",
-        payload.clone(),
-        CallMeta::default(),
-    )
-    .await;
+    let r = match telemetry::active() {
+        Some(hub) => {
+            let carrier = Carrier {
+                traceparent: Some(BENCH_TRACEPARENT.into()),
+                baggage: None,
+            };
+            let call = hub.start_call("shell::exec", &carrier, payload, 200);
+            let r = call
+                .run(dispatch(
+                    services,
+                    "shell::exec",
+                    payload.clone(),
+                    CallMeta::default(),
+                ))
+                .await;
+            let answered = r
+                .clone()
+                .map_err(iii_shell_broker::engine::frames::ErrorBody::from);
+            call.finish(&answered, 300);
+            r
+        }
+        None => {
+            dispatch(
+                services,
+                "shell::exec",
+                payload.clone(),
+                CallMeta::default(),
+            )
+            .await
+        }
+    };
     let elapsed = start.elapsed();
     match r {
         Ok(v) if v["exit_code"] == json!(0) => elapsed,
@@ -1258,4 +1299,204 @@ fn executor_of(serve: u32) -> Option<u32> {
                 .replace('\0', " ")
                 .contains("executor --fd")
         })
+}
+
+/// Only the telemetry rows (`BENCH_TELEMETRY_ONLY=1`): on against off, and the worker's
+/// memory with telemetry on.
+async fn telemetry_only(iters: usize, warmup: usize) {
+    let (config, _jail) = bench_config();
+    let extra = bench_executor_args();
+    let (services, mut child, _pid) = start_executor(&config, &extra).await;
+    let raw = RawSpawn::new(TRUE);
+    let payload = json!({"command": TRUE, "args": []});
+    telemetry_comparison(&services, &raw, &payload, iters, warmup).await;
+    drop(services);
+    wait_or_kill(&mut child, Duration::from_secs(5));
+    telemetry_memory(iters.min(2000)).await;
+}
+
+/// Telemetry on against off on one executor, in alternating blocks of 100 calls (raw spawns
+/// interleaved in each): what spans cost a foreground exec, from the broker's call span to the
+/// executor's spawn and wait spans and their trip back over the socket. The outbox is drained
+/// as the transport would drain it.
+async fn telemetry_comparison(
+    services: &Arc<Services>,
+    raw: &RawSpawn,
+    payload: &Value,
+    iters: usize,
+    warmup: usize,
+) {
+    use iii_shell_protocol::config::TelemetryConfig;
+    const BLOCK: usize = 100;
+    let hub = telemetry::install_hub(telemetry::Hub::new(
+        telemetry::Identity {
+            worker_name: "bench".into(),
+            namespace: None,
+        },
+        Arc::new(telemetry::outbox::Outbox::new(
+            telemetry::outbox::Bounds::DEFAULT,
+        )),
+    ));
+    let outbox = hub.outbox.clone();
+    let drained = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let d = drained.clone();
+    let drain = tokio::spawn(async move {
+        loop {
+            let f = outbox.next().await;
+            d.fetch_add(f.items, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let set = |on: bool| {
+        hub.apply(&TelemetryConfig {
+            enabled: on,
+            ..Default::default()
+        })
+    };
+    set(true);
+    interleave(services, raw, payload, warmup).await;
+    set(false);
+    interleave(services, raw, payload, warmup).await;
+    let steal = Steal::now();
+    let mut samples: [(Vec<Duration>, Vec<Duration>); 2] = Default::default();
+    let mut done = 0;
+    while done < iters {
+        let n = BLOCK.min(iters - done);
+        for (which, on) in [true, false].into_iter().enumerate() {
+            set(on);
+            let (r, i) = interleave(services, raw, payload, n).await;
+            samples[which].0.extend(r);
+            samples[which].1.extend(i);
+        }
+        done += n;
+    }
+    let steal = Steal::since(steal);
+    set(false);
+    hub.flush();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    drain.abort();
+    let [on, off] = samples.map(|(r, i)| Comparison {
+        raw: Stats::of(r),
+        iii: Stats::of(i),
+        steal,
+    });
+    on.print(&format!(
+        "telemetry on (every call a traced span, executor spans included), {iters} iterations, blocks alternating with off"
+    ));
+    off.print("telemetry off, the same run");
+    let added = on.iii.p50 - off.iii.p50;
+    let added_mean = on.iii.mean - off.iii.mean;
+    println!(
+        "telemetry adds {added:+.1} us at p50 ({added_mean:+.1} us mean; raw spawns of the two: {:.1} / {:.1} us p50); goal <= {TELEMETRY_GOAL_US:.0} us: {}; {} spans reached the outbox, {} dropped",
+        on.raw.p50,
+        off.raw.p50,
+        if added <= TELEMETRY_GOAL_US { "MET" } else { "NOT MET" },
+        drained.load(std::sync::atomic::Ordering::Relaxed),
+        hub.outbox.dropped().items,
+    );
+    println!();
+}
+
+/// The worker's memory (supervisor + broker + executor, VmRSS) after `n` traced calls with
+/// telemetry on, against the test engine's `/otel`, and what its own gauge said.
+async fn telemetry_memory(n: usize) {
+    let engine = iii_test_engine::TestEngine::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seed = dir.path().join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "fs:\n  allow_unjailed: true\ntelemetry:\n  metrics_interval_ms: 1000\n",
+    )
+    .expect("seed");
+    let mut serve = Command::new(EXE)
+        .args(["serve", "--config"])
+        .arg(&seed)
+        .env("III_URL", engine.url())
+        .env("III_WORKER_NAME", "bench-telemetry")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("serve.log")).expect("log"))
+        .spawn()
+        .expect("start iii-shell serve");
+    if engine
+        .wait_for_function("shell::exec", Duration::from_secs(30))
+        .await
+        .is_none()
+    {
+        println!(
+            "telemetry memory: serve never registered shell::exec; skipped. Its log:\n{}",
+            std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default()
+        );
+        terminate(&mut serve);
+        return;
+    }
+    let caller = engine.client().await;
+    // (VmRSS summed, Pss summed) of serve, the broker and the executor, in KiB.
+    let sum = |serve: u32| -> (u64, u64) {
+        let mut pids = vec![serve];
+        pids.extend(children(serve));
+        let rss = pids.iter().filter_map(|p| vm_rss_kib(*p)).sum();
+        let pss = pids.iter().filter_map(|p| pss_kib(*p)).sum();
+        (rss, pss)
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = sum(serve.id());
+    for i in 0..n {
+        let r = caller
+            .call_with_trace(
+                "shell::exec",
+                json!({"command": TRUE, "args": [format!("{i}")]}),
+                BENCH_TRACEPARENT,
+                None,
+            )
+            .await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = sum(serve.id());
+    let each: Vec<String> = std::iter::once(serve.id())
+        .chain(children(serve.id()))
+        .map(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let role = cmd.split_whitespace().nth(1).unwrap_or("?").to_string();
+            format!("{role} {}", fmt_kib(pss_kib(p)))
+        })
+        .collect();
+    println!("  Pss by process after the calls: {}", each.join(", "));
+    let gauge = engine
+        .metric_points()
+        .into_iter()
+        .filter(|(name, _, _, _)| name == "iii.worker.memory.rss")
+        .max_by_key(|(_, _, _, at)| *at)
+        .map(|(_, _, v, _)| v as u64 / 1024);
+    println!(
+        "worker memory with telemetry on (serve + broker + executor): Pss {} KiB idle, {} KiB after {n} traced shell::exec calls (goal <= 20 MB: {}); VmRSS summed (shared pages counted three times) {} / {} KiB; its iii.worker.memory.rss gauge: {}; {} spans stored by the engine",
+        before.1,
+        after.1,
+        if after.1 * 1024 <= 20_000_000 { "MET" } else { "NOT MET" },
+        before.0,
+        after.0,
+        fmt_kib(gauge),
+        engine.spans().len(),
+    );
+    terminate(&mut serve);
+    println!();
+}
+
+/// The proportional set size of `pid` (shared pages divided among their users), in KiB.
+fn pss_kib(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The children of `pid` (the broker and the executor, for `serve`).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .collect()
 }

@@ -23,6 +23,13 @@ use iii_shell_protocol::config::Config;
 pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, ExecutorSource), i32> {
     // The worker's memory and CPU gauges read this; Landlock allows no open later.
     iii_shell_broker::telemetry::usage::open_self_stat();
+    // The telemetry SDK's batching threads allocate little and rarely: one malloc arena for
+    // the whole broker, instead of one per thread, each keeping its freed memory.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets an allocator parameter; no thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
     if args.control_fd.is_some() {
         // Spawned by `serve`: go away with our supervisor.
         // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
@@ -229,6 +236,14 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
             0
         }
     };
+    // What is still batched goes out before the engine link closes (at most 1 s).
+    if let Some(hub) = iii_shell_broker::telemetry::active() {
+        let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        while !hub.outbox.is_empty() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     link.stop();
     executors.shutdown(&services).await;
     tracing::info!("stopped");

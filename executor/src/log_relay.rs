@@ -126,9 +126,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_queue_keeps_the_newest_max_queued() {
+        for i in 0..MAX_QUEUED + 5 {
+            push(LogRecord {
+                unix_ns: i as u64,
+                severity: Severity::Warn,
+                target: "t".into(),
+                body: String::new(),
+                trace: None,
+            });
+        }
+        let got = take();
+        assert_eq!(got.len(), MAX_QUEUED);
+        assert_eq!(got[0].unix_ns, 5);
+        assert_eq!(got[MAX_QUEUED - 1].unix_ns, (MAX_QUEUED + 4) as u64);
+        assert!(take().is_empty());
+    }
+
+    #[test]
     fn levels_relay_what_the_configuration_says() {
         let all = [Level::ERROR, Level::WARN, Level::INFO, Level::DEBUG];
-        let row = |s: u8| all.clone().map(|l| relays(s, &l));
+        let row = |s: u8| all.map(|l| relays(s, &l));
         assert_eq!(row(0), [false, false, false, false]);
         assert_eq!(row(1), [true, false, false, false]);
         assert_eq!(row(2), [true, true, false, false]);

@@ -9,6 +9,7 @@ use crate::Executor;
 fn usage_of(s: Sample) -> ProcessUsage {
     ProcessUsage {
         rss_bytes: s.rss_bytes,
+        file_bytes: s.file_bytes,
         cpu_micros: s.cpu_micros,
     }
 }

@@ -827,6 +827,45 @@ mod tests {
     }
 
     #[test]
+    fn telemetry_is_on_by_default_and_its_interval_is_bounded() {
+        let c = Config::from_value(&serde_json::json!({"fs": {"allow_unjailed": true}})).unwrap();
+        assert_eq!(
+            c.telemetry,
+            TelemetryConfig {
+                enabled: true,
+                logs_level: TelemetryLogLevel::Warn,
+                metrics_interval_ms: 10_000,
+            }
+        );
+        let with = |t: serde_json::Value| {
+            Config::from_value(&serde_json::json!({"fs": {"allow_unjailed": true}, "telemetry": t}))
+        };
+        let off = with(serde_json::json!({"enabled": false, "logs_level": "info"})).unwrap();
+        assert!(!off.telemetry.enabled);
+        assert_eq!(off.telemetry.logs_level, TelemetryLogLevel::Info);
+        for (ms, ok) in [
+            (999, false),
+            (1000, true),
+            (3_600_000, true),
+            (3_600_001, false),
+        ] {
+            let r = with(serde_json::json!({"metrics_interval_ms": ms}));
+            assert_eq!(r.is_ok(), ok, "{ms}: {r:?}");
+        }
+        assert_eq!(
+            with(serde_json::json!({"metrics_interval_ms": 5}))
+                .unwrap_err()
+                .0,
+            "telemetry.metrics_interval_ms is 5: it must be between 1000 and 3600000"
+        );
+        assert!(with(serde_json::json!({"logs_level": "debug"})).is_err());
+        assert!(
+            with(serde_json::json!({"endpoint": "x"})).is_err(),
+            "unknown keys are refused"
+        );
+    }
+
+    #[test]
     fn pty_limits_have_code_defaults_and_older_configs_still_load() {
         // A configuration written before the `pty` section existed.
         let old = Config::from_value(&json!({"fs": {"allow_unjailed": true}})).unwrap();

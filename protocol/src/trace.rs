@@ -73,6 +73,8 @@ pub struct LogRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ProcessUsage {
     pub rss_bytes: u64,
+    /// The file-backed part of `rss_bytes` (pages of the binary and libraries).
+    pub file_bytes: u64,
     /// User plus system CPU time since the process started.
     pub cpu_micros: u64,
 }

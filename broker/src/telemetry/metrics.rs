@@ -5,7 +5,7 @@
 //!
 //! | Name | Unit | What |
 //! |---|---|---|
-//! | `iii.worker.memory.rss` | By | resident memory of the supervisor, the broker and the executor together |
+//! | `iii.worker.memory.rss` | By | resident memory of the supervisor, the broker and the executor together, the binary's shared pages once |
 //! | `iii.worker.cpu.percent` | % | their CPU use since the previous sample (100 = one core) |
 //! | `iii.worker.uptime_seconds` | s | since the broker started |
 //! | `iii.shell.jobs.running` | | running background jobs (host and sandbox) |

@@ -97,8 +97,10 @@ impl Hub {
         .with_batch_config(
             opentelemetry_sdk::trace::BatchConfigBuilder::default()
                 .with_scheduled_delay(BATCH_DELAY)
-                .with_max_queue_size(4096)
-                .with_max_export_batch_size(512)
+                // The SDK's channel holds every slot from the start: keep it small (a batch
+                // goes out as soon as 128 spans are waiting, so 512 is four batches' worth).
+                .with_max_queue_size(512)
+                .with_max_export_batch_size(128)
                 .build(),
         )
         .build();
@@ -115,8 +117,8 @@ impl Hub {
         .with_batch_config(
             opentelemetry_sdk::logs::BatchConfigBuilder::default()
                 .with_scheduled_delay(BATCH_DELAY)
-                .with_max_queue_size(1024)
-                .with_max_export_batch_size(256)
+                .with_max_queue_size(256)
+                .with_max_export_batch_size(128)
                 .build(),
         )
         .build();
@@ -181,15 +183,20 @@ impl Hub {
 /// Installs the process's hub (once) and starts its socket to the engine at `engine_url`.
 /// Needs a tokio runtime.
 pub fn install(engine_url: &str, identity: Identity) -> &'static Hub {
-    let hub = HUB.get_or_init(|| {
-        let outbox = Arc::new(Outbox::new(Bounds::DEFAULT));
-        Hub::new(identity, outbox)
-    });
+    let hub = install_hub(Hub::new(identity, Arc::new(Outbox::new(Bounds::DEFAULT))));
     tokio::spawn(transport::run(
         transport::otel_url(engine_url),
         hub.outbox.clone(),
     ));
     hub
+}
+
+/// Makes `hub` the process's hub (the first one installed stays), with no transport: whoever
+/// installs it takes the outbox's frames (the benches).
+pub fn install_hub(hub: Hub) -> &'static Hub {
+    let mut hub = Some(hub);
+    let installed = HUB.get_or_init(|| hub.take().expect("a hub"));
+    installed
 }
 
 /// The installed hub, when telemetry is on.

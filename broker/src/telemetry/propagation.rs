@@ -61,7 +61,7 @@ pub fn inject(cx: &Context) -> Carrier {
     if cx.span().span_context().is_valid() {
         TraceContextPropagator::new().inject_context(cx, &mut c);
     }
-    if cx.baggage().len() > 0 {
+    if !cx.baggage().is_empty() {
         BaggagePropagator::new().inject_context(cx, &mut c);
     }
     c

@@ -36,13 +36,24 @@ pub fn backoff(attempt: u32) -> Duration {
     Duration::from_secs(secs.min(30))
 }
 
+/// The engine only ever sends Pongs and a Close here: a small read buffer, and frames
+/// written as they come (each is one whole batch).
+fn ws_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
+        .max_message_size(Some(1 << 20))
+}
+
 /// Runs the socket until the process ends.
 pub async fn run(url: String, outbox: Arc<Outbox>) {
     let mut attempt: u32 = 0;
     let mut outage_logged = false;
     let mut dropped_at_loss = outbox.dropped();
     loop {
-        match tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await {
+        match tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config()), true)
+            .await
+        {
             Ok((ws, _)) => {
                 attempt = 0;
                 let d = outbox.dropped();

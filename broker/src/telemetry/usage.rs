@@ -1,8 +1,10 @@
 //! Samples the worker's gauges every `telemetry.metrics_interval_ms` and has them sent.
 //!
-//! The broker reads its own memory and CPU through a `/proc/self/stat` descriptor opened
-//! before it confined itself ([`open_self_stat`]; Landlock allows it no file afterwards); the
-//! executor reports its own and the supervisor's (`Request::Usage`).
+//! The broker reads its own memory and CPU through `/proc/self/stat` and `statm` descriptors
+//! opened before it confined itself ([`open_self_stat`]; Landlock allows it no file
+//! afterwards); the executor reports its own and the supervisor's (`Request::Usage`). The
+//! memory gauge counts the three processes' own pages and their shared file-backed pages once
+//! ([`iii_shell_confine::proc_stat::combined_rss`]).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -15,20 +17,31 @@ use super::Hub;
 use crate::engine::EngineLink;
 use crate::services::Services;
 
-static SELF_STAT: OnceLock<std::fs::File> = OnceLock::new();
+use iii_shell_confine::proc_stat::{combined_rss, Files, Sample};
 
-/// Opens `/proc/self/stat` for later reads. Call it before [`crate::confine::confine_self`].
+static SELF_STAT: OnceLock<Files> = OnceLock::new();
+
+/// Opens `/proc/self/stat` and `statm` for later reads. Call it before
+/// [`crate::confine::confine_self`].
 pub fn open_self_stat() {
-    if let Ok(f) = std::fs::File::open("/proc/self/stat") {
+    if let Some(f) = Files::open(None) {
         let _ = SELF_STAT.set(f);
     }
 }
 
 /// The broker's own memory and CPU time.
-pub fn broker_sample() -> Option<iii_shell_confine::proc_stat::Sample> {
+pub fn broker_sample() -> Option<Sample> {
     match SELF_STAT.get() {
-        Some(f) => iii_shell_confine::proc_stat::read(f),
+        Some(f) => f.read(),
         None => iii_shell_confine::proc_stat::read_pid(None),
+    }
+}
+
+fn sample_of(u: iii_shell_protocol::trace::ProcessUsage) -> Sample {
+    Sample {
+        rss_bytes: u.rss_bytes,
+        file_bytes: u.file_bytes,
+        cpu_micros: u.cpu_micros,
     }
 }
 
@@ -45,25 +58,24 @@ pub fn cpu_percent(prev_micros: u64, now_micros: u64, wall: Duration) -> f64 {
 /// The gauges from one round of samples.
 pub fn gauges(
     worker_id: String,
-    broker: Option<iii_shell_confine::proc_stat::Sample>,
+    broker: Option<Sample>,
     executor: Option<&UsageReport>,
     sandbox_jobs: u64,
     cpu_percent: f64,
     uptime: Duration,
 ) -> Gauges {
-    let b = broker.unwrap_or_default();
-    let (e_rss, s_rss, jobs, ptys) = match executor {
-        Some(u) => (
-            u.executor.rss_bytes,
-            u.supervisor.map_or(0, |s| s.rss_bytes),
-            u.running_jobs,
-            u.pty_sessions,
-        ),
-        None => (0, 0, 0, 0),
+    let mut processes: Vec<Sample> = broker.into_iter().collect();
+    let (jobs, ptys) = match executor {
+        Some(u) => {
+            processes.push(sample_of(u.executor));
+            processes.extend(u.supervisor.map(sample_of));
+            (u.running_jobs, u.pty_sessions)
+        }
+        None => (0, 0),
     };
     Gauges {
         worker_id,
-        rss_bytes: b.rss_bytes + e_rss + s_rss,
+        rss_bytes: combined_rss(&processes),
         cpu_percent,
         uptime_seconds: uptime.as_secs_f64(),
         running_jobs: jobs + sandbox_jobs,
@@ -131,7 +143,6 @@ pub async fn run(hub: &'static Hub, services: Arc<Services>, link: EngineLink) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iii_shell_confine::proc_stat::Sample;
     use iii_shell_protocol::trace::ProcessUsage;
 
     #[test]
@@ -150,10 +161,12 @@ mod tests {
         let u = UsageReport {
             executor: ProcessUsage {
                 rss_bytes: 3_000,
+                file_bytes: 2_000,
                 cpu_micros: 7,
             },
             supervisor: Some(ProcessUsage {
                 rss_bytes: 500,
+                file_bytes: 400,
                 cpu_micros: 1,
             }),
             running_jobs: 2,
@@ -161,6 +174,7 @@ mod tests {
         };
         let b = Some(Sample {
             rss_bytes: 10_000,
+            file_bytes: 2_500,
             cpu_micros: 100,
         });
         assert_eq!(
@@ -174,7 +188,8 @@ mod tests {
             ),
             Gauges {
                 worker_id: "w1".into(),
-                rss_bytes: 13_500,
+                // Own pages 7500 + 1000 + 100, the shared file pages once (2500).
+                rss_bytes: 11_100,
                 cpu_percent: 12.5,
                 uptime_seconds: 2.5,
                 running_jobs: 5,
