@@ -1267,8 +1267,11 @@ fn must_be_root() {
 
 /// Issue 16: a replaced file keeps its owner and group when the executor may keep them
 /// (root with `CAP_CHOWN` kept by the pinned envelope): update-file, an overwriting
-/// create-file and a cross-root move. (Mode 0604: the executor holds no CAP_DAC_OVERRIDE, so
-/// another user's file must be readable by others for it to read it at all.)
+/// create-file and a cross-root move. (Mode 0606: the executor holds no CAP_DAC_OVERRIDE, so
+/// another user's file must be readable and writable by others for it to edit it at all.)
+/// Issue 25: a file the executor may not write (0604) is never given back to its owner: the
+/// chown would make the new content look like the owner's; the edit leaves it the executor's.
+/// A move carries the owner's own bytes, so a 0604 file keeps its owner when moved.
 #[tokio::test]
 async fn writes_keep_owner_and_group_with_cap_chown() {
     must_be_root();
@@ -1283,24 +1286,30 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
     let pin = base.join("envelope.yaml");
     std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
     let h = Harness::with_args(c, &["--pin-config", &s(&pin)]).await;
-    for name in ["u.txt", "c.txt", "m.txt"] {
+    for (name, mode) in [
+        ("u.txt", 0o606),
+        ("c.txt", 0o606),
+        ("m.txt", 0o604),
+        ("ro.txt", 0o604),
+    ] {
         let f = root.join(name);
         std::fs::write(&f, "one\ntwo\n").unwrap();
         std::os::unix::fs::chown(&f, Some(4321), Some(8765)).unwrap();
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o604)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let v = h
         .ok(
             "coder::update-file",
-            json!({"files": [{"path": "u.txt", "ops": [
-                {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]}]}),
+            json!({"files": (["u.txt", "ro.txt"].map(|p| json!({"path": p, "ops": [
+                {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]})))}),
         )
         .await;
     assert_eq!(result(&v, 0)["success"], true, "{v}");
+    assert_eq!(result(&v, 1)["success"], true, "{v}");
     let v = h
         .ok(
             "coder::create-file",
-            json!({"files": [{"path": "c.txt", "content": "new\n", "overwrite": true, "mode": "0604"}]}),
+            json!({"files": [{"path": "c.txt", "content": "new\n", "overwrite": true, "mode": "0606"}]}),
         )
         .await;
     assert_eq!(result(&v, 0)["success"], true, "{v}");
@@ -1311,27 +1320,181 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
         )
         .await;
     assert_eq!(result(&v, 0)["moved"], true, "{v}");
-    assert_eq!(
-        std::fs::read_to_string(root.join("u.txt")).unwrap(),
-        "one\nTWO\n"
-    );
+    for f in ["u.txt", "ro.txt"] {
+        assert_eq!(std::fs::read_to_string(root.join(f)).unwrap(), "one\nTWO\n");
+    }
     assert_eq!(
         std::fs::read_to_string(root.join("c.txt")).unwrap(),
         "new\n"
     );
-    for f in [root.join("u.txt"), root.join("c.txt"), other.join("m.txt")] {
+    for (f, mode) in [
+        (root.join("u.txt"), 0o606),
+        (root.join("c.txt"), 0o606),
+        (other.join("m.txt"), 0o604),
+    ] {
         assert_eq!(owner_of(&f), (4321, 8765), "{}", f.display());
-        assert_eq!(mode_of(&f), 0o604, "{}", f.display());
+        assert_eq!(mode_of(&f), mode, "{}", f.display());
+    }
+    assert_eq!(owner_of(&root.join("ro.txt")), (0, 0), "not chowned");
+    assert_eq!(mode_of(&root.join("ro.txt")), 0o604);
+}
+
+/// `system.posix_acl_access` in the kernel's xattr form: version 2, then (tag, perm, id)
+/// entries sorted by tag: owner rw-, user 5678 r--, group r--, mask r--, other ---, which is
+/// what mode 0640 shows.
+fn acl_0640_with_user_5678() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 5678),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+fn c_path(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn set_acl(p: &Path, acl: &[u8]) {
+    // SAFETY: NUL-terminated path and name, a buffer of `acl.len()` bytes.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c_path(p).as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setxattr {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The `system.posix_acl_access` bytes of `p`, None when it has none.
+fn acl_of(p: &Path) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated path and name, a buffer of `buf.len()` bytes.
+    let n = unsafe {
+        libc::lgetxattr(
+            c_path(p).as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::ENODATA),
+            "getxattr {}: {e}",
+            p.display()
+        );
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
+}
+
+/// Issue 25: every operation that rewrites an existing file through a temp file and a rename
+/// keeps its owner, group, mode and POSIX ACL (`system.posix_acl_access`), as editors do:
+/// `coder::update-file`, an overwriting `coder::create-file`, `shell::fs::sed` and
+/// `shell::fs::write` over the file. The file is 1234:1234, mode 0640, with an ACL granting
+/// uid 5678 read. Checked for an executor running as the file's owner (`run_as: 1234:1234`)
+/// and for a root executor that may chown and write it (CAP_CHOWN and CAP_DAC_OVERRIDE kept
+/// by the pinned envelope). Failed before the fix: the ACL was gone after every edit (and
+/// `shell::fs::write`/`sed` left the root executor's file owned by 0:0).
+#[tokio::test]
+async fn rewrites_keep_owner_group_mode_and_acl() {
+    must_be_root();
+    for run_as in ["1234:1234", "root"] {
+        let dir = tempdir();
+        let base = canon(dir.path());
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::chown(&root, Some(1234), Some(1234)).unwrap();
+        let mut c = jailed(&root);
+        c.confinement.run_as = Some(run_as.into());
+        let h = if run_as == "root" {
+            c.confinement.capabilities = vec!["CAP_CHOWN".into(), "CAP_DAC_OVERRIDE".into()];
+            let pin = base.join("envelope.yaml");
+            std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
+            Harness::with_args(c, &["--pin-config", &s(&pin)]).await
+        } else {
+            Harness::new(c).await
+        };
+        let acl = acl_0640_with_user_5678();
+        let names = ["u.txt", "c.txt", "s.txt", "w.txt"];
+        for name in names {
+            let f = root.join(name);
+            std::fs::write(&f, "one\ntwo\n").unwrap();
+            std::os::unix::fs::chown(&f, Some(1234), Some(1234)).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+            set_acl(&f, &acl);
+            assert_eq!(acl_of(&f).as_deref(), Some(&acl[..]));
+        }
+        let v = h
+            .ok(
+                "coder::update-file",
+                json!({"files": [{"path": "u.txt", "ops": [
+                    {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]}]}),
+            )
+            .await;
+        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
+        let v = h
+            .ok(
+                "coder::create-file",
+                json!({"files": [{"path": "c.txt", "content": "one\nTWO\n", "overwrite": true, "mode": "0640"}]}),
+            )
+            .await;
+        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
+        h.ok(
+            "shell::fs::sed",
+            json!({"files": [s(&root.join("s.txt"))], "pattern": "two", "replacement": "TWO"}),
+        )
+        .await;
+        h.ok(
+            "shell::fs::write",
+            json!({"path": s(&root.join("w.txt")), "content": "one\nTWO\n", "mode": "0640"}),
+        )
+        .await;
+        for name in names {
+            let f = root.join(name);
+            let what = format!("{run_as} {name}");
+            assert_eq!(std::fs::read_to_string(&f).unwrap(), "one\nTWO\n", "{what}");
+            assert_eq!(owner_of(&f), (1234, 1234), "{what}");
+            assert_eq!(mode_of(&f), 0o640, "{what}");
+            assert_eq!(acl_of(&f).as_deref(), Some(&acl[..]), "{what}: the ACL");
+        }
+        assert_eq!(
+            names_in(&root),
+            ["c.txt", "s.txt", "u.txt", "w.txt"],
+            "{run_as}: no temp file is left"
+        );
     }
 }
 
-/// Issue 16: without `CAP_CHOWN` (the default), replacing another user's file would hand it
-/// to the executor's user: update-file, an overwriting create-file and a cross-root move
-/// refuse with C216 naming the owner and the fix, and nothing changes (bytes, owner, no temp
-/// file left, the move's source still there). The executor's own files are edited as usual.
-/// Checked for a root executor without capabilities and for `run_as: 4242:4242`.
+/// Issue 25 (was issue 16's refusal): without `CAP_CHOWN` (the default), a replaced file of
+/// another user cannot keep its owner. The edit goes ahead and keeps what can be kept: the
+/// new file is the executor's, with the old mode (update-file, an overwriting create-file
+/// and a cross-root move alike), and no temp file is left. Checked for a root executor
+/// without capabilities and for `run_as: 4242:4242`. Failed before: C216 "cannot keep the
+/// owner", nothing written.
 #[tokio::test]
-async fn writes_refuse_a_file_whose_owner_they_cannot_keep() {
+async fn writes_keep_what_they_can_of_a_file_they_cannot_chown() {
     must_be_root();
     for run_as in ["root", "4242:4242"] {
         let dir = tempdir();
@@ -1349,68 +1512,52 @@ async fn writes_refuse_a_file_whose_owner_they_cannot_keep() {
         c.confinement.run_as = Some(run_as.into());
         let h = Harness::new(c).await;
         // Writable by everyone, owned by someone else.
-        for name in ["theirs.txt", "mine.txt"] {
+        for name in ["theirs.txt", "c.txt", "m.txt", "mine.txt"] {
             let f = root.join(name);
             std::fs::write(&f, "one\ntwo\n").unwrap();
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+            let owner = if name == "mine.txt" { me } else { 4343 };
+            std::os::unix::fs::chown(&f, Some(owner), Some(owner)).unwrap();
         }
-        std::os::unix::fs::chown(root.join("theirs.txt"), Some(4343), Some(4343)).unwrap();
-        std::os::unix::fs::chown(root.join("mine.txt"), Some(me), Some(me)).unwrap();
-        let theirs = root.join("theirs.txt");
-        let ino = || {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(&theirs).unwrap().ino()
-        };
-        let before = ino();
-        let check = |r: &Value, what: &str| {
-            assert_eq!(r["success"], false, "{what} {r}");
-            assert_eq!(r["error"]["code"], "C216", "{what} {r}");
-            let m = r["error"]["message"].as_str().unwrap();
-            assert!(
-                m.contains("cannot keep the owner")
-                    && m.contains("uid 4343")
-                    && m.contains("CAP_CHOWN")
-                    && m.contains("nothing was written"),
-                "{what}: {m}"
-            );
-        };
         let v = h
             .ok(
                 "coder::update-file",
-                json!({"files": [
-                    {"path": "theirs.txt", "ops": [{"op": "remove", "from_line": 1, "to_line": 1}]},
-                    {"path": "mine.txt", "ops": [{"op": "remove", "from_line": 1, "to_line": 1}]},
-                ]}),
+                json!({"files": (["theirs.txt", "mine.txt"].map(|p| json!({"path": p, "ops": [
+                    {"op": "remove", "from_line": 1, "to_line": 1}]})))}),
             )
             .await;
-        check(result(&v, 0), "update-file");
+        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
         assert_eq!(result(&v, 1)["success"], true, "{run_as}: {v}");
         let v = h
             .ok(
                 "coder::create-file",
-                json!({"files": [{"path": "theirs.txt", "content": "x\n", "overwrite": true}]}),
+                json!({"files": [{"path": "c.txt", "content": "x\n", "overwrite": true, "mode": "0666"}]}),
             )
             .await;
-        check(result(&v, 0), "create-file");
+        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
         let v = h
             .ok(
                 "coder::move",
-                json!({"files": [{"from": "theirs.txt", "to": s(&other.join("t.txt"))}]}),
+                json!({"files": [{"from": "m.txt", "to": s(&other.join("m.txt"))}]}),
             )
             .await;
-        check(result(&v, 0), "move");
-        assert_eq!(result(&v, 0)["moved"], false);
-        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "one\ntwo\n");
-        assert_eq!(owner_of(&theirs), (4343, 4343), "{run_as}");
-        assert_eq!(ino(), before, "{run_as}: the file was replaced");
-        assert_eq!(names_in(&root), ["mine.txt", "theirs.txt"], "{run_as}");
-        assert!(names_in(&other).is_empty(), "{run_as}");
+        assert_eq!(result(&v, 0)["moved"], true, "{run_as}: {v}");
+        for (f, body) in [
+            (root.join("theirs.txt"), "two\n"),
+            (root.join("mine.txt"), "two\n"),
+            (root.join("c.txt"), "x\n"),
+            (other.join("m.txt"), "one\ntwo\n"),
+        ] {
+            assert_eq!(std::fs::read_to_string(&f).unwrap(), body, "{run_as}");
+            assert_eq!(owner_of(&f), (me, me), "{run_as} {}", f.display());
+            assert_eq!(mode_of(&f), 0o666, "{run_as} {}", f.display());
+        }
         assert_eq!(
-            std::fs::read_to_string(root.join("mine.txt")).unwrap(),
-            "two\n"
+            names_in(&root),
+            ["c.txt", "mine.txt", "theirs.txt"],
+            "{run_as}"
         );
-        assert_eq!(owner_of(&root.join("mine.txt")), (me, me), "{run_as}");
-        assert_eq!(mode_of(&root.join("mine.txt")), 0o666, "{run_as}");
+        assert_eq!(names_in(&other), ["m.txt"], "{run_as}");
     }
 }
 

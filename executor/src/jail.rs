@@ -596,6 +596,18 @@ pub fn open_beneath(
     flags: i32,
     resolve: u64,
 ) -> std::io::Result<OwnedFd> {
+    open_beneath_mode(dirfd, path, flags, 0, resolve)
+}
+
+/// [`open_beneath`] with the `mode` a created file gets (`O_CREAT`, `O_TMPFILE`; the kernel
+/// wants 0 otherwise).
+pub fn open_beneath_mode(
+    dirfd: Option<&OwnedFd>,
+    path: &Path,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> std::io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // open_how is non-exhaustive in libc; zero it and fill the fields we know (the kernel
@@ -603,6 +615,7 @@ pub fn open_beneath(
     // SAFETY: open_how is plain integers, for which all-zero is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = u64::from(mode);
     how.resolve = resolve;
     let dir = dirfd.map(|f| f.as_raw_fd()).unwrap_or(libc::AT_FDCWD);
     let mut tries = 0u32;

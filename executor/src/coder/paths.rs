@@ -254,17 +254,6 @@ impl<'a> Ctx<'a> {
         nonzero(self.policy.config.fs.max_read_bytes)
     }
 
-    /// The mode a rewritten copy of a file with mode `st_mode` gets: its permission bits,
-    /// sticky included, and setuid/setgid only when `fs.allow_special_bits` (the
-    /// executor's seccomp rule would refuse them otherwise, failing the whole edit).
-    pub fn kept_mode(&self, st_mode: u32) -> u32 {
-        if self.policy.config.fs.allow_special_bits {
-            st_mode & 0o7777
-        } else {
-            st_mode & 0o1777
-        }
-    }
-
     /// `fs.max_write_bytes` with 0 (unlimited) as `u64::MAX`.
     pub fn max_write(&self) -> u64 {
         nonzero(self.policy.config.fs.max_write_bytes)

@@ -970,15 +970,13 @@ fn symlink(policy: &Policy, path: &str, target: &str) -> Result<(), String> {
 }
 
 fn write_back(policy: &Policy, path: &str, body: &[u8]) -> Result<(), String> {
-    let mode = policy
-        .jail
-        .resolve(path)
-        .ok()
-        .and_then(|r| crate::jail::fstat(&r.fd).ok())
-        .map(|st| st.st_mode & 0o777)
-        .unwrap_or(0o644);
     let parent = policy.jail.parent(path, true).map_err(|e| e.to_string())?;
-    crate::fs::atomic::write_atomic(&parent, body, mode)
+    // A file still there keeps its owner, group, mode and ACL; a missing one comes back 0644.
+    let keep = crate::fs::keep::Replaced::of_entry(&parent)
+        .map_err(|e| e.to_string())?
+        .map(|old| old.keep(policy.config.fs.allow_special_bits));
+    let mode = keep.as_ref().map_or(0o644, |k| k.mode);
+    crate::fs::atomic::write_atomic(&parent, body, mode, keep)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
