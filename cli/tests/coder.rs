@@ -1269,9 +1269,10 @@ fn must_be_root() {
 /// (root with `CAP_CHOWN` kept by the pinned envelope): update-file, an overwriting
 /// create-file and a cross-root move. (Mode 0606: the executor holds no CAP_DAC_OVERRIDE, so
 /// another user's file must be readable and writable by others for it to edit it at all.)
-/// Issue 25: a file the executor may not write (0604) is never given back to its owner: the
-/// chown would make the new content look like the owner's; the edit leaves it the executor's.
-/// A move carries the owner's own bytes, so a 0604 file keeps its owner when moved.
+/// Issue 25: a file the executor may not write (0604) is never given back to its owner (the
+/// chown would make the new content look like the owner's), so its edit is refused (C216,
+/// nothing written) rather than handing it to the executor's user. A move carries the
+/// owner's own bytes, so a 0604 file keeps its owner when moved.
 #[tokio::test]
 async fn writes_keep_owner_and_group_with_cap_chown() {
     must_be_root();
@@ -1305,7 +1306,7 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
         )
         .await;
     assert_eq!(result(&v, 0)["success"], true, "{v}");
-    assert_eq!(result(&v, 1)["success"], true, "{v}");
+    assert_eq!(result(&v, 1)["error"]["code"], "C216", "{v}");
     let v = h
         .ok(
             "coder::create-file",
@@ -1320,9 +1321,15 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
         )
         .await;
     assert_eq!(result(&v, 0)["moved"], true, "{v}");
-    for f in ["u.txt", "ro.txt"] {
-        assert_eq!(std::fs::read_to_string(root.join(f)).unwrap(), "one\nTWO\n");
-    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("u.txt")).unwrap(),
+        "one\nTWO\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("ro.txt")).unwrap(),
+        "one\ntwo\n",
+        "a file the executor may not write is not replaced"
+    );
     assert_eq!(
         std::fs::read_to_string(root.join("c.txt")).unwrap(),
         "new\n"
@@ -1335,7 +1342,7 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
         assert_eq!(owner_of(&f), (4321, 8765), "{}", f.display());
         assert_eq!(mode_of(&f), mode, "{}", f.display());
     }
-    assert_eq!(owner_of(&root.join("ro.txt")), (0, 0), "not chowned");
+    assert_eq!(owner_of(&root.join("ro.txt")), (4321, 8765), "unchanged");
     assert_eq!(mode_of(&root.join("ro.txt")), 0o604);
 }
 
@@ -1487,14 +1494,13 @@ async fn rewrites_keep_owner_group_mode_and_acl() {
     }
 }
 
-/// Issue 25 (was issue 16's refusal): without `CAP_CHOWN` (the default), a replaced file of
-/// another user cannot keep its owner. The edit goes ahead and keeps what can be kept: the
-/// new file is the executor's, with the old mode (update-file, an overwriting create-file
-/// and a cross-root move alike), and no temp file is left. Checked for a root executor
-/// without capabilities and for `run_as: 4242:4242`. Failed before: C216 "cannot keep the
-/// owner", nothing written.
+/// Issue 16: without `CAP_CHOWN` (the default), replacing another user's file would hand it
+/// to the executor's user: update-file, an overwriting create-file and a cross-root move
+/// refuse with C216 naming the owner and the fix, and nothing changes (bytes, owner, no temp
+/// file left, the move's source still there). The executor's own files are edited as usual.
+/// Checked for a root executor without capabilities and for `run_as: 4242:4242`.
 #[tokio::test]
-async fn writes_keep_what_they_can_of_a_file_they_cannot_chown() {
+async fn writes_refuse_a_file_whose_owner_they_cannot_keep() {
     must_be_root();
     for run_as in ["root", "4242:4242"] {
         let dir = tempdir();
@@ -1512,52 +1518,68 @@ async fn writes_keep_what_they_can_of_a_file_they_cannot_chown() {
         c.confinement.run_as = Some(run_as.into());
         let h = Harness::new(c).await;
         // Writable by everyone, owned by someone else.
-        for name in ["theirs.txt", "c.txt", "m.txt", "mine.txt"] {
+        for name in ["theirs.txt", "mine.txt"] {
             let f = root.join(name);
             std::fs::write(&f, "one\ntwo\n").unwrap();
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-            let owner = if name == "mine.txt" { me } else { 4343 };
-            std::os::unix::fs::chown(&f, Some(owner), Some(owner)).unwrap();
         }
+        std::os::unix::fs::chown(root.join("theirs.txt"), Some(4343), Some(4343)).unwrap();
+        std::os::unix::fs::chown(root.join("mine.txt"), Some(me), Some(me)).unwrap();
+        let theirs = root.join("theirs.txt");
+        let ino = || {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&theirs).unwrap().ino()
+        };
+        let before = ino();
+        let check = |r: &Value, what: &str| {
+            assert_eq!(r["success"], false, "{what} {r}");
+            assert_eq!(r["error"]["code"], "C216", "{what} {r}");
+            let m = r["error"]["message"].as_str().unwrap();
+            assert!(
+                m.contains("cannot keep the owner")
+                    && m.contains("uid 4343")
+                    && m.contains("CAP_CHOWN")
+                    && m.contains("nothing was written"),
+                "{what}: {m}"
+            );
+        };
         let v = h
             .ok(
                 "coder::update-file",
-                json!({"files": (["theirs.txt", "mine.txt"].map(|p| json!({"path": p, "ops": [
-                    {"op": "remove", "from_line": 1, "to_line": 1}]})))}),
+                json!({"files": [
+                    {"path": "theirs.txt", "ops": [{"op": "remove", "from_line": 1, "to_line": 1}]},
+                    {"path": "mine.txt", "ops": [{"op": "remove", "from_line": 1, "to_line": 1}]},
+                ]}),
             )
             .await;
-        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
+        check(result(&v, 0), "update-file");
         assert_eq!(result(&v, 1)["success"], true, "{run_as}: {v}");
         let v = h
             .ok(
                 "coder::create-file",
-                json!({"files": [{"path": "c.txt", "content": "x\n", "overwrite": true, "mode": "0666"}]}),
+                json!({"files": [{"path": "theirs.txt", "content": "x\n", "overwrite": true}]}),
             )
             .await;
-        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
+        check(result(&v, 0), "create-file");
         let v = h
             .ok(
                 "coder::move",
-                json!({"files": [{"from": "m.txt", "to": s(&other.join("m.txt"))}]}),
+                json!({"files": [{"from": "theirs.txt", "to": s(&other.join("t.txt"))}]}),
             )
             .await;
-        assert_eq!(result(&v, 0)["moved"], true, "{run_as}: {v}");
-        for (f, body) in [
-            (root.join("theirs.txt"), "two\n"),
-            (root.join("mine.txt"), "two\n"),
-            (root.join("c.txt"), "x\n"),
-            (other.join("m.txt"), "one\ntwo\n"),
-        ] {
-            assert_eq!(std::fs::read_to_string(&f).unwrap(), body, "{run_as}");
-            assert_eq!(owner_of(&f), (me, me), "{run_as} {}", f.display());
-            assert_eq!(mode_of(&f), 0o666, "{run_as} {}", f.display());
-        }
+        check(result(&v, 0), "move");
+        assert_eq!(result(&v, 0)["moved"], false);
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "one\ntwo\n");
+        assert_eq!(owner_of(&theirs), (4343, 4343), "{run_as}");
+        assert_eq!(ino(), before, "{run_as}: the file was replaced");
+        assert_eq!(names_in(&root), ["mine.txt", "theirs.txt"], "{run_as}");
+        assert!(names_in(&other).is_empty(), "{run_as}");
         assert_eq!(
-            names_in(&root),
-            ["c.txt", "mine.txt", "theirs.txt"],
-            "{run_as}"
+            std::fs::read_to_string(root.join("mine.txt")).unwrap(),
+            "two\n"
         );
-        assert_eq!(names_in(&other), ["m.txt"], "{run_as}");
+        assert_eq!(owner_of(&root.join("mine.txt")), (me, me), "{run_as}");
+        assert_eq!(mode_of(&root.join("mine.txt")), 0o666, "{run_as}");
     }
 }
 

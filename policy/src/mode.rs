@@ -83,6 +83,14 @@ pub fn kept_owner(uid: u32, gid: u32, w: &Writer<'_>, may_write: bool) -> KeptOw
     }
 }
 
+/// Whether a `coder::*` rewrite of a file owned by `uid` must be refused: its replacement
+/// would keep the owner `kept_uid` ([`KeptOwner::uid`]), and anything but `uid` itself means
+/// the file would change hands. `shell::fs::write` and `sed` go ahead and leave such a file
+/// the executor's (with its mode and ACL); an agent's edit never changes who owns a file.
+pub fn edit_changes_owner(uid: u32, kept_uid: Option<u32>) -> bool {
+    kept_uid != Some(uid)
+}
+
 /// The mode a rewrite keeps from the replaced file's `mode`: its permission bits and sticky
 /// bit, setuid and setgid only when `allow_special_bits` (the executor's seccomp rule would
 /// refuse setting them otherwise), setuid only when the owner is kept and setgid only when
@@ -104,6 +112,42 @@ pub fn kept_mode(mode: u32, allow_special_bits: bool, kept: KeptOwner) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_edit_that_would_change_the_owner_is_refused() {
+        assert!(!edit_changes_owner(1234, Some(1234)));
+        assert!(edit_changes_owner(1234, None));
+        assert!(edit_changes_owner(1234, Some(0)));
+        let w = Writer {
+            euid: 4242,
+            egid: 4242,
+            groups: &[],
+            cap_chown: false,
+        };
+        assert!(edit_changes_owner(
+            1234,
+            kept_owner(1234, 1234, &w, true).uid
+        ));
+        assert!(!edit_changes_owner(
+            4242,
+            kept_owner(4242, 1234, &w, true).uid
+        ));
+        let root = Writer {
+            euid: 0,
+            egid: 0,
+            groups: &[],
+            cap_chown: true,
+        };
+        assert!(!edit_changes_owner(
+            1234,
+            kept_owner(1234, 1234, &root, true).uid
+        ));
+        // CAP_CHOWN, but a file the executor may not write: not handed back, so refused.
+        assert!(edit_changes_owner(
+            1234,
+            kept_owner(1234, 1234, &root, false).uid
+        ));
+    }
 
     #[test]
     fn modes() {

@@ -188,9 +188,17 @@ fn create_one(
                 )));
             }
             // The replaced file's owner, group and ACL stay; the mode is the caller's.
-            let keep = Replaced::of_entry(&parent)
-                .map_err(|e| failc(CErr::from_exec(e, input)))?
-                .map(|old| old.keep_with_mode(mode));
+            let keep =
+                match Replaced::of_entry(&parent).map_err(|e| failc(CErr::from_exec(e, input)))? {
+                    Some(old) => {
+                        let keep = old.keep_with_mode(mode);
+                        if let Some(msg) = keep.owner_refusal(&parent.path, old.uid, old.gid) {
+                            return Err(failc(CErr::io(msg)));
+                        }
+                        Some(keep)
+                    }
+                    None => None,
+                };
             (keep, current, true)
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -287,9 +295,12 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
             ctx.max_write()
         ))));
     }
-    let keep = Replaced::of_fd(f.file.as_fd(), &parent.path)
-        .map_err(|e| failc(CErr::from_exec(e, input)))?
-        .keep(ctx.policy.config.fs.allow_special_bits);
+    let old = Replaced::of_fd(f.file.as_fd(), &parent.path)
+        .map_err(|e| failc(CErr::from_exec(e, input)))?;
+    let keep = old.keep(ctx.policy.config.fs.allow_special_bits);
+    if let Some(msg) = keep.owner_refusal(&parent.path, old.uid, old.gid) {
+        return Err(failc(CErr::io(msg)));
+    }
     commit(&parent, &applied.body, keep.mode, Some(keep), false, input).map_err(failc)?;
     changes::record(
         revision(&applied.body),

@@ -207,6 +207,9 @@ fn move_one(ctx: &Ctx<'_>, spec: &MoveFileSpec) -> Result<(String, String, bool)
         .ok_or_else(|| failc(CErr::not_found(from)))?;
     source.may_write = true;
     let keep = source.keep(ctx.policy.config.fs.allow_special_bits);
+    if let Some(msg) = keep.owner_refusal(&src.path, source.uid, source.gid) {
+        return Err(failc(CErr::io(msg)));
+    }
     commit(&dst, &data, keep.mode, Some(keep), !spec.overwrite, to).map_err(failc)?;
     // SAFETY: unlinkat on a directory fd we own with a NUL-terminated name.
     if unsafe { libc::unlinkat(src.dir.as_raw_fd(), sname.as_ptr(), 0) } != 0 {

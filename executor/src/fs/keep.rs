@@ -119,6 +119,22 @@ impl Replaced {
 }
 
 impl Keep {
+    /// The refusal of a `coder::*` rewrite of `path` (owned by `uid`:`gid`) whose new file
+    /// would not keep that owner: an edit never hands another user's file to the executor's
+    /// user, and writing in place would give up atomicity, so nothing is done
+    /// ([`iii_shell_policy::mode::edit_changes_owner`]).
+    pub fn owner_refusal(&self, path: &Path, uid: u32, gid: u32) -> Option<String> {
+        if !iii_shell_policy::mode::edit_changes_owner(uid, self.uid) {
+            return None;
+        }
+        // SAFETY: geteuid/getegid cannot fail.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Some(format!(
+            "cannot keep the owner of {} (uid {uid}, gid {gid}): the executor runs as uid {euid} gid {egid} without CAP_CHOWN (or may not write the file), and replacing the file would hand it to that user; nothing was written. Edit it as its owner (confinement.run_as), or keep CAP_CHOWN in confinement.capabilities",
+            path.display()
+        ))
+    }
+
     /// Gives the complete new file `fd` its ACL and mode. An ACL that cannot be set fails the
     /// write (without it the group class would get the mask's bits).
     pub fn apply_access(&self, fd: BorrowedFd<'_>, path: &Path) -> Result<(), ExecError> {
