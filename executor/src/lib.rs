@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod error;
 pub mod foreground;
 pub mod fs;
+pub mod home;
 pub mod jail;
 pub mod jobs;
 pub mod panic_reply;
@@ -32,6 +33,7 @@ pub mod started;
 pub mod tree;
 pub mod turns;
 pub mod ui_state;
+pub mod warnings;
 pub mod watch;
 
 /// The shared policy rules, re-exported where the executor's modules have always found them.
@@ -61,6 +63,9 @@ pub struct Executor {
     pub ui_state: Arc<ui_state::UiState>,
     /// The pinned envelope: the widest policy this executor accepts.
     pub envelope: Option<iii_shell_protocol::config::Config>,
+    /// What the policy in force is warned about, so a policy pushed again (every
+    /// `iii-shell call --socket`, every reload) does not repeat it.
+    pub warnings: warnings::Standing,
 }
 
 impl Default for Executor {
@@ -85,6 +90,7 @@ impl Executor {
             ui_state: Arc::default(),
             events,
             envelope,
+            warnings: Default::default(),
         }
     }
 
