@@ -50,12 +50,7 @@ pub fn file_stem(key: &str) -> String {
         }
     }
     if out.len() > MAX_ENCODED_STEM {
-        let digest = Sha256::digest(key.as_bytes());
-        let mut hashed = String::from("~");
-        for b in digest {
-            hashed.push_str(&format!("{b:02x}"));
-        }
-        return hashed;
+        return format!("~{}", hex::encode(Sha256::digest(key.as_bytes())));
     }
     out
 }
