@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use iii_shell_protocol::ui_state::{
     key_problem, UiStateOp, UiStateReply, MAX_PANES, MAX_STATE_BYTES,
 };
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
 use crate::error::ExecError;
@@ -39,16 +40,12 @@ pub fn store_dir(turns_data_dir: &str) -> PathBuf {
     }
 }
 
+/// What a stem keeps as it is; every other byte of the key is `%XX`.
+const STEM_SAFE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'-');
+
 /// The file stem of a key (a pure, injective function: exact-value tests below).
 pub fn file_stem(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let out = utf8_percent_encode(key, STEM_SAFE).to_string();
     if out.len() > MAX_ENCODED_STEM {
         return format!("~{}", hex::encode(Sha256::digest(key.as_bytes())));
     }
