@@ -18,6 +18,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::ui_state::{
     key_problem, UiStateOp, UiStateReply, MAX_PANES, MAX_STATE_BYTES,
 };
@@ -89,7 +90,7 @@ impl UiState {
                         ExecError::Invalid(why)
                     });
                 }
-                let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+                let _guard = lock(&self.write_lock);
                 if !pane_path(dir, &key).exists() && pane_count(dir) >= MAX_PANES {
                     return Err(ExecError::TooLarge(format!(
                         "{MAX_PANES} panes are stored already; a new pane key is refused (reuse a key, or remove files from {})",
