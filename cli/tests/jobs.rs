@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use iii_shell_broker::functions::{dispatch, CallMeta};
