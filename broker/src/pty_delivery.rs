@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::pty::{PtyEvent, PtyExit, PtyOp};
 use serde_json::{json, Value};
@@ -35,10 +36,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// may apply it after it has routed the open, so the first deliveries can meet
 /// `function_not_found` for a function that is about to exist.
 const FIRST_DELIVERY_GRACE: Duration = Duration::from_secs(3);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Output waiting for one invocation.
 #[derive(Debug, Clone, PartialEq)]

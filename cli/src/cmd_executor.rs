@@ -8,6 +8,7 @@ use iii_shell_executor::server::{check_peer, serve_connection};
 use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 
 use crate::cli::ExecutorArgs;
@@ -49,7 +50,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
     if let Some(path) = &args.socket {
         let own_uid = nix::unistd::getuid().as_raw();
         let listener = bind_socket(path, args.peer_uid.unwrap_or(own_uid), own_uid)?;
-        *PREBOUND.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
+        *lock(&PREBOUND) = Some(listener);
     }
     if args.no_prestart {
         iii_shell_executor::prestarted::disable();
@@ -170,7 +171,7 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     }
 
     let Some(path) = args.socket else { return 2 };
-    let prebound = PREBOUND.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let prebound = lock(&PREBOUND).take();
     let listener = match prebound.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
         Ok(l) => l,
         Err(code) => return code,

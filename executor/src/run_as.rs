@@ -10,6 +10,7 @@
 
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::{Config, ConfinementMode, RunAs};
 
 /// `nobody`: what commands run as in a jail whose primary root is owned by root.
@@ -224,7 +225,7 @@ static PEER_UID: Mutex<Option<u32>> = Mutex::new(None);
 /// Records the socket's peer uid: commands may never run as it (Landlock ABI <= 7 cannot stop
 /// a command from connecting to a socket file its uid may open).
 pub fn set_peer_uid(uid: u32) {
-    *PEER_UID.lock().unwrap_or_else(|p| p.into_inner()) = Some(uid);
+    *lock(&PEER_UID) = Some(uid);
 }
 
 /// What the executor says when commands run as the uid allowed on its socket.
@@ -254,7 +255,7 @@ pub fn peer_check(
 /// Refuses a decision whose uid may connect to the executor socket; the warning, if any,
 /// for a root peer and root commands.
 fn not_the_peer(d: Decision, strict: bool) -> Result<(Decision, Option<String>), String> {
-    let peer = *PEER_UID.lock().unwrap_or_else(|p| p.into_inner());
+    let peer = *lock(&PEER_UID);
     let w = peer_check(peer, d.uid, &d.why, strict)?;
     Ok((d, w))
 }
@@ -271,12 +272,12 @@ pub const RETAINED: [caps::Capability; 3] = [
 /// Called by the executor's start-up (before any thread) when it is root and retained
 /// [`RETAINED`].
 pub fn arm() {
-    *STATE.lock().unwrap_or_else(|p| p.into_inner()) = State::Armed;
+    *lock(&STATE) = State::Armed;
 }
 
 /// What was applied, if anything (for doctor).
 pub fn applied() -> Option<Applied> {
-    match &*STATE.lock().unwrap_or_else(|p| p.into_inner()) {
+    match &*lock(&STATE) {
         State::Settled(a) => Some(a.clone()),
         _ => None,
     }
@@ -286,7 +287,7 @@ pub fn applied() -> Option<Applied> {
 /// root, drops the retained capabilities); afterwards, refuses a config that resolves to
 /// another user. Unarmed, it only checks the decision can be made (strict refusals hold).
 pub fn apply(config: &Config) -> Result<(), String> {
-    let mut st = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut st = lock(&STATE);
     match &*st {
         State::Unarmed => {
             // SAFETY: getuid/getgid cannot fail.

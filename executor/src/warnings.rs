@@ -15,7 +15,7 @@ impl Standing {
     /// Records `now` as what holds under the new policy; returns those of them that did not
     /// hold under the previous one (to log), in order.
     pub fn newly_standing(&self, now: Vec<String>) -> Vec<String> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = iii_shell_policy::sync::lock(&self.current);
         let fresh = now
             .iter()
             .filter(|w| !current.contains(w))

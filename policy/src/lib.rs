@@ -13,6 +13,7 @@
 //! * [`argv`]: argv rules.
 //! * [`mode`]: file-mode and owner rules of the fs surface.
 //! * [`capture`]: bounded output capture and its truncation at a character boundary.
+//! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
 pub mod capture;
@@ -22,6 +23,7 @@ pub mod env_policy;
 pub mod error;
 pub mod home;
 pub mod mode;
+pub mod sync;
 pub mod widening;
 
 pub use error::{Code, PolicyError, WireCode, WireError};

@@ -1,5 +1,6 @@
 //! Types shared by the two halves of iii-shell.
 //!
+//! * [`clock`]: [`clock::now_ms`], the wall clock in the unit of every `*_at_ms` field.
 //! * [`frame`]: the length-prefixed postcard framing used on the broker↔executor socket.
 //! * [`sink`]: writing frames to a socket shared by many tasks.
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
@@ -9,6 +10,7 @@
 //! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape; from
 //!   `iii_shell_policy`).
 
+pub mod clock;
 pub mod coder;
 pub mod doctor;
 pub mod exec;

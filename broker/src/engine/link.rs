@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use iii_shell_policy::sync::lock;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_tungstenite::tungstenite::Message;
@@ -136,10 +137,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct EngineLink {
     inner: Arc<Inner>,
-}
-
-fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl EngineLink {
@@ -302,8 +299,7 @@ impl EngineLink {
                             let ok = out.send(Message::Text(frame.to_string().into())).is_ok();
                             if ok {
                                 st.pending.insert(id.clone(), tx);
-                                *in_flight.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some(id.clone());
+                                *lock(&in_flight) = Some(id.clone());
                             }
                             ok
                         }
@@ -320,7 +316,7 @@ impl EngineLink {
         match tokio::time::timeout(timeout, work).await {
             Ok(r) => r,
             Err(_) => {
-                let id = in_flight.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let id = lock(&in_flight).take();
                 if let Some(id) = id {
                     lock(&self.inner.state).pending.remove(&id);
                 }

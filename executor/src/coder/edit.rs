@@ -21,6 +21,7 @@ use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 use regex::bytes::{Regex, RegexBuilder};
@@ -62,7 +63,7 @@ pub fn lock_two(
     Option<std::sync::MutexGuard<'static, ()>>,
 ) {
     let (x, y) = (stripe(a), stripe(b));
-    let get = |i: usize| LOCKS[i].lock().unwrap_or_else(|p| p.into_inner());
+    let get = |i: usize| lock(&LOCKS[i]);
     match x.cmp(&y) {
         std::cmp::Ordering::Equal => (get(x), None),
         std::cmp::Ordering::Less => {

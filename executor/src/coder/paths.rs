@@ -387,13 +387,7 @@ pub fn display(p: &Path) -> String {
 /// `sha256:<hex>` of `bytes`: the revision of a file's exact content.
 pub fn revision(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(bytes);
-    let mut s = String::with_capacity(7 + 64);
-    s.push_str("sha256:");
-    for b in digest {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// Lower 9 permission bits of a stat.

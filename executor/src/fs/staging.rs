@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::fs::{WriteFileResult, WriteResponse};
 use tokio::sync::mpsc;
 
@@ -49,10 +50,6 @@ pub struct Batches {
 }
 
 pub type Staging = Arc<Mutex<Batches>>;
-
-fn lock(s: &Staging) -> std::sync::MutexGuard<'_, Batches> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Why staging `add_bytes` more (and `add_entries` more entries) would pass the caps, if it
 /// would.

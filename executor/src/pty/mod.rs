@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::messages::{Event, Reply, ServerFrame};
 use iii_shell_protocol::pty::{
     parse_output_target, Attached, CloseResponse, DetachResponse, OpenResponse, PtyEvent, PtyExit,
@@ -56,10 +57,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 /// How often retention is enforced without a request.
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The mutable part of a session.
 struct State {

@@ -32,6 +32,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::clock::now_ms;
 use serde_json::{json, Value};
 
 use crate::error::ExecError;
@@ -49,13 +51,6 @@ pub const MAX_RESPONSE_BODIES: usize = 1024 * 1024;
 const MAX_HOPS: usize = 16;
 /// `title` is the first characters of the message preview.
 const TITLE_CHARS: usize = 80;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Who is calling: the top-level session/turn the change is recorded under.
 #[derive(Debug, Clone)]
@@ -76,10 +71,6 @@ pub struct Turns {
     /// Top-level turns started and not completed (`calls`: where requests record).
     open: Mutex<Vec<calls::OpenTurn>>,
     seen: std::sync::atomic::AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn invalid(e: serde_json::Error) -> ExecError {
