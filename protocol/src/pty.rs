@@ -249,6 +249,13 @@ pub fn bad_output_target(id: &str) -> String {
 /// Largest decoded `write` payload.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 
+/// Most output one invocation of a session's output function carries (decoded): the executor
+/// pushes at most this much at a time and the broker coalesces pushes up to it. Large enough
+/// that a flood moves at the engine's speed (the fixed cost of an invocation is a small part
+/// of it), small enough that a keystroke's echo in another session never waits behind more
+/// than this per busy session at each hop.
+pub const DELIVERY_BYTES: usize = 128 * 1024;
+
 // ---- Executor socket ----
 
 /// `open` after the broker has validated it; the executor checks every field again.
@@ -271,6 +278,7 @@ pub enum PtyOp {
     Write {
         session_id: String,
         access_key: String,
+        #[serde(with = "crate::bytes")]
         data: Vec<u8>,
     },
     Resize {
@@ -352,6 +360,7 @@ impl PtyOp {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RawFrame {
     pub sequence: u64,
+    #[serde(with = "crate::bytes")]
     pub data: Vec<u8>,
 }
 
@@ -404,6 +413,7 @@ pub enum PtyEvent {
         target: String,
         first: u64,
         sequence: u64,
+        #[serde(with = "crate::bytes")]
         data: Vec<u8>,
         gap: bool,
         exit: Option<PtyExit>,
