@@ -495,9 +495,9 @@ mod tests {
         assert_eq!(bulk_permits(0), 0);
         assert_eq!(bulk_permits(INTERACTIVE_BYTES), 0);
         assert_eq!(bulk_permits(INTERACTIVE_BYTES + 1), 16 * 1024 + 1);
-        assert_eq!(bulk_permits(DELIVERY_BYTES), 128 * 1024);
+        assert_eq!(bulk_permits(DELIVERY_BYTES), 192 * 1024);
         // A repeat pushed with larger bounds takes the whole budget, not more.
-        assert_eq!(bulk_permits(10 * DELIVERY_BYTES), 128 * 1024);
+        assert_eq!(bulk_permits(10 * DELIVERY_BYTES), 192 * 1024);
         assert_eq!(BULK_IN_FLIGHT, DELIVERY_BYTES);
     }
 

@@ -250,11 +250,12 @@ pub fn bad_output_target(id: &str) -> String {
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 
 /// Most output one invocation of a session's output function carries (decoded): the executor
-/// pushes at most this much at a time and the broker coalesces pushes up to it. Large enough
-/// that a flood moves at the engine's speed (the fixed cost of an invocation is a small part
-/// of it), small enough that a keystroke's echo in another session never waits behind more
-/// than this per busy session at each hop.
-pub const DELIVERY_BYTES: usize = 128 * 1024;
+/// pushes at most this much at a time and the broker coalesces pushes up to it. A keystroke's
+/// echo in another session can wait behind one such delivery at each hop (the broker takes
+/// floods in turns), so this is a trade: measured (BENCHMARKS.md), 128 KiB left a flood below
+/// half the engine's own speed in 2 of 9 rounds with the echo at +1.4–1.7 ms under four
+/// floods, 256 KiB put the echo at +3.2–4.4 ms, 192 KiB met both goals in every round.
+pub const DELIVERY_BYTES: usize = 192 * 1024;
 
 // ---- Executor socket ----
 
