@@ -23,6 +23,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::messages::{Event, Reply, Request};
 use iii_shell_protocol::watch::{Change, WatchOp, WatchReply};
 use serde_json::{json, Value};
@@ -110,10 +111,6 @@ struct FeedState {
 #[derive(Default)]
 pub struct ChangedFeed {
     state: Mutex<FeedState>,
-}
-
-fn lock(m: &Mutex<FeedState>) -> std::sync::MutexGuard<'_, FeedState> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn refused(message: impl Into<String>) -> ErrorBody {

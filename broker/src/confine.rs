@@ -1,7 +1,8 @@
 //! The broker confines itself once its start-up is done: an unprivileged user (when started
 //! as root), no capabilities, no_new_privs, Landlock with no filesystem access beyond the few
 //! files name resolution reads (and never execute), and a default-deny seccomp allowlist fit
-//! for a network client. Every syscall outside the list fails with EPERM.
+//! for a network client (`iii_shell_confine::broker_allowlist`, compiled by seccompiler).
+//! Every syscall outside the list fails with EPERM.
 
 use iii_shell_confine::{caps, landlock::kernel_abi, no_new_privs, set_no_new_privs};
 use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode};
@@ -68,7 +69,7 @@ pub fn confine_self(c: &ConfinementConfig) -> Result<BrokerReport, String> {
         "disabled".into()
     };
     let seccomp = if c.seccomp {
-        match install_allowlist() {
+        match iii_shell_confine::broker_allowlist::install() {
             Ok(()) => "default-deny allowlist installed".to_string(),
             Err(e) => {
                 problems.push(format!("seccomp: {e}"));
@@ -120,115 +121,6 @@ fn apply_landlock() -> Result<String, String> {
     }
     let status = created.restrict_self().map_err(err)?;
     Ok(format!("{:?} (ABI {abi})", status.ruleset))
-}
-
-/// The system calls a tokio network client needs. Everything else: EPERM.
-fn allowlist() -> Vec<i64> {
-    let mut v = vec![
-        libc::SYS_read,
-        libc::SYS_write,
-        libc::SYS_readv,
-        libc::SYS_writev,
-        libc::SYS_pread64,
-        libc::SYS_close,
-        libc::SYS_fstat,
-        libc::SYS_newfstatat,
-        libc::SYS_statx,
-        libc::SYS_lseek,
-        libc::SYS_openat,
-        libc::SYS_mmap,
-        libc::SYS_mprotect,
-        libc::SYS_munmap,
-        libc::SYS_madvise,
-        libc::SYS_mremap,
-        libc::SYS_brk,
-        libc::SYS_rt_sigaction,
-        libc::SYS_rt_sigprocmask,
-        libc::SYS_rt_sigreturn,
-        libc::SYS_sigaltstack,
-        libc::SYS_ioctl,
-        libc::SYS_fcntl,
-        libc::SYS_dup,
-        libc::SYS_dup3,
-        libc::SYS_socket,
-        libc::SYS_socketpair,
-        libc::SYS_connect,
-        libc::SYS_bind,
-        libc::SYS_getsockopt,
-        libc::SYS_setsockopt,
-        libc::SYS_getsockname,
-        libc::SYS_getpeername,
-        libc::SYS_sendto,
-        libc::SYS_recvfrom,
-        libc::SYS_sendmsg,
-        libc::SYS_recvmsg,
-        libc::SYS_sendmmsg,
-        libc::SYS_recvmmsg,
-        libc::SYS_shutdown,
-        libc::SYS_ppoll,
-        libc::SYS_epoll_create1,
-        libc::SYS_epoll_ctl,
-        libc::SYS_epoll_pwait,
-        libc::SYS_epoll_pwait2,
-        libc::SYS_eventfd2,
-        libc::SYS_pipe2,
-        libc::SYS_futex,
-        libc::SYS_sched_yield,
-        libc::SYS_sched_getaffinity,
-        libc::SYS_nanosleep,
-        libc::SYS_clock_nanosleep,
-        libc::SYS_clock_gettime,
-        libc::SYS_clock_getres,
-        libc::SYS_gettimeofday,
-        libc::SYS_getpid,
-        libc::SYS_gettid,
-        libc::SYS_getppid,
-        libc::SYS_getuid,
-        libc::SYS_geteuid,
-        libc::SYS_getgid,
-        libc::SYS_getegid,
-        libc::SYS_exit,
-        libc::SYS_exit_group,
-        libc::SYS_set_robust_list,
-        libc::SYS_rseq,
-        libc::SYS_clone,
-        libc::SYS_prctl,
-        libc::SYS_getrandom,
-        libc::SYS_uname,
-        libc::SYS_restart_syscall,
-        libc::SYS_prlimit64,
-        libc::SYS_sysinfo,
-        libc::SYS_membarrier,
-        libc::SYS_tgkill,
-        libc::SYS_getcwd,
-        libc::SYS_readlinkat,
-        libc::SYS_faccessat,
-        libc::SYS_faccessat2,
-        libc::SYS_timerfd_create,
-        libc::SYS_timerfd_settime,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    v.extend([
-        libc::SYS_poll,
-        libc::SYS_epoll_wait,
-        libc::SYS_epoll_create,
-        libc::SYS_pipe,
-        libc::SYS_dup2,
-        libc::SYS_stat,
-        libc::SYS_lstat,
-        libc::SYS_open,
-        libc::SYS_access,
-        libc::SYS_readlink,
-        libc::SYS_arch_prctl,
-        libc::SYS_getdents64,
-    ]);
-    v
-}
-
-fn install_allowlist() -> Result<(), String> {
-    use iii_shell_confine::seccomp::{allowlist_filter, install_self};
-    let f = allowlist_filter(&allowlist());
-    install_self(&f).map_err(|e| e.to_string())
 }
 
 /// Switches to `uid`/`gid` (dropping supplementary groups) and verifies it stuck.

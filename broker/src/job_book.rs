@@ -14,6 +14,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::clock::now_ms;
 use iii_shell_protocol::exec::{JobRecord, JobStatus, JobSummary, KillResponse};
 
 /// The note a job of a dead executor carries on stderr when it was running.
@@ -46,21 +48,10 @@ pub struct JobBook {
     seq: std::sync::atomic::AtomicU64,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 impl JobBook {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// A job the executor `executor` just started.
     pub fn started(&self, executor: u32, id: &str, argv: &[String]) {
-        let mut t = self.lock();
+        let mut t = lock(&self.entries);
         if t.len() >= BOOK_MAX {
             evict_oldest_ended(&mut t);
         }
@@ -86,7 +77,7 @@ impl JobBook {
 
     /// The executor reported a job's end.
     pub fn ended(&self, id: &str, status: JobStatus, exit_code: Option<i32>) {
-        if let Some(e) = self.lock().get_mut(id) {
+        if let Some(e) = lock(&self.entries).get_mut(id) {
             if !e.orphaned && e.status == JobStatus::Running {
                 e.status = status;
                 e.exit_code = exit_code;
@@ -104,7 +95,7 @@ impl JobBook {
     /// running one is now `killed` (its executor's tree was killed with it).
     pub fn executor_installed(&self, current: u32) {
         let now = now_ms();
-        let mut t = self.lock();
+        let mut t = lock(&self.entries);
         for e in t.values_mut() {
             if e.executor == current || e.orphaned {
                 continue;
@@ -122,7 +113,7 @@ impl JobBook {
     /// Drops orphaned entries past their retention.
     pub fn prune(&self, retention_secs: u64) {
         let now = now_ms();
-        self.lock().retain(|_, e| {
+        lock(&self.entries).retain(|_, e| {
             !e.orphaned
                 || e.finished_at_ms
                     .is_none_or(|f| now < f.saturating_add(retention_secs.saturating_mul(1000)))
@@ -131,7 +122,7 @@ impl JobBook {
 
     /// The record of a job of a dead executor.
     pub fn orphan_record(&self, id: &str) -> Option<JobRecord> {
-        let t = self.lock();
+        let t = lock(&self.entries);
         let e = t.get(id).filter(|e| e.orphaned)?;
         let stderr = if e.status == JobStatus::Killed {
             RESTART_NOTE.trim_start().to_string()
@@ -154,7 +145,7 @@ impl JobBook {
 
     /// Summaries of every job of a dead executor (for `shell::list`).
     pub fn orphan_summaries(&self) -> Vec<JobSummary> {
-        self.lock()
+        lock(&self.entries)
             .iter()
             .filter(|(_, e)| e.orphaned)
             .map(|(id, e)| JobSummary {
@@ -171,7 +162,7 @@ impl JobBook {
 
     /// `shell::kill` of a job of a dead executor: it has ended, like any ended job.
     pub fn orphan_kill(&self, id: &str) -> Option<KillResponse> {
-        let t = self.lock();
+        let t = lock(&self.entries);
         let e = t.get(id).filter(|e| e.orphaned)?;
         Some(KillResponse {
             job_id: id.to_string(),
@@ -182,7 +173,7 @@ impl JobBook {
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        lock(&self.entries).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -247,7 +238,7 @@ mod tests {
         }
         b.started(1, "new", &[]);
         assert_eq!(b.len(), BOOK_MAX);
-        let t = b.lock();
+        let t = lock(&b.entries);
         assert!(t.contains_key("j0"), "a running job is never evicted");
         assert!(t.contains_key("new"));
         assert!(!t.contains_key("j1"), "the oldest ended job goes first");

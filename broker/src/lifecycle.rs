@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use iii_shell_protocol::WireError;
@@ -398,13 +399,13 @@ impl Lifecycle {
     }
 
     fn expect_own_echo(&self) {
-        let mut e = self.own_echoes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut e = lock(&self.own_echoes);
         e.push(std::time::Instant::now() + ECHO_WINDOW);
     }
 
     /// Consumes one expected echo of our own re-registration, if one is pending.
     fn take_own_echo(&self) -> bool {
-        let mut e = self.own_echoes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut e = lock(&self.own_echoes);
         let now = std::time::Instant::now();
         e.retain(|deadline| *deadline > now);
         if e.is_empty() {

@@ -2,10 +2,17 @@
 //!
 //! The executor pushes each attached session's output ([`PtyEvent::Output`], coalesced, at
 //! most its window ahead of our acknowledgements). Here every session has a *lane*: output
-//! that arrives while an invocation is in flight is coalesced into the next one, so a slow
-//! engine or consumer gets fewer, larger frames and the program is never held up (what does
-//! not fit the window waits in the executor's ring). A lane invokes one frame at a time, in
-//! order, and acknowledges it to the executor once the invocation returned.
+//! that arrives while an invocation is in flight is coalesced into the next one (up to
+//! [`DELIVERY_BYTES`]), so a slow engine or consumer gets fewer, larger frames. A lane invokes
+//! one frame at a time, in order, and acknowledges it to the executor once the invocation
+//! returned; while one is in flight it takes the next and encodes it, so the engine never
+//! waits for us between two. Invocations are built as text ([`EngineLink::prepare_call`]): the
+//! base64 is written once, straight into the frame.
+//!
+//! Bulk deliveries of all sessions take turns ([`BULK_IN_FLIGHT`]), so a keystroke's echo in
+//! one session never waits behind several floods at each hop; small ones
+//! ([`INTERACTIVE_BYTES`]) do not wait at all, and a consumer that does not answer gives its
+//! turn back after [`BULK_PATIENCE`].
 //!
 //! Payload of each invocation (the shape the original console page reads):
 //! `{session_id, sequence, data: base64|null, eof, exit_code, signal, error, truncated}`;
@@ -17,13 +24,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::messages::{Reply, Request};
-use iii_shell_protocol::pty::{PtyEvent, PtyExit, PtyOp};
-use serde_json::{json, Value};
+use iii_shell_protocol::pty::{PtyEvent, PtyExit, PtyOp, DELIVERY_BYTES};
+use serde_json::Value;
 
+use crate::engine::{EngineLink, PreparedCall};
 use crate::executor_client::ExecutorClient;
 use crate::services::Services;
 
+/// Deliveries of one session in flight at once. Not more: the engine runs every invocation in
+/// a task of its own, so two in flight can reach the page out of order, and a page drops a
+/// delivery whose `sequence` is not above the last it applied.
+pub const IN_FLIGHT: usize = 1;
 /// How long one delivery may take before it counts as done (the consumer can replay what
 /// it missed with `attach`).
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -35,10 +48,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// may apply it after it has routed the open, so the first deliveries can meet
 /// `function_not_found` for a function that is about to exist.
 const FIRST_DELIVERY_GRACE: Duration = Duration::from_secs(3);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Output waiting for one invocation.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,8 +63,14 @@ struct Batch {
 }
 
 impl Batch {
+    /// A later push of the same attachment joins this batch while the two fit one delivery
+    /// ([`DELIVERY_BYTES`]); repeats always go alone.
     fn mergeable(&self, later: &Batch) -> bool {
-        self.epoch == later.epoch && self.target == later.target && !self.repeat && !later.repeat
+        self.epoch == later.epoch
+            && self.target == later.target
+            && !self.repeat
+            && !later.repeat
+            && self.data.len() + later.data.len() <= DELIVERY_BYTES
     }
 
     /// Takes in a later push of the same attachment.
@@ -84,26 +99,88 @@ struct LaneState {
     fresh: Option<(u64, std::time::Instant)>,
 }
 
-#[derive(Default)]
 pub struct Delivery {
     lanes: Mutex<HashMap<String, Arc<Mutex<LaneState>>>>,
+    /// Bytes of bulk output in flight to consumers, over all sessions ([`BULK_IN_FLIGHT`]).
+    bulk: tokio::sync::Semaphore,
 }
 
-/// The invocation payload for `batch` of `session_id`.
-fn payload(session_id: &str, b: &Batch) -> Value {
-    let data =
-        (!b.data.is_empty()).then(|| base64::engine::general_purpose::STANDARD.encode(&b.data));
+impl Default for Delivery {
+    fn default() -> Self {
+        Delivery {
+            lanes: Mutex::default(),
+            bulk: tokio::sync::Semaphore::new(BULK_IN_FLIGHT),
+        }
+    }
+}
+
+/// Bulk output in flight through the engine at once, over all sessions. Every delivery in
+/// flight sits in front of a keystroke's echo at each hop (the broker's socket, the engine,
+/// the page's socket), so floods in several sessions take turns: together they move as fast
+/// as one (the engine is the bottleneck either way) and an echo waits behind one delivery at
+/// most.
+pub const BULK_IN_FLIGHT: usize = DELIVERY_BYTES;
+/// How long a bulk delivery counts against [`BULK_IN_FLIGHT`] at most: one whose consumer
+/// has not answered by then gives its share back, so a page that stops answering cannot hold
+/// up other sessions' output (a delivery normally takes about a millisecond).
+pub const BULK_PATIENCE: Duration = Duration::from_millis(100);
+/// A delivery this small (an echo, a prompt, a line of output) never waits for bulk.
+pub const INTERACTIVE_BYTES: usize = 16 * 1024;
+
+/// The share of [`BULK_IN_FLIGHT`] a delivery of `bytes` takes: none when it is interactive.
+fn bulk_permits(bytes: usize) -> u32 {
+    if bytes <= INTERACTIVE_BYTES {
+        0
+    } else {
+        bytes.min(BULK_IN_FLIGHT) as u32
+    }
+}
+
+/// Appends the invocation payload for `batch` of `session_id` to `out`, as JSON text: the
+/// base64 goes straight into the frame (its alphabet needs no escaping), so a delivery's bytes
+/// are encoded once and copied by nothing but the socket.
+fn write_payload(out: &mut String, session_id: &str, b: &Batch) {
+    fn string_or_null(out: &mut String, v: Option<&str>) {
+        match v {
+            Some(v) => out.push_str(&Value::from(v).to_string()),
+            None => out.push_str("null"),
+        }
+    }
     let exit = b.exit.as_ref();
-    json!({
-        "session_id": session_id,
-        "sequence": b.last,
-        "data": data,
-        "eof": exit.is_some(),
-        "exit_code": exit.and_then(|e| e.exit_code),
-        "signal": exit.and_then(|e| e.signal.clone()),
-        "error": exit.and_then(|e| e.error.clone()),
-        "truncated": b.gap,
-        "repeat": b.repeat,
+    out.push_str(r#"{"session_id":"#);
+    string_or_null(out, Some(session_id));
+    out.push_str(r#","sequence":"#);
+    out.push_str(&b.last.to_string());
+    out.push_str(r#","data":"#);
+    if b.data.is_empty() {
+        out.push_str("null");
+    } else {
+        out.push('"');
+        base64::engine::general_purpose::STANDARD.encode_string(&b.data, out);
+        out.push('"');
+    }
+    out.push_str(r#","eof":"#);
+    out.push_str(if exit.is_some() { "true" } else { "false" });
+    out.push_str(r#","exit_code":"#);
+    match exit.and_then(|e| e.exit_code) {
+        Some(c) => out.push_str(&c.to_string()),
+        None => out.push_str("null"),
+    }
+    out.push_str(r#","signal":"#);
+    string_or_null(out, exit.and_then(|e| e.signal.as_deref()));
+    out.push_str(r#","error":"#);
+    string_or_null(out, exit.and_then(|e| e.error.as_deref()));
+    out.push_str(r#","truncated":"#);
+    out.push_str(if b.gap { "true" } else { "false" });
+    out.push_str(r#","repeat":"#);
+    out.push_str(if b.repeat { "true" } else { "false" });
+    out.push('}');
+}
+
+/// The invocation of the output function carrying `batch`.
+fn prepare(session_id: &str, batch: &Batch) -> PreparedCall {
+    EngineLink::prepare_call(&batch.target, batch.data.len() / 3 * 4 + 256, |out| {
+        write_payload(out, session_id, batch)
     })
 }
 
@@ -195,43 +272,101 @@ impl Delivery {
             !std::mem::replace(&mut l.running, true)
         };
         if spawn {
-            tokio::spawn(run_lane(services.clone(), session_id, lane));
+            tokio::spawn(run_lane(services.clone(), self.clone(), session_id, lane));
         }
     }
 }
 
-/// Delivers a lane's output, one invocation at a time, until nothing is pending.
-async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<LaneState>>) {
+/// The next batch of a lane that is still current, or `None` (and the lane marked idle when
+/// `last`) when nothing is pending.
+fn next_batch(lane: &Mutex<LaneState>, last: bool) -> Option<Batch> {
+    let mut l = lock(lane);
+    let floor = l.floor;
+    while let Some(b) = l.pending.pop_front() {
+        if b.epoch >= floor {
+            return Some(b);
+        }
+    }
+    if last {
+        l.running = false;
+    }
+    None
+}
+
+/// Delivers a lane's output, one invocation at a time and in order, until nothing is pending.
+/// While one is in flight the next is taken and encoded, so the engine never waits for us
+/// between two deliveries; what arrives after that is coalesced into the one after.
+async fn run_lane(
+    services: Arc<Services>,
+    delivery: Arc<Delivery>,
+    session_id: String,
+    lane: Arc<Mutex<LaneState>>,
+) {
+    let mut ready: Option<(Batch, PreparedCall)> = None;
     loop {
-        let batch = {
-            let mut l = lock(&lane);
-            let floor = l.floor;
-            match l.pending.pop_front() {
-                Some(b) if b.epoch >= floor => b,
-                Some(_) => continue,
-                None => {
-                    l.running = false;
-                    return;
+        let (batch, call) = match ready.take() {
+            Some((b, c)) if b.epoch >= lock(&lane).floor => (b, c),
+            Some(_) => continue,
+            None => match next_batch(&lane, true) {
+                Some(b) => {
+                    let c = prepare(&session_id, &b);
+                    (b, c)
                 }
-            }
+                None => return,
+            },
         };
-        let link = loop {
+        // Held until the answer or BULK_PATIENCE; the semaphore is never closed.
+        let bulk = match bulk_permits(batch.data.len()) {
+            0 => None,
+            n => delivery.bulk.acquire_many(n).await.ok(),
+        };
+        if batch.epoch < lock(&lane).floor {
+            // Re-attached (or gone) while it waited for its turn.
+            continue;
+        }
+        let sent = loop {
             match services.engine() {
-                Ok(link) => break link,
+                Ok(link) => match link.send_prepared(&call) {
+                    Some(sent) => break sent,
+                    None => {
+                        let _ = tokio::time::timeout(RETRY_PAUSE, link.connected()).await;
+                    }
+                },
                 Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
             }
         };
-        let body = payload(&session_id, &batch);
-        match link
-            .call_with_timeout(&batch.target, body, DELIVERY_TIMEOUT)
-            .await
-        {
+        let sent_at = std::time::Instant::now();
+        if let Some(b) = next_batch(&lane, false) {
+            let c = prepare(&session_id, &b);
+            ready = Some((b, c));
+        }
+        let answer = sent.answer(DELIVERY_TIMEOUT);
+        tokio::pin!(answer);
+        let outcome = match bulk {
+            Some(permit) => tokio::select! {
+                r = &mut answer => r,
+                _ = tokio::time::sleep(BULK_PATIENCE) => {
+                    drop(permit);
+                    answer.await
+                }
+            },
+            None => answer.await,
+        };
+        tracing::trace!(session_id = %session_id, bytes = batch.data.len(), frame = call.len(), answered_us = sent_at.elapsed().as_micros() as u64, next_ready = ready.is_some(), "pty output delivered");
+        // Undelivered: it goes back in front of the one taken meanwhile, which goes back too.
+        let put_back = |batch: Batch, ready: &mut Option<(Batch, PreparedCall)>| {
+            if let Some((b, _)) = ready.take() {
+                requeue(&lane, b);
+            }
+            requeue(&lane, batch);
+        };
+        match outcome {
             Ok(_) => {
                 lock(&lane).fresh = None;
             }
             Err(e) if e.code == "function_not_found" && young(&lane, batch.epoch) => {
                 // The page's function may not be registered yet: wait for it, in order.
-                requeue(&lane, batch);
+                put_back(batch, &mut ready);
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
@@ -253,8 +388,7 @@ async fn run_lane(services: Arc<Services>, session_id: String, lane: Arc<Mutex<L
                 continue;
             }
             Err(e) if e.code == "connection_lost" => {
-                // Not delivered: put it back in front of whatever came meanwhile.
-                requeue(&lane, batch);
+                put_back(batch, &mut ready);
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
@@ -339,6 +473,7 @@ pub fn subscribe(services: &Arc<Services>, client: &ExecutorClient) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn b(epoch: u64, last: u64, data: &[u8]) -> Batch {
         Batch {
@@ -350,6 +485,17 @@ mod tests {
             exit: None,
             repeat: false,
         }
+    }
+
+    #[test]
+    fn bulk_permits_by_size() {
+        assert_eq!(bulk_permits(0), 0);
+        assert_eq!(bulk_permits(INTERACTIVE_BYTES), 0);
+        assert_eq!(bulk_permits(INTERACTIVE_BYTES + 1), 16 * 1024 + 1);
+        assert_eq!(bulk_permits(DELIVERY_BYTES), 192 * 1024);
+        // A repeat pushed with larger bounds takes the whole budget, not more.
+        assert_eq!(bulk_permits(10 * DELIVERY_BYTES), 192 * 1024);
+        assert_eq!(BULK_IN_FLIGHT, DELIVERY_BYTES);
     }
 
     #[test]
@@ -393,13 +539,46 @@ mod tests {
         assert_eq!(a.last, 5);
         assert_eq!(a.data, b"abcd");
         assert!(a.gap);
-        let p = payload("s", &a);
         assert_eq!(
-            p,
+            payload("s", &a),
             json!({"session_id": "s", "sequence": 5, "data": "YWJjZA==", "eof": true,
                    "exit_code": 3, "signal": null, "error": null, "truncated": true,
                    "repeat": false})
         );
         assert_eq!(payload("s", &b(1, 7, b""))["data"], Value::Null);
+    }
+
+    /// The payload as the consumer parses it.
+    fn payload(session_id: &str, batch: &Batch) -> Value {
+        let mut out = String::new();
+        write_payload(&mut out, session_id, batch);
+        serde_json::from_str(&out).expect("the payload is JSON")
+    }
+
+    /// Every field of the seeds' shape, with strings that need escaping, a signal and an
+    /// error, and the invocation frame around it.
+    #[test]
+    fn the_payload_and_its_frame_are_exact_json() {
+        let mut x = b(4, 9, &[0, 255, b'"', b'\\', b'\n']);
+        x.repeat = true;
+        x.exit = Some(PtyExit {
+            exit_code: None,
+            signal: Some("SIGKILL".into()),
+            error: Some("cannot \"wait\"\n\u{1}".into()),
+        });
+        x.target = "iii::a-ui::pty-output::console-b".into();
+        assert_eq!(
+            payload("s\"1", &x),
+            json!({"session_id": "s\"1", "sequence": 9, "data": "AP8iXAo=", "eof": true,
+                   "exit_code": null, "signal": "SIGKILL", "error": "cannot \"wait\"\n\u{1}",
+                   "truncated": false, "repeat": true})
+        );
+        let call = prepare("s\"1", &x);
+        let frame: Value = serde_json::from_slice(call.frame_bytes()).expect("the frame is JSON");
+        assert_eq!(frame["type"], "invokefunction");
+        assert_eq!(frame["function_id"], "iii::a-ui::pty-output::console-b");
+        assert!(uuid::Uuid::parse_str(frame["invocation_id"].as_str().unwrap()).is_ok());
+        assert_eq!(frame["data"], payload("s\"1", &x));
+        assert_eq!(frame.as_object().unwrap().len(), 4);
     }
 }

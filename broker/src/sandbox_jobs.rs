@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use iii_shell_policy::capture::Capture;
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::clock::now_ms;
 use iii_shell_protocol::exec::{JobRecord, JobStatus, JobSummary, KillResponse};
 
 /// The `reason` of a successful `shell::kill` of a sandbox job.
@@ -19,17 +20,6 @@ pub const KILL_REASON: &str = "sandbox jobs cannot be hard-killed: the in-VM pro
 /// The spawn-time refusal when the job cap is reached (host wording).
 pub fn cap_reached(limit: usize) -> String {
     iii_shell_protocol::config::job_cap_reached(limit)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How the `sandbox::exec` behind a job ended.

@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Mutex, RwLock};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -95,7 +96,7 @@ impl SnapshotCell {
         let rt = Arc::new(ConfigSnapshot { generation, config });
         *g = Some(rt.clone());
         drop(g);
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.status);
         // A later reload that applies clears the error: `last_error` describes the last
         // outcome, so it must not keep reporting a divergence that has ended.
         s.last_outcome = ReloadOutcome::Applied;
@@ -105,13 +106,13 @@ impl SnapshotCell {
 
     /// Records the configuration id reported by `shell::config-status`.
     pub fn set_config_id(&self, id: &str) {
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.status);
         s.config_id = id.to_string();
     }
 
     /// Records a rejected reload; the current snapshot stays.
     pub fn reject(&self, error: String) {
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.status);
         s.last_outcome = ReloadOutcome::Rejected;
         s.last_error = Some(error);
         s.rejected_reloads += 1;

@@ -6,6 +6,7 @@
 use iii_shell_policy::argv::check_argv;
 use iii_shell_policy::denylist::{denied_message, Denylist};
 use iii_shell_policy::env_policy;
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::exec::{ExecRequest, Target};
 use iii_shell_protocol::messages::ExecSpec;
@@ -164,7 +165,7 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
 fn compiled_denylist(patterns: &[String]) -> Result<std::sync::Arc<Denylist>, String> {
     type Cache = Option<(Vec<String>, std::sync::Arc<Denylist>)>;
     static CACHE: std::sync::Mutex<Cache> = std::sync::Mutex::new(None);
-    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cache = lock(&CACHE);
     if let Some((p, d)) = cache.as_ref() {
         if p.as_slice() == patterns {
             return Ok(d.clone());

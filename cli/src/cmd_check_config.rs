@@ -41,6 +41,21 @@ pub fn check(file: &Path) -> Result<String, String> {
     if let Some(w) = &user.warning {
         out.push_str(&format!("  warning: {w}\n"));
     }
+    // What the executor settles when it takes the policy; check-config creates nothing.
+    let home = iii_shell_executor::home::preview(
+        &config,
+        policy.base_env.get("HOME").map(String::as_str),
+        user.uid,
+    );
+    out.push_str(&format!(
+        "  HOME            {}\n",
+        home.path
+            .as_ref()
+            .map_or(home.source.clone(), |h| format!("{h} ({})", home.source))
+    ));
+    if let Some(w) = &home.warning {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
     for gap in &policy.commands.landlock.gaps {
         out.push_str(&format!("  note: {gap}\n"));
     }
@@ -69,7 +84,12 @@ pub fn paths_report(written: &Config, resolved: &Config) -> String {
                 ));
             }
         }
-        _ => out.push_str("  working_dir     null (the executor's own working directory)\n"),
+        _ => match resolved.fs.host_roots.first() {
+            Some(primary) => out.push_str(&format!(
+                "  working_dir     null (commands start in the primary root {primary})\n"
+            )),
+            None => out.push_str("  working_dir     null (the executor's own working directory)\n"),
+        },
     }
     out.push_str(&line(
         "turns.data_dir",

@@ -313,6 +313,8 @@ fn print_human(
         println!("  limit {k:<12} {v}");
     }
     println!("  user               {}", c.user);
+    println!("  HOME               {}", c.home);
+    println!("  cwd (none given)   {}", c.cwd);
     println!("  chmod of / (root's) {}", c.foreign_chmod);
     println!("  a real command saw {}", c.observed.join(" | "));
     let j = &ex.jobs;

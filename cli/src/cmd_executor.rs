@@ -8,6 +8,7 @@ use iii_shell_executor::server::{check_peer, serve_connection};
 use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 
 use crate::cli::ExecutorArgs;
@@ -49,7 +50,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
     if let Some(path) = &args.socket {
         let own_uid = nix::unistd::getuid().as_raw();
         let listener = bind_socket(path, args.peer_uid.unwrap_or(own_uid), own_uid)?;
-        *PREBOUND.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
+        *lock(&PREBOUND) = Some(listener);
     }
     if args.no_prestart {
         iii_shell_executor::prestarted::disable();
@@ -68,10 +69,15 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         .as_ref()
         .map(|c| c.confinement.clone())
         .unwrap_or_default();
-    if args.socket.is_some() {
+    // As root, keep what switching to the command user needs (effective and permitted only)
+    // until the first policy says which user that is (`run_as`).
+    let root = nix::unistd::geteuid().is_root();
+    if args.socket.is_some() && !root {
+        // Not root: commands can only run as our own uid, so this is known now. As root it
+        // is known at the first policy, which says it then (`run_as::apply`).
         let own = nix::unistd::getuid().as_raw();
         if args.peer_uid.unwrap_or(own) == own {
-            let msg = "the executor socket's peer uid equals the uid commands run as, so a command could connect to it; run the broker as another user and pass --peer-uid";
+            let msg = iii_shell_executor::run_as::PEER_IS_COMMAND_UID;
             if envelope.mode == iii_shell_protocol::config::ConfinementMode::Strict {
                 tracing::error!("refusing to start in strict mode: {msg}");
                 return Err(2);
@@ -79,9 +85,6 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
             tracing::warn!("{msg}");
         }
     }
-    // As root, keep what switching to the command user needs (effective and permitted only)
-    // until the first policy says which user that is (`run_as`).
-    let root = nix::unistd::geteuid().is_root();
     match iii_shell_executor::confine::harden_executor_retaining(&envelope, root) {
         Ok(report) => {
             if root {
@@ -174,7 +177,7 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     }
 
     let Some(path) = args.socket else { return 2 };
-    let prebound = PREBOUND.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let prebound = lock(&PREBOUND).take();
     let listener = match prebound.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
         Ok(l) => l,
         Err(code) => return code,

@@ -1267,8 +1267,12 @@ fn must_be_root() {
 
 /// Issue 16: a replaced file keeps its owner and group when the executor may keep them
 /// (root with `CAP_CHOWN` kept by the pinned envelope): update-file, an overwriting
-/// create-file and a cross-root move. (Mode 0604: the executor holds no CAP_DAC_OVERRIDE, so
-/// another user's file must be readable by others for it to read it at all.)
+/// create-file and a cross-root move. (Mode 0606: the executor holds no CAP_DAC_OVERRIDE, so
+/// another user's file must be readable and writable by others for it to edit it at all.)
+/// Issue 25: a file the executor may not write (0604) is never given back to its owner (the
+/// chown would make the new content look like the owner's), so its edit is refused (C216,
+/// nothing written) rather than handing it to the executor's user. A move carries the
+/// owner's own bytes, so a 0604 file keeps its owner when moved.
 #[tokio::test]
 async fn writes_keep_owner_and_group_with_cap_chown() {
     must_be_root();
@@ -1283,24 +1287,30 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
     let pin = base.join("envelope.yaml");
     std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
     let h = Harness::with_args(c, &["--pin-config", &s(&pin)]).await;
-    for name in ["u.txt", "c.txt", "m.txt"] {
+    for (name, mode) in [
+        ("u.txt", 0o606),
+        ("c.txt", 0o606),
+        ("m.txt", 0o604),
+        ("ro.txt", 0o604),
+    ] {
         let f = root.join(name);
         std::fs::write(&f, "one\ntwo\n").unwrap();
         std::os::unix::fs::chown(&f, Some(4321), Some(8765)).unwrap();
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o604)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let v = h
         .ok(
             "coder::update-file",
-            json!({"files": [{"path": "u.txt", "ops": [
-                {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]}]}),
+            json!({"files": (["u.txt", "ro.txt"].map(|p| json!({"path": p, "ops": [
+                {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]})))}),
         )
         .await;
     assert_eq!(result(&v, 0)["success"], true, "{v}");
+    assert_eq!(result(&v, 1)["error"]["code"], "C216", "{v}");
     let v = h
         .ok(
             "coder::create-file",
-            json!({"files": [{"path": "c.txt", "content": "new\n", "overwrite": true, "mode": "0604"}]}),
+            json!({"files": [{"path": "c.txt", "content": "new\n", "overwrite": true, "mode": "0606"}]}),
         )
         .await;
     assert_eq!(result(&v, 0)["success"], true, "{v}");
@@ -1316,12 +1326,171 @@ async fn writes_keep_owner_and_group_with_cap_chown() {
         "one\nTWO\n"
     );
     assert_eq!(
+        std::fs::read_to_string(root.join("ro.txt")).unwrap(),
+        "one\ntwo\n",
+        "a file the executor may not write is not replaced"
+    );
+    assert_eq!(
         std::fs::read_to_string(root.join("c.txt")).unwrap(),
         "new\n"
     );
-    for f in [root.join("u.txt"), root.join("c.txt"), other.join("m.txt")] {
+    for (f, mode) in [
+        (root.join("u.txt"), 0o606),
+        (root.join("c.txt"), 0o606),
+        (other.join("m.txt"), 0o604),
+    ] {
         assert_eq!(owner_of(&f), (4321, 8765), "{}", f.display());
-        assert_eq!(mode_of(&f), 0o604, "{}", f.display());
+        assert_eq!(mode_of(&f), mode, "{}", f.display());
+    }
+    assert_eq!(owner_of(&root.join("ro.txt")), (4321, 8765), "unchanged");
+    assert_eq!(mode_of(&root.join("ro.txt")), 0o604);
+}
+
+/// `system.posix_acl_access` in the kernel's xattr form: version 2, then (tag, perm, id)
+/// entries sorted by tag: owner rw-, user 5678 r--, group r--, mask r--, other ---, which is
+/// what mode 0640 shows.
+fn acl_0640_with_user_5678() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 5678),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+fn c_path(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn set_acl(p: &Path, acl: &[u8]) {
+    // SAFETY: NUL-terminated path and name, a buffer of `acl.len()` bytes.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c_path(p).as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setxattr {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The `system.posix_acl_access` bytes of `p`, None when it has none.
+fn acl_of(p: &Path) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated path and name, a buffer of `buf.len()` bytes.
+    let n = unsafe {
+        libc::lgetxattr(
+            c_path(p).as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::ENODATA),
+            "getxattr {}: {e}",
+            p.display()
+        );
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
+}
+
+/// Issue 25: every operation that rewrites an existing file through a temp file and a rename
+/// keeps its owner, group, mode and POSIX ACL (`system.posix_acl_access`), as editors do:
+/// `coder::update-file`, an overwriting `coder::create-file`, `shell::fs::sed` and
+/// `shell::fs::write` over the file. The file is 1234:1234, mode 0640, with an ACL granting
+/// uid 5678 read. Checked for an executor running as the file's owner (`run_as: 1234:1234`)
+/// and for a root executor that may chown and write it (CAP_CHOWN and CAP_DAC_OVERRIDE kept
+/// by the pinned envelope). Failed before the fix: the ACL was gone after every edit (and
+/// `shell::fs::write`/`sed` left the root executor's file owned by 0:0).
+#[tokio::test]
+async fn rewrites_keep_owner_group_mode_and_acl() {
+    must_be_root();
+    for run_as in ["1234:1234", "root"] {
+        let dir = tempdir();
+        let base = canon(dir.path());
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::chown(&root, Some(1234), Some(1234)).unwrap();
+        let mut c = jailed(&root);
+        c.confinement.run_as = Some(run_as.into());
+        let h = if run_as == "root" {
+            c.confinement.capabilities = vec!["CAP_CHOWN".into(), "CAP_DAC_OVERRIDE".into()];
+            let pin = base.join("envelope.yaml");
+            std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
+            Harness::with_args(c, &["--pin-config", &s(&pin)]).await
+        } else {
+            Harness::new(c).await
+        };
+        let acl = acl_0640_with_user_5678();
+        let names = ["u.txt", "c.txt", "s.txt", "w.txt"];
+        for name in names {
+            let f = root.join(name);
+            std::fs::write(&f, "one\ntwo\n").unwrap();
+            std::os::unix::fs::chown(&f, Some(1234), Some(1234)).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+            set_acl(&f, &acl);
+            assert_eq!(acl_of(&f).as_deref(), Some(&acl[..]));
+        }
+        let v = h
+            .ok(
+                "coder::update-file",
+                json!({"files": [{"path": "u.txt", "ops": [
+                    {"op": "update_lines", "from_line": 2, "to_line": 2, "content": "TWO\n"}]}]}),
+            )
+            .await;
+        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
+        let v = h
+            .ok(
+                "coder::create-file",
+                json!({"files": [{"path": "c.txt", "content": "one\nTWO\n", "overwrite": true, "mode": "0640"}]}),
+            )
+            .await;
+        assert_eq!(result(&v, 0)["success"], true, "{run_as}: {v}");
+        h.ok(
+            "shell::fs::sed",
+            json!({"files": [s(&root.join("s.txt"))], "pattern": "two", "replacement": "TWO"}),
+        )
+        .await;
+        h.ok(
+            "shell::fs::write",
+            json!({"path": s(&root.join("w.txt")), "content": "one\nTWO\n", "mode": "0640"}),
+        )
+        .await;
+        for name in names {
+            let f = root.join(name);
+            let what = format!("{run_as} {name}");
+            assert_eq!(std::fs::read_to_string(&f).unwrap(), "one\nTWO\n", "{what}");
+            assert_eq!(owner_of(&f), (1234, 1234), "{what}");
+            assert_eq!(mode_of(&f), 0o640, "{what}");
+            assert_eq!(acl_of(&f).as_deref(), Some(&acl[..]), "{what}: the ACL");
+        }
+        assert_eq!(
+            names_in(&root),
+            ["c.txt", "s.txt", "u.txt", "w.txt"],
+            "{run_as}: no temp file is left"
+        );
     }
 }
 

@@ -416,6 +416,120 @@ async fn a_streamed_batch_whose_last_entry_fails_changes_nothing() {
     assert_eq!(names_in(&t.root), ["a.txt", "b.bin", "c.bin", "dir"]);
 }
 
+/// The peak resident memory (`VmHWM`) of process `pid`, in KiB.
+fn peak_rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"))
+}
+
+/// Issue 25: a `files[]` batch of 20 MiB mixing inline and channel entries whose LAST entry
+/// fails only when it is renamed into place (its target lies in a sticky directory and
+/// belongs to another user, so the kernel refuses the rename with EPERM). Every entry is
+/// staged first; the commit renames them in order, and the failing rename rolls back the
+/// ones already done: the replaced file gets its old bytes back, the new files are gone, no
+/// temp file or pre-image is left, and the error names `files[3]`. The executor's peak memory
+/// grows far less than the batch (entries are streamed to their temp files). The same holds
+/// for a small inline batch (one request to the executor). Failed before the fix: the first
+/// entries stayed written (`a.txt` held the new bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_20_mib_batch_whose_last_rename_fails_changes_nothing() {
+    if !is_root() {
+        panic!("this test needs root (a file owned by another user); run it as root");
+    }
+    let t = setup(|_| {}).await;
+    let c = &t.caller;
+    std::fs::write(t.root.join("a.txt"), "OLD a").unwrap();
+    let st = t.root.join("st");
+    std::fs::create_dir(&st).unwrap();
+    std::fs::write(st.join("theirs"), "THEIRS").unwrap();
+    std::os::unix::fs::chown(st.join("theirs"), Some(4343), Some(4343)).unwrap();
+    std::fs::set_permissions(st.join("theirs"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&st, Some(4343), Some(4343)).unwrap();
+    std::fs::set_permissions(&st, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (root_before, st_before) = (names_in(&t.root), names_in(&st));
+    let unchanged = |what: &str| {
+        let a_now = std::fs::read(t.root.join("a.txt")).unwrap();
+        assert!(
+            a_now == b"OLD a",
+            "{what}: the replaced file keeps its bytes, but holds {} bytes",
+            a_now.len()
+        );
+        assert_eq!(
+            names_in(&t.root),
+            root_before,
+            "{what}: no new file, no temp file"
+        );
+        assert_eq!(names_in(&st), st_before, "{what}");
+        assert_eq!(
+            std::fs::read_to_string(st.join("theirs")).unwrap(),
+            "THEIRS"
+        );
+    };
+    let text = |n: usize, seed: u32| -> String {
+        pseudo_random(n, seed)
+            .into_iter()
+            .map(|b| char::from(b'a' + b % 26))
+            .collect()
+    };
+    let (a, c_txt) = (text(7 << 20, 41), text(6 << 20, 42));
+    let b = pseudo_random(7 << 20, 43);
+    let pid = t.worker.executor_pid().expect("the executor's pid");
+    let peak = peak_rss_kib(pid);
+    let (wb, rb) = c.create_channel().await;
+    let (wt, rt) = c.create_channel().await;
+    let files = json!([
+        {"path": "a.txt", "content": a},
+        {"path": "b.bin", "content": rb},
+        {"path": "c.txt", "content": c_txt},
+        {"path": "st/theirs", "content": rt},
+    ]);
+    let feed = async {
+        c.write_channel(&wb, frames(&b)).await;
+        c.write_channel(&wt, frames(&[9u8; 4096])).await;
+    };
+    let (r, ()) = tokio::join!(
+        c.call_with_timeout(
+            "shell::fs::write",
+            json!({ "files": files }),
+            Duration::from_secs(120)
+        ),
+        feed
+    );
+    let e = r.expect_err("the last rename fails");
+    assert_eq!(e.code, "S216", "{e:?}");
+    assert!(
+        e.message
+            .contains("files[3] (st/theirs): rename: Operation not permitted")
+            && e.message.contains("no file was written"),
+        "{e:?}"
+    );
+    unchanged("20 MiB staged batch");
+    let grown = peak_rss_kib(pid).saturating_sub(peak);
+    assert!(
+        grown < 8 << 10,
+        "the executor's peak memory grew {grown} KiB for a 20 MiB batch"
+    );
+    // A small all-inline batch goes to the executor as one request: the same outcome.
+    let e = c
+        .call(
+            "shell::fs::write",
+            json!({"files": [
+                {"path": "a.txt", "content": "new a"},
+                {"path": "n.txt", "content": "new n"},
+                {"path": "st/theirs", "content": "mine"},
+            ]}),
+        )
+        .await
+        .expect_err("the last rename fails");
+    assert_eq!(e.code, "S216", "{e:?}");
+    assert!(e.message.contains("files[2]"), "{e:?}");
+    unchanged("inline batch");
+}
+
 /// Issue 12: a staged batch is bounded: more than 256 entries is S218 naming the first one
 /// past the cap, and nothing is written. Inline entries over 8 MiB in total take the staged
 /// path (they do not fit one frame).

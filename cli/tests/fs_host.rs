@@ -2689,21 +2689,31 @@ async fn chmod_chowns_when_the_pinned_envelope_keeps_cap_chown() {
         "{:?}",
         report.commands.gaps
     );
-    // This test's HOME (forwarded to commands) is outside the jail unless it lies under a
-    // scratch path: doctor says so, naming it.
-    let home = std::env::var("HOME").expect("HOME is set for the test");
-    let home_gap = report.commands.gaps.iter().find(|g| g.starts_with("HOME"));
-    if ["/tmp", "/var/tmp", "/dev/shm"]
-        .iter()
-        .any(|s| std::path::Path::new(&home).starts_with(s))
-    {
-        assert_eq!(home_gap, None, "{:?}", report.commands.gaps);
+    // A test HOME outside the jail (root's /root) is replaced by the per-worker one in the
+    // first scratch path; one inside a scratch path is kept. Doctor names it either way,
+    // and has no HOME gap.
+    let own = std::env::var("HOME").unwrap_or_default();
+    if iii_shell_policy::home::inside(&own, &[], &c_scratch()) {
+        assert_eq!(
+            report.commands.home,
+            format!("{own} (the worker's own HOME)")
+        );
     } else {
         assert!(
-            home_gap
-                .is_some_and(|g| g.starts_with(&format!("HOME ({home}) is outside the jail: "))),
-            "{:?}",
-            report.commands.gaps
+            report.commands.home.starts_with("/tmp/iii-shell-home-0-")
+                && report.commands.home.ends_with(" (the per-worker default: owned by uid 0, mode 0700, kept across calls and restarts)"),
+            "{}",
+            report.commands.home
         );
     }
+    assert!(
+        !report.commands.gaps.iter().any(|g| g.contains("HOME")),
+        "{:?}",
+        report.commands.gaps
+    );
+}
+
+/// The shipped scratch paths.
+fn c_scratch() -> Vec<String> {
+    Config::builtin_default().confinement.scratch_paths
 }

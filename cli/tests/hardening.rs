@@ -152,23 +152,81 @@ async fn an_envelope_file_others_may_write_is_refused() {
     );
 }
 
+/// Strict mode refuses an executor socket whose peer uid is the uid commands run as. An
+/// executor that is not root can only run commands as itself, so it refuses at start; a
+/// root one learns the command user from its first policy, and refuses a policy that runs
+/// commands as root while root is the peer (it starts, and serves nothing).
 #[tokio::test]
 async fn strict_mode_refuses_a_named_socket_whose_peer_is_the_command_uid() {
+    if !is_root() {
+        panic!("this test needs root (it runs one executor as root and one as uid 4242)");
+    }
     let dir = tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let pin = dir.path().join("envelope.yaml");
     let mut c = Config::builtin_default();
     c.confinement.mode = ConfinementMode::Strict;
     std::fs::write(&pin, serde_norway::to_string(&c).unwrap()).unwrap();
-    let out = Command::new(bin())
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    // Not root: known at start.
+    let out = Command::new("setpriv")
+        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
+        .arg(bin())
         .args(["executor", "--socket"])
-        .arg(dir.path().join("x.sock"))
+        .arg(dir.path().join("user.sock"))
         .arg("--pin-config")
         .arg(&pin)
+        .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("peer uid equals the uid commands run as")
+        err.contains("refusing to start in strict mode: the executor socket's peer uid equals the uid commands run as"),
+        "{err}"
+    );
+
+    // Root: the first policy (unjailed, so commands run as root) is refused, and says why.
+    let sock = dir.path().join("root.sock");
+    let log = dir.path().join("root.log");
+    let mut exec = Command::new(bin())
+        .args(["executor", "--socket"])
+        .arg(&sock)
+        .arg("--pin-config")
+        .arg(&pin)
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let listening = eventually(std::time::Duration::from_secs(20), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("executor listening"))
+    })
+    .await;
+    let cfg = dir.path().join("strict.yaml");
+    std::fs::write(&cfg, serde_norway::to_string(&c).unwrap()).unwrap();
+    let call = Command::new(bin())
+        .args(["call", "--socket"])
+        .arg(&sock)
+        .arg("--config")
+        .arg(&cfg)
+        .args(["shell::exec", r#"{"command":"true"}"#])
+        .output()
+        .unwrap();
+    let _ = exec.kill();
+    let _ = exec.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(listening, "{text}");
+    let v: Value = serde_json::from_slice(&call.stdout).unwrap();
+    assert_eq!(v["code"], "S210", "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("strict mode refuses this policy: the executor socket's peer uid equals the uid commands run as"),
+        "{v}"
+    );
+    // The executor's own log says so too, and only once it knew (not at start).
+    assert!(
+        text.contains("policy refused") && !text.contains("WARN iii_shell::cmd_executor"),
+        "{text}"
     );
 }
 

@@ -3,21 +3,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
+use iii_shell_protocol::clock::now_ms;
 use iii_shell_protocol::config::Config;
 use serde_json::{json, Value};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 async fn status(h: &Harness, id: &str) -> Value {
     h.ok("shell::status", json!({ "job_id": id })).await["job"].clone()

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,41 @@ impl Page {
     async fn with_delay(engine: &TestEngine, ui: &str, delay: Duration) -> Page {
         let id = format!("iii::{ui}-ui::pty-output::console-{}", uuid::Uuid::new_v4());
         Self::registering(engine, id, delay).await
+    }
+
+    /// A page that answers small deliveries at once and never answers (sleeps 25 s on) the
+    /// first larger than `small` bytes, and every one after it.
+    async fn stalling_past(engine: &TestEngine, ui: &str, small: usize) -> Page {
+        let id = format!("iii::{ui}-ui::pty-output::console-{}", uuid::Uuid::new_v4());
+        let client = engine.client().await;
+        let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let sink = got.clone();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        client
+            .register_function(&id, move |data, _| {
+                let (sink, stalled) = (sink.clone(), stalled.clone());
+                async move {
+                    let len = data["data"]
+                        .as_str()
+                        .map(|d| B64.decode(d).unwrap().len())
+                        .unwrap_or(0);
+                    if len > small {
+                        stalled.store(true, Ordering::SeqCst);
+                    }
+                    if stalled.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_secs(25)).await;
+                    }
+                    sink.lock().unwrap().push(data);
+                    Ok(json!({}))
+                }
+            })
+            .await
+            .expect("register the output function");
+        Page {
+            id,
+            got,
+            _client: client,
+        }
     }
 
     /// A page whose output function is `id`.
@@ -59,6 +95,15 @@ impl Page {
 
     fn payloads(&self) -> Vec<Value> {
         self.got.lock().unwrap().clone()
+    }
+
+    /// Whether the `eof` delivery of `session` arrived (without copying every payload).
+    fn has_eof(&self, session: &str) -> bool {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p["session_id"] == session && p["eof"] == true)
     }
 
     /// Everything delivered so far for `session`, in order.
@@ -740,6 +785,119 @@ async fn a_live_flood_of_several_mib_is_delivered_in_order_and_truncation_is_rep
     } else {
         assert_eq!(body.len(), n, "bytes lost without a gap being reported");
     }
+}
+
+/// A consumer that keeps up gets all of a flood many times the ring, byte for byte and in
+/// order, without a gap: while it acknowledges, the reader waits for room instead of evicting
+/// output it was about to be sent (the program blocks in `write`, as on any terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_many_times_the_ring_reaches_a_consumer_that_keeps_up_whole() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let n = 16 * 1024 * 1024;
+    let s = open(&caller, &page, flood(n, 'w')).await;
+    write(&caller, &s, "\n").await;
+    assert!(
+        eventually(Duration::from_secs(120), || page.has_eof(&s.id)).await,
+        "the flood never ended"
+    );
+    let payloads: Vec<Value> = page
+        .payloads()
+        .into_iter()
+        .filter(|p| p["session_id"] == s.id)
+        .collect();
+    let gaps = payloads.iter().filter(|p| p["truncated"] == true).count();
+    assert_eq!(
+        gaps,
+        0,
+        "{gaps} of {} deliveries reported a gap",
+        payloads.len()
+    );
+    assert!(payloads.iter().all(|p| p["repeat"] == false));
+    let seqs: Vec<u64> = payloads
+        .iter()
+        .map(|p| p["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "out of order: {seqs:?}"
+    );
+    let got = page.bytes(&s.id);
+    let mut expected = b"\r\n".to_vec();
+    expected.extend(std::iter::repeat_n(b'w', n));
+    expected.extend_from_slice(b"\r\nEND\r\n");
+    assert_eq!(got.len(), expected.len(), "bytes delivered");
+    assert!(
+        got == expected,
+        "delivered bytes differ from the program's output"
+    );
+    // Each delivery carries at most DELIVERY_BYTES.
+    let most = payloads
+        .iter()
+        .filter_map(|p| p["data"].as_str())
+        .map(|d| B64.decode(d).unwrap().len())
+        .max()
+        .unwrap();
+    assert!(most <= iii_shell_protocol::pty::DELIVERY_BYTES, "{most}");
+}
+
+/// The wait for a consumer is bounded: one that stops answering holds the program up once,
+/// for at most the pacing limit (250 ms), and from then on the program runs free (what the
+/// ring cannot keep is a gap, as before), until that consumer has caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_stops_answering_holds_the_program_up_once_at_most() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::with_delay(&engine, "shell", Duration::from_secs(25)).await;
+    let n = 12 * 1024 * 1024;
+    let s = open(&caller, &page, flood(n, 'v')).await;
+    let t = Instant::now();
+    write(&caller, &s, "\n").await;
+    let listed = wait_exited(&caller, &s.id).await;
+    let took = t.elapsed();
+    assert_eq!(listed["status"]["exited"]["exit_code"], 0);
+    assert!(
+        took < Duration::from_secs(10),
+        "the program took {took:?}: it was held up by a consumer that does not answer"
+    );
+    assert!(
+        page.got.lock().unwrap().is_empty(),
+        "the consumer answered something"
+    );
+    // The ring kept the tail; what it dropped is reported.
+    assert_eq!(listed["truncated"], true);
+}
+
+/// Floods in several sessions take turns through the engine (so an echo never waits behind
+/// more than one delivery), but a page that stops answering gives its turn back after a
+/// moment: another session's flood to a page that answers still arrives whole, in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_stops_answering_does_not_hold_up_another_sessions_output() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let stuck = Page::stalling_past(&engine, "shell", 16 * 1024).await;
+    let page = Page::new(&engine, "shell").await;
+    let a = open(&caller, &stuck, flood(8 * 1024 * 1024, 'a')).await;
+    write(&caller, &a, "\n").await;
+    // The stuck page holds a large delivery (it answered only the small ones before it).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = 4 * 1024 * 1024;
+    let b = open(&caller, &page, flood(n, 'b')).await;
+    let t = Instant::now();
+    write(&caller, &b, "\n").await;
+    assert!(
+        eventually(Duration::from_secs(15), || page.has_eof(&b.id)).await,
+        "the other session's flood was held up behind the stuck page ({:?}, {} bytes arrived)",
+        t.elapsed(),
+        page.bytes(&b.id).len()
+    );
+    let got = page.bytes(&b.id);
+    assert_eq!(got.len(), 2 + n + 7, "bytes delivered");
+    assert!(page.payloads().iter().all(|p| p["truncated"] == false));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

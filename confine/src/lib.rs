@@ -1,8 +1,8 @@
 //! Kernel confinement, in one place for the three processes that apply it: the supervisor
 //! (`iii-shell serve`), the broker and the executor.
 //!
-//! * [`seccomp`]: the deny filter and the broker's allowlist (hand-built BPF) and their
-//!   installer.
+//! * [`seccomp`]: the deny filter (hand-built BPF, for its clone3 exception) and the installer.
+//! * [`broker_allowlist`]: the broker's default-deny allowlist, compiled by seccompiler.
 //! * [`special_bits`]: the rule refusing setuid/setgid/sticky modes, folded into a filter.
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`landlock`]: the kernel's Landlock ABI.
@@ -19,6 +19,7 @@
 //! Everything here is built and installed in the process that calls it; code that runs
 //! after fork only applies what was built here (see the executor's spawn path).
 
+pub mod broker_allowlist;
 pub mod caps;
 pub mod landlock;
 pub mod landlock_plan;

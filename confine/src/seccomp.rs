@@ -1,13 +1,16 @@
 //! The seccomp deny filter, as a hand-built classic BPF program.
 //!
-//! Built by hand rather than with a filter-compiling crate because of the clone3 exception:
-//! the executor's own spawn trampoline may call clone3 (to start children inside their job
-//! cgroup) while every other clone3 answers ENOSYS, and the filter tells the two apart by the
-//! instruction pointer in `seccomp_data` plus two secret argument words. seccompiler's rules
-//! match system-call arguments only; they cannot look at the instruction pointer. The rest
-//! (the x32 range check, EPERM per denied call, namespace-flag masks on `clone`/`unshare`)
-//! follows the same hand-built layout. Jump offsets are checked when a program is built
-//! ([`offset`]); `confine/tests/seccomp_golden.rs` runs the programs in a BPF interpreter.
+//! Built by hand rather than with seccompiler (which compiles the broker's allowlist,
+//! [`crate::broker_allowlist`]) because of the clone3 exception: the executor's own spawn
+//! trampoline may call clone3 (to start children inside their job cgroup) while every other
+//! clone3 answers ENOSYS, and the filter tells the two apart by the instruction pointer in
+//! `seccomp_data` plus two secret argument words. seccompiler's rules match system-call
+//! arguments only; they cannot look at the instruction pointer. The rest (the x32 range
+//! check, EPERM per denied call, namespace-flag masks on `clone`/`unshare`) follows the same
+//! hand-built layout, so the whole program, and the special-bits block stacked in front of it
+//! ([`crate::special_bits`]), is one layout checked in one place. Jump offsets are checked
+//! when a program is built ([`offset`]); `confine/tests/seccomp_golden.rs` runs the programs
+//! in a BPF interpreter.
 //!
 //! Layout: check the architecture (a foreign one is killed); refuse x32; for each denied
 //! system call return EPERM; refuse namespace flags on `clone`/`unshare`; allow the rest.
@@ -391,22 +394,4 @@ pub fn current_mode() -> Option<u32> {
     s.lines()
         .find_map(|l| l.strip_prefix("Seccomp:"))
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// A default-deny filter: the listed system calls are allowed, every other one fails with
-/// EPERM (x32 too); `clone` only without namespace flags, `clone3` answers ENOSYS.
-pub fn allowlist_filter(allowed: &[i64]) -> Filter {
-    let mut p = prologue();
-    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
-    p.push(errno(libc::ENOSYS));
-    refuse_namespace_flags(&mut p, libc::SYS_clone, stmt(RET_K, SECCOMP_RET_ALLOW));
-    for nr in allowed {
-        p.push(jump(JEQ_K, *nr as u32, 0, 1));
-        p.push(stmt(RET_K, SECCOMP_RET_ALLOW));
-    }
-    p.push(errno(libc::EPERM));
-    Filter {
-        program: p,
-        denied: vec!["everything not on the broker allowlist"],
-    }
 }

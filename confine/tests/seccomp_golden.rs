@@ -1,10 +1,12 @@
 //! Golden tests of the seccomp programs: a small classic-BPF interpreter runs the deny filter
-//! and the broker's allowlist on chosen `seccomp_data` and the verdicts are compared with
-//! exact values. (The same programs are installed for real by the escape suite.)
+//! and the broker's allowlist (two stacked programs, combined as the kernel does) on chosen
+//! `seccomp_data` and the verdicts are compared with exact values. (The same programs are
+//! installed for real by the escape suite and `broker_allowlist.rs`.)
 
 #![cfg(target_arch = "x86_64")]
 
-use iii_shell_confine::seccomp::{allowlist_filter, build, build_with, deny_list, Filter};
+use iii_shell_confine::broker_allowlist;
+use iii_shell_confine::seccomp::{build, build_with, deny_list, Filter};
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const AUDIT_ARCH_I386: u32 = 0x4000_0003;
@@ -127,6 +129,26 @@ fn run(f: &Filter, d: Data) -> u32 {
     panic!("no RET reached: a loop or a path without an end");
 }
 
+/// The verdict of programs stacked in `installed` order, as seccomp(2) combines them: every
+/// program runs, the most recently installed first, and the first-seen verdict of the most
+/// restrictive action wins (actions compared as signed values, KILL_PROCESS lowest).
+fn run_stack(installed: &[Filter], d: Data) -> u32 {
+    let action = |r: u32| (r & 0xffff_0000) as i32;
+    let mut verdict = ALLOW;
+    for f in installed.iter().rev() {
+        let r = run(f, d);
+        if action(r) < action(verdict) {
+            verdict = r;
+        }
+    }
+    verdict
+}
+
+/// The broker's programs for a test list.
+fn broker(allowed: &[i64]) -> Vec<Filter> {
+    broker_allowlist::filters(allowed).unwrap()
+}
+
 const EPERM: i32 = libc::EPERM;
 const ENOSYS: i32 = libc::ENOSYS;
 
@@ -159,9 +181,16 @@ fn x32_numbers_and_foreign_architectures() {
     let mut i386 = Data::call(libc::SYS_read);
     i386.arch = AUDIT_ARCH_I386;
     assert_eq!(run(&f, i386), KILL_PROCESS);
-    let b = allowlist_filter(&[libc::SYS_read]);
-    assert_eq!(run(&b, Data::call(libc::SYS_read | X32)), errno(EPERM));
-    assert_eq!(run(&b, i386), KILL_PROCESS);
+    let b = broker(&[libc::SYS_read]);
+    assert_eq!(
+        run_stack(&b, Data::call(libc::SYS_read | X32)),
+        errno(EPERM)
+    );
+    assert_eq!(
+        run_stack(&b, Data::call(libc::SYS_clone3 | X32)),
+        errno(EPERM)
+    );
+    assert_eq!(run_stack(&b, i386), KILL_PROCESS);
 }
 
 #[test]
@@ -274,29 +303,93 @@ fn seccomp_allow_re_allows_exactly_the_named_calls() {
 
 #[test]
 fn the_broker_allowlist_allows_only_its_list() {
-    let f = allowlist_filter(&[libc::SYS_read, libc::SYS_write, libc::SYS_clone]);
-    assert_eq!(run(&f, Data::call(libc::SYS_read)), ALLOW);
-    assert_eq!(run(&f, Data::call(libc::SYS_write)), ALLOW);
+    let f = broker(&[libc::SYS_read, libc::SYS_write, libc::SYS_clone]);
+    assert_eq!(run_stack(&f, Data::call(libc::SYS_read)), ALLOW);
+    assert_eq!(run_stack(&f, Data::call(libc::SYS_write)), ALLOW);
     for nr in [
         libc::SYS_openat,
         libc::SYS_execve,
         libc::SYS_ptrace,
         libc::SYS_socket,
     ] {
-        assert_eq!(run(&f, Data::call(nr)), errno(EPERM), "{nr}");
+        assert_eq!(run_stack(&f, Data::call(nr)), errno(EPERM), "{nr}");
     }
-    assert_eq!(run(&f, Data::call(libc::SYS_clone3)), errno(ENOSYS));
+    assert_eq!(run_stack(&f, Data::call(libc::SYS_clone3)), errno(ENOSYS));
     assert_eq!(
-        run(&f, Data::call(libc::SYS_clone).arg(0, libc::SIGCHLD as u64)),
+        run_stack(&f, Data::call(libc::SYS_clone).arg(0, libc::SIGCHLD as u64)),
         ALLOW
     );
     assert_eq!(
-        run(
+        run_stack(
             &f,
             Data::call(libc::SYS_clone).arg(0, libc::CLONE_NEWUSER as u64)
         ),
         errno(EPERM)
     );
+}
+
+/// The real list: every listed call is allowed (clone without namespace flags), each of them
+/// under its x32 number is EPERM, clone3 is ENOSYS, clone with any namespace flag and calls
+/// off the list are EPERM.
+#[test]
+fn the_broker_allowlist_verdicts_for_its_own_list() {
+    let list = broker_allowlist::syscalls();
+    let numbers: Vec<i64> = list.iter().map(|&(_, nr)| nr).collect();
+    let f = broker(&numbers);
+    let thread = (libc::CLONE_VM
+        | libc::CLONE_FS
+        | libc::CLONE_FILES
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM
+        | libc::CLONE_SETTLS
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID) as u64;
+    for &(name, nr) in &list {
+        let d = Data::call(nr).arg(0, thread);
+        assert_eq!(run_stack(&f, d), ALLOW, "{name}");
+        assert_eq!(
+            run_stack(&f, Data::call(nr | X32)),
+            errno(EPERM),
+            "x32 {name}"
+        );
+    }
+    assert_eq!(run_stack(&f, Data::call(libc::SYS_clone3)), errno(ENOSYS));
+    for flag in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWCGROUP,
+        0x80, // CLONE_NEWTIME
+    ] {
+        let d = Data::call(libc::SYS_clone).arg(0, flag as u64 | thread);
+        assert_eq!(run_stack(&f, d), errno(EPERM), "clone {flag:#x}");
+    }
+    for nr in [
+        libc::SYS_execve,
+        libc::SYS_execveat,
+        libc::SYS_ptrace,
+        libc::SYS_unshare,
+        libc::SYS_mkdirat,
+        libc::SYS_unlinkat,
+        libc::SYS_kill,
+        libc::SYS_fork,
+        libc::SYS_vfork,
+        libc::SYS_setuid,
+        libc::SYS_mount,
+        libc::SYS_io_uring_setup,
+    ] {
+        assert_eq!(run_stack(&f, Data::call(nr)), errno(EPERM), "{nr}");
+    }
+    // Both programs kill a foreign architecture.
+    let mut i386 = Data::call(libc::SYS_read);
+    i386.arch = AUDIT_ARCH_I386;
+    for p in &f {
+        assert_eq!(run(p, i386), KILL_PROCESS);
+    }
 }
 
 #[test]

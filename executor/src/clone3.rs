@@ -72,29 +72,9 @@ pub fn note_success() {
 pub fn secret() -> [u64; 2] {
     static SECRET: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
     *SECRET.get_or_init(|| {
-        let mut buf = [0u8; 16];
-        let mut filled = 0;
-        while filled < buf.len() {
-            // SAFETY: getrandom writes at most the given length into `buf`.
-            let n = unsafe {
-                libc::getrandom(
-                    buf[filled..].as_mut_ptr() as *mut c_void,
-                    buf.len() - filled,
-                    0,
-                )
-            };
-            if n > 0 {
-                filled += n as usize;
-            } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                // No kernel randomness (pre-3.17 kernels): the address check still holds.
-                break;
-            }
-        }
-        let (a, b) = buf.split_at(8);
-        [
-            u64::from_ne_bytes(a.try_into().unwrap_or_default()),
-            u64::from_ne_bytes(b.try_into().unwrap_or_default()),
-        ]
+        // No kernel randomness (pre-3.17 kernels, no /dev/urandom): the address check still
+        // holds.
+        [getrandom::u64().unwrap_or(0), getrandom::u64().unwrap_or(0)]
     })
 }
 

@@ -95,6 +95,7 @@ impl Executor {
         let built = Policy::build(generation, config_json)
             .and_then(|p| self.within_envelope(p))
             .and_then(|p| run_as::apply(&p.config).map(|()| p))
+            .and_then(|mut p| p.settle_home().map(|()| p))
             .and_then(|mut p| {
                 // The first policy decides whether the executor's own filter holds the
                 // special-bits rule (then no child loads it); place it again.
@@ -105,17 +106,19 @@ impl Executor {
             });
         match built {
             Ok(p) => {
-                tracing::info!(generation, jailed = p.jail.is_jailed(), "policy accepted");
-                crate::log_relay::apply(&p.config.telemetry);
-                let home = doctor::home_gap(
-                    p.base_env.get("HOME").map(String::as_str),
-                    &p.config.fs.host_roots,
-                    &p.config.confinement.scratch_paths,
+                tracing::info!(
+                    generation,
+                    jailed = p.jail.is_jailed(),
+                    home = p.home.path.as_deref().unwrap_or("(none)"),
+                    "policy accepted"
                 );
-                for gap in doctor::terminal_gap(&p.config.confinement.capabilities)
-                    .into_iter()
-                    .chain(home)
-                {
+                crate::log_relay::apply(&p.config.telemetry);
+                let standing: Vec<String> =
+                    doctor::terminal_gap(&p.config.confinement.capabilities)
+                        .into_iter()
+                        .chain(p.home.warning.clone())
+                        .collect();
+                for gap in self.warnings.newly_standing(standing) {
                     tracing::warn!(generation, "{gap}");
                 }
                 if let Some(prev) = self.policy.get() {

@@ -181,16 +181,34 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         run_as_warning: applied.and_then(|a| a.warning),
         process_limits: confine::process_limits::report(&limits),
         processes_bounded: confine::process_limits::processes_bounded(&limits),
+        home: match &policy.home.path {
+            Some(h) => format!("{h} ({})", policy.home.source),
+            None => policy.home.source.clone(),
+        },
+        cwd: match iii_shell_policy::home::default_cwd(
+            policy.config.working_dir.as_deref(),
+            &policy.config.fs.host_roots,
+        ) {
+            iii_shell_policy::home::DefaultCwd::WorkingDir(wd) => format!("{wd} (working_dir)"),
+            iii_shell_policy::home::DefaultCwd::PrimaryRoot(_) => format!(
+                "{} (the primary root)",
+                policy
+                    .jail
+                    .roots()
+                    .first()
+                    .map_or(String::new(), |r| r.path.to_string_lossy().into_owned())
+            ),
+            iii_shell_policy::home::DefaultCwd::Executor => std::env::current_dir().map_or_else(
+                |e| format!("the executor's own working directory ({e})"),
+                |d| format!("{} (the executor's own working directory)", d.display()),
+            ),
+        },
         gaps: ll
             .gaps
             .iter()
             .cloned()
             .chain(terminal_gap(&c.capabilities))
-            .chain(home_gap(
-                policy.base_env.get("HOME").map(String::as_str),
-                &policy.config.fs.host_roots,
-                &c.scratch_paths,
-            ))
+            .chain(policy.home.warning.clone())
             .collect(),
     };
     DoctorReport {
@@ -211,29 +229,6 @@ pub fn terminal_gap(capabilities: &[String]) -> Option<String> {
             reach.join(", ")
         )
     })
-}
-
-/// A jailed command's `HOME` (forwarded from the executor's environment) that lies outside
-/// every root and scratch path: the command cannot read or write it, so whatever keeps state
-/// under `~` (shell profiles and history, git and ssh configuration, npm, pip and cargo
-/// caches) fails. Unjailed (no roots) there is no gap.
-pub fn home_gap(home: Option<&str>, roots: &[String], scratch: &[String]) -> Option<String> {
-    if roots.is_empty() {
-        return None;
-    }
-    let inside = |h: &std::path::Path| {
-        roots
-            .iter()
-            .chain(scratch)
-            .any(|r| h.starts_with(std::path::Path::new(r)))
-    };
-    match home {
-        Some(h) if inside(std::path::Path::new(h)) => None,
-        Some(h) => Some(format!(
-            "HOME ({h}) is outside the jail: jailed commands cannot use ~ (shell profiles and history, git and ssh configuration, npm, pip and cargo caches); set HOME in the executor's environment to a directory under a root or a scratch path"
-        )),
-        None => Some("HOME is not set: jailed commands have no ~ (shell profiles and history, git and ssh configuration, npm, pip and cargo caches); set HOME in the executor's environment to a directory under a root or a scratch path".to_string()),
-    }
 }
 
 /// The special-bits rule as `doctor` lists it, saying where it is loaded.
@@ -272,25 +267,7 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
 
 #[cfg(test)]
 mod terminal_gap_tests {
-    use super::{home_gap, terminal_gap};
-
-    #[test]
-    fn a_home_outside_the_jail_is_a_gap() {
-        let roots = vec!["/srv/ws".to_string()];
-        let scratch = vec!["/tmp".to_string()];
-        assert_eq!(home_gap(Some("/root"), &[], &scratch), None, "unjailed");
-        assert_eq!(home_gap(Some("/srv/ws/home"), &roots, &scratch), None);
-        assert_eq!(home_gap(Some("/tmp/h"), &roots, &scratch), None);
-        assert_eq!(
-            home_gap(Some("/root"), &roots, &scratch),
-            Some("HOME (/root) is outside the jail: jailed commands cannot use ~ (shell profiles and history, git and ssh configuration, npm, pip and cargo caches); set HOME in the executor's environment to a directory under a root or a scratch path".to_string())
-        );
-        // Compared by path components, not by text.
-        assert!(home_gap(Some("/srv/wsx"), &roots, &scratch).is_some());
-        assert!(
-            home_gap(None, &roots, &scratch).is_some_and(|g| g.starts_with("HOME is not set: "))
-        );
-    }
+    use super::terminal_gap;
 
     #[test]
     fn only_capabilities_that_override_a_pty_mode_are_a_gap() {

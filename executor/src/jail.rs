@@ -21,7 +21,7 @@
 //! that holds a protected entry ([`Jail::holds_denied`]).
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -589,58 +589,50 @@ pub fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// `openat2(dirfd, path, flags|O_CLOEXEC, resolve)`; `dirfd` None means AT_FDCWD.
+/// `openat2(dirfd, path, flags|O_CLOEXEC, resolve)`; `dirfd` None means AT_FDCWD. The call
+/// is nix's `openat2`; a path with a NUL byte is EINVAL, as before it reaches the kernel.
 pub fn open_beneath(
     dirfd: Option<&OwnedFd>,
     path: &Path,
     flags: i32,
     resolve: u64,
 ) -> std::io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // open_how is non-exhaustive in libc; zero it and fill the fields we know (the kernel
-    // treats a zeroed tail as "no extension").
-    // SAFETY: open_how is plain integers, for which all-zero is valid.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = resolve;
-    let dir = dirfd.map(|f| f.as_raw_fd()).unwrap_or(libc::AT_FDCWD);
+    open_beneath_mode(dirfd, path, flags, 0, resolve)
+}
+
+/// [`open_beneath`] with the `mode` a created file gets (`O_CREAT`, `O_TMPFILE`; the kernel
+/// wants 0 otherwise).
+pub fn open_beneath_mode(
+    dirfd: Option<&OwnedFd>,
+    path: &Path,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> std::io::Result<OwnedFd> {
+    use nix::errno::Errno;
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
+    let how = OpenHow::new()
+        .flags(OFlag::from_bits_retain(flags | libc::O_CLOEXEC))
+        .mode(nix::sys::stat::Mode::from_bits_retain(mode))
+        .resolve(ResolveFlag::from_bits_retain(resolve));
+    let dir = dirfd.map(|f| f.as_fd()).unwrap_or(AT_FDCWD);
     let mut tries = 0u32;
-    let fd = loop {
-        // SAFETY: `c` is a valid NUL-terminated string and `how` a properly initialised
-        // open_how that outlives the call; the kernel copies both. The returned fd is fresh
-        // and owned by us.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir,
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            break fd;
-        }
-        let e = std::io::Error::last_os_error();
-        // EAGAIN: with RESOLVE_BENEATH the kernel could not rule out a `..` escape because a
-        // rename (anywhere on the system) raced the walk. openat2(2) says to retry.
-        if e.raw_os_error() == Some(libc::EAGAIN)
-            && resolve & libc::RESOLVE_BENEATH != 0
-            && tries < 400
-        {
-            tries += 1;
-            if tries < 32 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(50));
+    loop {
+        match openat2(dir, path, how) {
+            Ok(fd) => return Ok(fd),
+            // EAGAIN: with RESOLVE_BENEATH the kernel could not rule out a `..` escape because
+            // a rename (anywhere on the system) raced the walk. openat2(2) says to retry.
+            Err(Errno::EAGAIN) if resolve & libc::RESOLVE_BENEATH != 0 && tries < 400 => {
+                tries += 1;
+                if tries < 32 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
             }
-            continue;
+            Err(e) => return Err(e.into()),
         }
-        return Err(e);
-    };
-    // SAFETY: the syscall returned a new, valid file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
 }
 
 /// The absolute path an fd refers to, read from `/proc/self/fd`.
@@ -759,6 +751,39 @@ mod tests {
         assert!(jail.holds_denied(&root.join("clean"))); // holds the hardlink
         std::fs::remove_file(root.join("clean/link")).unwrap();
         assert!(!jail.holds_denied(&root.join("clean")));
+    }
+
+    /// The raw call's contract, errno for errno: close-on-exec always, EXDEV for a `..` or an
+    /// absolute symlink out of the anchor, ELOOP for any symlink under RESOLVE_NO_SYMLINKS,
+    /// EINVAL for a NUL byte (refused before the kernel), ENOENT for a missing name.
+    #[test]
+    fn open_beneath_flags_and_errnos() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/f"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("abs")).unwrap();
+        std::os::unix::fs::symlink("a", root.join("rel")).unwrap();
+        let anchor = open_beneath(None, &root, libc::O_PATH | libc::O_DIRECTORY, 0).unwrap();
+        let beneath = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+        let f = open_beneath(Some(&anchor), Path::new("rel/f"), libc::O_RDONLY, beneath).unwrap();
+        // SAFETY: F_GETFD only reads the descriptor flags of an fd we own.
+        let fd_flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(fd_flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        let errno = |p: &str, resolve: u64| {
+            open_beneath(Some(&anchor), Path::new(p), libc::O_RDONLY, resolve)
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error())
+        };
+        assert_eq!(errno("../root/a/f", beneath), Err(Some(libc::EXDEV)));
+        assert_eq!(errno("abs/passwd", beneath), Err(Some(libc::EXDEV)));
+        assert_eq!(
+            errno("rel/f", libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS),
+            Err(Some(libc::ELOOP))
+        );
+        assert_eq!(errno("a/f\0x", beneath), Err(Some(libc::EINVAL)));
+        assert_eq!(errno("a/none", beneath), Err(Some(libc::ENOENT)));
+        assert_eq!(errno("abs/passwd", 0), Ok(()));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::clock::now_ms;
 use iii_shell_protocol::exec::{
     ExecBgResponse, JobRecord, JobStatus, JobSummary, KillResponse, ListResponse,
 };
@@ -16,13 +18,6 @@ use crate::policy::Policy;
 use crate::prepare;
 use crate::started::{release_later, start, Running};
 use crate::tree::JobTree;
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 struct JobState {
     status: JobStatus,
@@ -95,10 +90,6 @@ impl Job {
                 .finished_at_ms
                 .is_some_and(|f| now >= f.saturating_add(self.retention_secs.saturating_mul(1000)))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// At most this many finished jobs are kept; past it the oldest finished go first.

@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod error;
 pub mod foreground;
 pub mod fs;
+pub mod home;
 pub mod jail;
 pub mod jobs;
 pub mod log_relay;
@@ -35,6 +36,7 @@ pub mod tree;
 pub mod turns;
 pub mod ui_state;
 pub mod usage;
+pub mod warnings;
 pub mod watch;
 
 /// The shared policy rules, re-exported where the executor's modules have always found them.
@@ -67,6 +69,9 @@ pub struct Executor {
     /// The `serve` supervisor that started this executor, whose memory and CPU count in the
     /// worker's gauges (unset when it runs on its own).
     pub supervisor: std::sync::OnceLock<u32>,
+    /// What the policy in force is warned about, so a policy pushed again (every
+    /// `iii-shell call --socket`, every reload) does not repeat it.
+    pub warnings: warnings::Standing,
 }
 
 impl Default for Executor {
@@ -92,6 +97,7 @@ impl Executor {
             events,
             envelope,
             supervisor: std::sync::OnceLock::new(),
+            warnings: Default::default(),
         }
     }
 

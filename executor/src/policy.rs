@@ -25,6 +25,8 @@ pub struct Policy {
     pub base_env: std::collections::BTreeMap<String, String>,
     /// The same, as C strings ready for execve.
     pub base_envp: Arc<crate::spawn::EnvBlock>,
+    /// The `HOME` in `base_env`, and where it comes from ([`Policy::settle_home`]).
+    pub home: crate::home::Home,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
     /// A command process started ahead of time under this policy (see `prestarted`).
@@ -193,6 +195,7 @@ impl Policy {
             crate::spawn::EnvBlock::new(base_env.iter().map(|(k, v)| (k.clone(), v.clone())))
                 .map_err(|e| format!("forwarded environment: {e}"))?,
         );
+        let home = crate::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
         Ok(Policy {
             generation,
             config,
@@ -200,10 +203,37 @@ impl Policy {
             jail,
             base_env,
             base_envp,
+            home,
             commands,
             prestarted: std::sync::Mutex::new(Vec::new()),
             retired: AtomicBool::new(false),
         })
+    }
+
+    /// Gives commands the `HOME` the policy calls for (`crate::home`), creating the
+    /// per-worker default when that is the one. Runs once the executor acts as the command
+    /// user (after `run_as::apply`), so a directory it creates is that user's; not part of
+    /// [`Policy::build`], which `check-config` runs and which must not touch the host.
+    pub fn settle_home(&mut self) -> Result<(), String> {
+        let identity = crate::home::identity(&self.config);
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let forwarded = self.base_env.get("HOME").cloned();
+        let home = crate::home::settle(&self.config, forwarded.as_deref(), uid, &identity);
+        if home.path != forwarded {
+            match &home.path {
+                Some(h) => self.base_env.insert("HOME".into(), h.clone()),
+                None => self.base_env.remove("HOME"),
+            };
+            self.base_envp = Arc::new(
+                crate::spawn::EnvBlock::new(
+                    self.base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
+                )
+                .map_err(|e| format!("forwarded environment: {e}"))?,
+            );
+        }
+        self.home = home;
+        Ok(())
     }
 
     /// A pre-started command process: a ready one if there is one, else one still setting

@@ -49,15 +49,31 @@ pub fn check(policy: &Policy, spec: &ExecSpec) -> Result<(), ExecError> {
 
 pub use iii_shell_policy::argv::{check_argv, EMPTY_COMMAND};
 
-/// The directory a command starts in, as an fd (None = the executor's own cwd).
+/// The directory a command starts in, as an fd (None = the executor's own cwd): the call's
+/// `cwd` through the jail, else `working_dir`, else (jailed) the primary root.
 pub fn resolve_cwd(policy: &Policy, cwd: Option<&str>) -> Result<Option<OwnedFd>, ExecError> {
+    use iii_shell_policy::home::{default_cwd, DefaultCwd};
     let resolved = match cwd {
         Some(c) => policy.jail.resolve(c)?.fd,
-        None => match &policy.config.working_dir {
+        None => match default_cwd(
+            policy.config.working_dir.as_deref(),
+            &policy.config.fs.host_roots,
+        ) {
             // The operator's working_dir is trusted configuration, not caller input.
-            Some(wd) => open_beneath(None, Path::new(wd), libc::O_PATH | libc::O_DIRECTORY, 0)
-                .map_err(|e| ExecError::Internal(format!("working_dir {wd}: {e}")))?,
-            None => return Ok(None),
+            DefaultCwd::WorkingDir(wd) => {
+                open_beneath(None, Path::new(&wd), libc::O_PATH | libc::O_DIRECTORY, 0)
+                    .map_err(|e| ExecError::Internal(format!("working_dir {wd}: {e}")))?
+            }
+            // The descriptor the jail opened the root with when the policy was built: the
+            // directory every relative path of the call resolves against too.
+            DefaultCwd::PrimaryRoot(_) => match policy.jail.roots().first() {
+                Some(root) => root
+                    .fd
+                    .try_clone()
+                    .map_err(|e| ExecError::Internal(format!("cwd: {e}")))?,
+                None => return Ok(None),
+            },
+            DefaultCwd::Executor => return Ok(None),
         },
     };
     let st = fstat(&resolved).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;

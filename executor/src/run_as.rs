@@ -10,6 +10,7 @@
 
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::{Config, ConfinementMode, RunAs};
 
 /// `nobody`: what commands run as in a jail whose primary root is owned by root.
@@ -224,18 +225,39 @@ static PEER_UID: Mutex<Option<u32>> = Mutex::new(None);
 /// Records the socket's peer uid: commands may never run as it (Landlock ABI <= 7 cannot stop
 /// a command from connecting to a socket file its uid may open).
 pub fn set_peer_uid(uid: u32) {
-    *PEER_UID.lock().unwrap_or_else(|p| p.into_inner()) = Some(uid);
+    *lock(&PEER_UID) = Some(uid);
 }
 
-/// Refuses a decision whose uid may connect to the executor socket.
-fn not_the_peer(d: Decision) -> Result<Decision, String> {
-    match *PEER_UID.lock().unwrap_or_else(|p| p.into_inner()) {
-        Some(peer) if peer == d.uid && peer != 0 => Err(format!(
-            "commands would run as uid {peer} ({}), the uid allowed to connect to the executor socket: a command could talk to the executor; set confinement.run_as to another user",
-            d.why
+/// What the executor says when commands run as the uid allowed on its socket.
+pub const PEER_IS_COMMAND_UID: &str = "the executor socket's peer uid equals the uid commands run as, so a command could connect to it; run the broker as another user and pass --peer-uid";
+
+/// The socket rule for commands acting as `uid`, when `peer` may connect to the executor
+/// socket: another uid is fine; the same unprivileged uid is refused; root for both (a root
+/// broker, commands as root) is refused in strict mode and otherwise a warning.
+pub fn peer_check(
+    peer: Option<u32>,
+    uid: u32,
+    why: &str,
+    strict: bool,
+) -> Result<Option<String>, String> {
+    match peer {
+        Some(peer) if peer == uid && peer != 0 => Err(format!(
+            "commands would run as uid {peer} ({why}), the uid allowed to connect to the executor socket: a command could talk to the executor; set confinement.run_as to another user"
         )),
-        _ => Ok(d),
+        Some(peer) if peer == uid && strict => {
+            Err(format!("strict mode refuses this policy: {PEER_IS_COMMAND_UID}"))
+        }
+        Some(peer) if peer == uid => Ok(Some(PEER_IS_COMMAND_UID.to_string())),
+        _ => Ok(None),
     }
+}
+
+/// Refuses a decision whose uid may connect to the executor socket; the warning, if any,
+/// for a root peer and root commands.
+fn not_the_peer(d: Decision, strict: bool) -> Result<(Decision, Option<String>), String> {
+    let peer = *lock(&PEER_UID);
+    let w = peer_check(peer, d.uid, &d.why, strict)?;
+    Ok((d, w))
 }
 
 /// The capabilities a root executor keeps (effective and permitted only, never bounding or
@@ -250,12 +272,12 @@ pub const RETAINED: [caps::Capability; 3] = [
 /// Called by the executor's start-up (before any thread) when it is root and retained
 /// [`RETAINED`].
 pub fn arm() {
-    *STATE.lock().unwrap_or_else(|p| p.into_inner()) = State::Armed;
+    *lock(&STATE) = State::Armed;
 }
 
 /// What was applied, if anything (for doctor).
 pub fn applied() -> Option<Applied> {
-    match &*STATE.lock().unwrap_or_else(|p| p.into_inner()) {
+    match &*lock(&STATE) {
         State::Settled(a) => Some(a.clone()),
         _ => None,
     }
@@ -265,7 +287,7 @@ pub fn applied() -> Option<Applied> {
 /// root, drops the retained capabilities); afterwards, refuses a config that resolves to
 /// another user. Unarmed, it only checks the decision can be made (strict refusals hold).
 pub fn apply(config: &Config) -> Result<(), String> {
-    let mut st = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut st = lock(&STATE);
     match &*st {
         State::Unarmed => {
             // SAFETY: getuid/getgid cannot fail.
@@ -274,7 +296,8 @@ pub fn apply(config: &Config) -> Result<(), String> {
             Ok(())
         }
         State::Settled(a) => {
-            let d = not_the_peer(decide(&facts(config, (0, 0))?)?)?;
+            let f = facts(config, (0, 0))?;
+            let (d, _) = not_the_peer(decide(&f)?, f.strict)?;
             if (d.uid, d.gid) != (a.uid, a.gid) {
                 return Err(format!(
                     "this policy runs commands as {}:{} ({}), but the executor already runs them as {}:{}; restart the worker to change the command user",
@@ -284,17 +307,19 @@ pub fn apply(config: &Config) -> Result<(), String> {
             Ok(())
         }
         State::Armed => {
-            let d = not_the_peer(decide(&facts(config, (0, 0))?)?)?;
+            let f = facts(config, (0, 0))?;
+            let (d, peer_warning) = not_the_peer(decide(&f)?, f.strict)?;
             let groups = if d.uid == 0 {
                 Vec::new()
             } else {
                 groups_of(d.uid, d.gid)
             };
             switch(&d, &groups)?;
-            if let Some(w) = &d.warning {
+            tracing::info!(uid = d.uid, gid = d.gid, groups = ?groups, why = %d.why, "commands act as this user");
+            // Said once, now that it is known to hold: the command user never changes after.
+            for w in d.warning.iter().chain(&peer_warning) {
                 tracing::warn!("{w}");
             }
-            tracing::info!(uid = d.uid, gid = d.gid, groups = ?groups, why = %d.why, "commands act as this user");
             *st = State::Settled(Applied {
                 uid: d.uid,
                 gid: d.gid,
@@ -453,6 +478,29 @@ mod tests {
         assert!(decide(&strict)
             .unwrap_err()
             .starts_with("strict mode refuses"));
+    }
+
+    #[test]
+    fn the_socket_peer_rule_exact_values() {
+        assert_eq!(peer_check(None, 0, "w", true), Ok(None));
+        assert_eq!(peer_check(Some(995), 4242, "w", true), Ok(None));
+        assert_eq!(
+            peer_check(Some(0), 4242, "w", true),
+            Ok(None),
+            "a root broker, commands as a user"
+        );
+        assert_eq!(
+            peer_check(Some(4242), 4242, "confinement.run_as", false),
+            Err("commands would run as uid 4242 (confinement.run_as), the uid allowed to connect to the executor socket: a command could talk to the executor; set confinement.run_as to another user".into())
+        );
+        assert_eq!(
+            peer_check(Some(0), 0, "w", false),
+            Ok(Some("the executor socket's peer uid equals the uid commands run as, so a command could connect to it; run the broker as another user and pass --peer-uid".into()))
+        );
+        assert_eq!(
+            peer_check(Some(0), 0, "w", true),
+            Err("strict mode refuses this policy: the executor socket's peer uid equals the uid commands run as, so a command could connect to it; run the broker as another user and pass --peer-uid".into())
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::frame::{encode, read_frame, write_frame, FrameError};
 use iii_shell_protocol::fs::FsOp;
 use iii_shell_protocol::messages::{
@@ -25,10 +26,6 @@ use crate::{panic_reply, Executor};
 struct Streams {
     inbound: HashMap<u64, mpsc::Sender<StreamItem>>,
     credits: HashMap<u64, Arc<Semaphore>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How long a new connection may take to say hello.

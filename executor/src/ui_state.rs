@@ -18,9 +18,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::ui_state::{
     key_problem, UiStateOp, UiStateReply, MAX_PANES, MAX_STATE_BYTES,
 };
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
 use crate::error::ExecError;
@@ -39,23 +41,14 @@ pub fn store_dir(turns_data_dir: &str) -> PathBuf {
     }
 }
 
+/// What a stem keeps as it is; every other byte of the key is `%XX`.
+const STEM_SAFE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'-');
+
 /// The file stem of a key (a pure, injective function: exact-value tests below).
 pub fn file_stem(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let out = utf8_percent_encode(key, STEM_SAFE).to_string();
     if out.len() > MAX_ENCODED_STEM {
-        let digest = Sha256::digest(key.as_bytes());
-        let mut hashed = String::from("~");
-        for b in digest {
-            hashed.push_str(&format!("{b:02x}"));
-        }
-        return hashed;
+        return format!("~{}", hex::encode(Sha256::digest(key.as_bytes())));
     }
     out
 }
@@ -97,7 +90,7 @@ impl UiState {
                         ExecError::Invalid(why)
                     });
                 }
-                let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+                let _guard = lock(&self.write_lock);
                 if !pane_path(dir, &key).exists() && pane_count(dir) >= MAX_PANES {
                     return Err(ExecError::TooLarge(format!(
                         "{MAX_PANES} panes are stored already; a new pane key is refused (reuse a key, or remove files from {})",

@@ -46,7 +46,7 @@ pub struct Config {
     pub watch: WatchConfig,
     /// Sandbox-target forwarding.
     pub sandbox: SandboxConfig,
-    /// Default working directory of commands when a call gives no `cwd`; null = the executor's own working directory.
+    /// Default working directory of commands, background jobs and terminal sessions when a call gives no `cwd`; null = the primary root when jailed (the first of `fs.host_roots`), the executor's own working directory when unjailed.
     pub working_dir: Option<String>,
     /// Kernel confinement of commands and of the executor: Landlock, seccomp, capabilities, resource limits.
     pub confinement: ConfinementConfig,
@@ -304,6 +304,8 @@ pub struct EnvConfig {
     pub inherit: bool,
     /// Variables forwarded from the worker's environment when `inherit` is false. Has no effect on the per-call `env` (deny-only).
     pub allow: Vec<String>,
+    /// `HOME` of every command, background job and terminal session (an absolute path, used as it is: not created). Null: jailed, the worker's own `HOME` when it lies inside a root or a scratch path, else a per-worker directory under the first scratch path that the executor creates for the command user (mode 0700); unjailed, the worker's own `HOME`. A per-call `env` can never set `HOME`.
+    pub home: Option<String>,
 }
 
 /// Filesystem policy.
@@ -446,6 +448,7 @@ impl Default for EnvConfig {
         EnvConfig {
             inherit: true,
             allow: strings(&["PATH", "HOME", "LANG", "LC_ALL", "TERM"]),
+            home: None,
         }
     }
 }
@@ -619,6 +622,13 @@ impl Config {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return Err(ConfigError(format!(
                     "env.allow[{i}] {k:?} is not a variable name"
+                )));
+            }
+        }
+        if let Some(h) = &self.env.home {
+            if !h.starts_with('/') || h.contains('\0') {
+                return Err(ConfigError(format!(
+                    "env.home {h:?} must be an absolute path (or null for the default)"
                 )));
             }
         }
@@ -991,6 +1001,39 @@ mod tests {
         // Only relative paths change: resolving twice is resolving once.
         assert_eq!(r.resolved_against(std::path::Path::new("/other")), r);
         assert!(Config::from_yaml("fs: {allow_unjailed: true}\nworking_dir: ''\n").is_err());
+    }
+
+    #[test]
+    fn env_home_is_optional_absolute_and_older_configs_load() {
+        // The original worker's configurations have no `env.home`.
+        let old = Config::from_value(
+            &json!({"fs": {"host_roots": ["/tmp"]}, "env": {"inherit": false, "allow": ["PATH", "HOME"]}}),
+        )
+        .unwrap();
+        assert_eq!(old.env.home, None);
+        assert_eq!(Config::builtin_default().env.home, None);
+        let set = Config::from_value(
+            &json!({"fs": {"host_roots": ["/tmp"]}, "env": {"home": "/srv/app/.home"}}),
+        )
+        .unwrap();
+        assert_eq!(set.env.home.as_deref(), Some("/srv/app/.home"));
+        // Setting it keeps the other env defaults.
+        assert!(set.env.inherit);
+        for bad in ["", "home", "~/x", "/a\0b"] {
+            let e =
+                Config::from_value(&json!({"fs": {"host_roots": ["/tmp"]}, "env": {"home": bad}}))
+                    .unwrap_err();
+            assert_eq!(
+                e.0,
+                format!("env.home {bad:?} must be an absolute path (or null for the default)")
+            );
+        }
+        assert!(Config::from_value(
+            &json!({"fs": {"host_roots": ["/tmp"]}, "env": {"hmoe": "/x"}})
+        )
+        .unwrap_err()
+        .0
+        .contains("hmoe"));
     }
 
     #[test]

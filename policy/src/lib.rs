@@ -9,9 +9,11 @@
 //! * [`error`]: the `{code, message}` wire error and its typed codes.
 //! * [`denylist`]: the advisory command denylist.
 //! * [`env_policy`]: the dangerous-environment gate and the forwarded base environment.
+//! * [`home`]: which `HOME` commands get, and where a command without a `cwd` starts.
 //! * [`argv`]: argv rules.
 //! * [`mode`]: file-mode and owner rules of the fs surface.
 //! * [`capture`]: bounded output capture and its truncation at a character boundary.
+//! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
 pub mod capture;
@@ -19,7 +21,9 @@ pub mod config;
 pub mod denylist;
 pub mod env_policy;
 pub mod error;
+pub mod home;
 pub mod mode;
+pub mod sync;
 pub mod widening;
 
 pub use error::{Code, PolicyError, WireCode, WireError};

@@ -66,6 +66,14 @@ pub struct CommandReport {
     /// Whether anything bounds how many processes one command may start.
     #[serde(default)]
     pub processes_bounded: bool,
+    /// The `HOME` commands, jobs and terminal sessions get, and where it comes from
+    /// (`env.home`, the worker's own, the per-worker default).
+    #[serde(default)]
+    pub home: String,
+    /// Where a command without a `cwd` starts, and why (`working_dir`, the primary root, the
+    /// executor's own working directory).
+    #[serde(default)]
+    pub cwd: String,
     pub gaps: Vec<String>,
 }
 

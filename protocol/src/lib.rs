@@ -1,7 +1,9 @@
 //! Types shared by the two halves of iii-shell.
 //!
+//! * [`clock`]: [`clock::now_ms`], the wall clock in the unit of every `*_at_ms` field.
 //! * [`frame`]: the length-prefixed postcard framing used on the broker↔executor socket.
 //! * [`sink`]: writing frames to a socket shared by many tasks.
+//! * [`bytes`]: bulk `Vec<u8>` fields copied in one piece by postcard.
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
 //! * [`error`]: the `{code, message}` wire error and the S-codes (from `iii_shell_policy`).
 //! * [`exec`]: the public JSON request/response types of the exec family.
@@ -10,6 +12,8 @@
 //! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape; from
 //!   `iii_shell_policy`).
 
+pub mod bytes;
+pub mod clock;
 pub mod coder;
 pub mod doctor;
 pub mod exec;

@@ -249,6 +249,14 @@ pub fn bad_output_target(id: &str) -> String {
 /// Largest decoded `write` payload.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 
+/// Most output one invocation of a session's output function carries (decoded): the executor
+/// pushes at most this much at a time and the broker coalesces pushes up to it. A keystroke's
+/// echo in another session can wait behind one such delivery at each hop (the broker takes
+/// floods in turns), so this is a trade: measured (BENCHMARKS.md), 128 KiB left a flood below
+/// half the engine's own speed in 2 of 9 rounds with the echo at +1.4–1.7 ms under four
+/// floods, 256 KiB put the echo at +3.2–4.4 ms, 192 KiB met both goals in every round.
+pub const DELIVERY_BYTES: usize = 192 * 1024;
+
 // ---- Executor socket ----
 
 /// `open` after the broker has validated it; the executor checks every field again.
@@ -271,6 +279,7 @@ pub enum PtyOp {
     Write {
         session_id: String,
         access_key: String,
+        #[serde(with = "crate::bytes")]
         data: Vec<u8>,
     },
     Resize {
@@ -352,6 +361,7 @@ impl PtyOp {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RawFrame {
     pub sequence: u64,
+    #[serde(with = "crate::bytes")]
     pub data: Vec<u8>,
 }
 
@@ -404,6 +414,7 @@ pub enum PtyEvent {
         target: String,
         first: u64,
         sequence: u64,
+        #[serde(with = "crate::bytes")]
         data: Vec<u8>,
         gap: bool,
         exit: Option<PtyExit>,

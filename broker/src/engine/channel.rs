@@ -2,6 +2,7 @@
 
 use futures_util::{SinkExt, StreamExt};
 use iii_shell_protocol::fs::{ContentDirection, ContentRef};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -11,16 +12,16 @@ use super::EngineLink;
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// What passes unencoded in the channel's path segment and `key` value: RFC 3986's
+/// unreserved characters. Every other byte is `%XX`.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
 /// The URL of one end of a channel.
@@ -134,5 +135,27 @@ impl ChannelWriter {
 
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_urls_encode_everything_but_the_unreserved_characters() {
+        let r = ContentRef {
+            channel_id: "ch-1_a.b~c".into(),
+            access_key: "k/e y?&=%+é".into(),
+            direction: ContentDirection::Read,
+        };
+        assert_eq!(
+            channel_url("ws://127.0.0.1:49134/", &r, ContentDirection::Read),
+            "ws://127.0.0.1:49134/ws/channels/ch-1_a.b~c?key=k%2Fe%20y%3F%26%3D%25%2B%C3%A9&dir=read"
+        );
+        assert_eq!(
+            channel_url("ws://h:1", &r, ContentDirection::Write),
+            "ws://h:1/ws/channels/ch-1_a.b~c?key=k%2Fe%20y%3F%26%3D%25%2B%C3%A9&dir=write"
+        );
     }
 }

@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use iii_shell_policy::sync::lock;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::frames::{invocation_result, ErrorBody, Inbound};
 
@@ -136,10 +137,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct EngineLink {
     inner: Arc<Inner>,
-}
-
-fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl EngineLink {
@@ -311,8 +308,7 @@ impl EngineLink {
                             let ok = out.send(Message::Text(frame.to_string().into())).is_ok();
                             if ok {
                                 st.pending.insert(id.clone(), tx);
-                                *in_flight.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some(id.clone());
+                                *lock(&in_flight) = Some(id.clone());
                             }
                             ok
                         }
@@ -329,7 +325,7 @@ impl EngineLink {
         match tokio::time::timeout(timeout, work).await {
             Ok(r) => r,
             Err(_) => {
-                let id = in_flight.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let id = lock(&in_flight).take();
                 if let Some(id) = id {
                     lock(&self.inner.state).pending.remove(&id);
                 }
@@ -339,6 +335,46 @@ impl EngineLink {
                 ))
             }
         }
+    }
+
+    /// Builds the `invokefunction` frame of a call of `function_id` whose `data` is the JSON
+    /// text `write_data` appends (it must append exactly one JSON value). The frame is text
+    /// from the start: bulk payloads are written once, never held as a `serde_json::Value`,
+    /// cloned or re-serialized; [`Self::send_prepared`] sends it.
+    pub fn prepare_call(
+        function_id: &str,
+        size_hint: usize,
+        write_data: impl FnOnce(&mut String),
+    ) -> PreparedCall {
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut frame = String::with_capacity(size_hint + function_id.len() + 128);
+        frame.push_str(r#"{"type":"invokefunction","invocation_id":""#);
+        frame.push_str(&id);
+        frame.push_str(r#"","function_id":"#);
+        frame.push_str(&Value::from(function_id).to_string());
+        frame.push_str(r#","data":"#);
+        write_data(&mut frame);
+        frame.push('}');
+        PreparedCall {
+            id,
+            frame: frame.into(),
+        }
+    }
+
+    /// Sends a prepared call now; `None` when not connected (send it again once
+    /// [`Self::connected`] resolves; the same frame may go out on a later connection). The
+    /// answer is awaited with [`SentCall::answer`].
+    pub fn send_prepared(&self, call: &PreparedCall) -> Option<SentCall> {
+        let (tx, rx) = oneshot::channel();
+        let mut st = lock(&self.inner.state);
+        let out = st.out.as_ref()?;
+        out.send(Message::Text(call.frame.clone())).ok()?;
+        st.pending.insert(call.id.clone(), tx);
+        Some(SentCall {
+            link: self.clone(),
+            id: call.id.clone(),
+            rx,
+        })
     }
 
     /// Fire-and-forget call (no result), dropped when not connected.
@@ -378,6 +414,55 @@ impl EngineLink {
     /// The id the engine gave the current (or last) connection.
     pub fn worker_id(&self) -> Option<String> {
         lock(&self.inner.state).worker_id.clone()
+    }
+}
+
+/// An `invokefunction` frame ready to go ([`EngineLink::prepare_call`]).
+pub struct PreparedCall {
+    id: String,
+    frame: Utf8Bytes,
+}
+
+impl PreparedCall {
+    /// The frame's length in bytes.
+    pub fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frame.is_empty()
+    }
+
+    /// The frame's text.
+    pub fn frame_bytes(&self) -> &[u8] {
+        self.frame.as_bytes()
+    }
+}
+
+/// A call in flight ([`EngineLink::send_prepared`]); dropping it forgets the call.
+pub struct SentCall {
+    link: EngineLink,
+    id: String,
+    rx: oneshot::Receiver<Result<Value, ErrorBody>>,
+}
+
+impl SentCall {
+    /// The call's answer; `connection_lost` when the connection ended first, `timeout` when
+    /// none came within `timeout`.
+    pub async fn answer(mut self, timeout: Duration) -> Result<Value, ErrorBody> {
+        match tokio::time::timeout(timeout, &mut self.rx).await {
+            Ok(r) => r.unwrap_or_else(|_| Err(connection_lost())),
+            Err(_) => Err(ErrorBody::new(
+                "timeout",
+                format!("no answer within {timeout:?}"),
+            )),
+        }
+    }
+}
+
+impl Drop for SentCall {
+    fn drop(&mut self) {
+        lock(&self.link.inner.state).pending.remove(&self.id);
     }
 }
 

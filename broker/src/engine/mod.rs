@@ -10,4 +10,6 @@ pub mod endpoint;
 pub mod frames;
 pub mod link;
 
-pub use link::{EngineLink, Invoker, LinkOptions, OfferedBinding, TriggerProvider};
+pub use link::{
+    EngineLink, Invoker, LinkOptions, OfferedBinding, PreparedCall, SentCall, TriggerProvider,
+};

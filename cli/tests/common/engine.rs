@@ -186,7 +186,34 @@ impl WorkerBuilder {
             .stderr(Stdio::from(stderr))
             .spawn()
             .expect("spawn iii-shell serve");
+        // The per-worker HOME jailed commands get is named after the worker's name,
+        // namespace and turn store (relative by default: under its own start-up directory).
+        let var = |k: &str| {
+            self.env
+                .iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.trim().is_empty())
+        };
+        let start = self
+            .cwd
+            .clone()
+            .unwrap_or_else(|| self.dir.path().to_path_buf());
+        let home_name = iii_shell_policy::home::default_home_name(
+            0,
+            &iii_shell_policy::home::worker_identity(
+                var("III_NAMESPACE").as_deref(),
+                var("III_WORKER_NAME").as_deref(),
+                &start.join("data/shell/turns").to_string_lossy(),
+            ),
+        );
         Worker {
+            home_suffix: home_name
+                .rsplit('-')
+                .next()
+                .map(|h| format!("-{h}"))
+                .filter(|_| self.cwd.is_none()),
             pid: child.id() as i32,
             child,
             stderr_path,
@@ -199,6 +226,9 @@ impl WorkerBuilder {
 
 /// A running `iii-shell serve`.
 pub struct Worker {
+    /// The end of the name of the per-worker HOME this worker's jailed commands get (it
+    /// started in its own temp dir, so no other worker shares it): removed from /tmp on drop.
+    home_suffix: Option<String>,
     pub pid: i32,
     child: Child,
     stderr_path: PathBuf,
@@ -361,6 +391,14 @@ impl Drop for Worker {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
         }
         let _ = self.child.wait();
+        if let Some(suffix) = &self.home_suffix {
+            for e in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("iii-shell-home-") && name.ends_with(suffix.as_str()) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use serde_json::{json, Value};
 
-use super::{bin, s, spawn_pinned, tempdir, Harness};
+use super::{bin, own_home_suffix, s, spawn_pinned, tempdir, Harness};
 
 /// Returns early (after saying why) when the test is not running as root.
 #[macro_export]
@@ -141,6 +141,7 @@ pub async fn pinned_harness(pinned: &Config, mut live: Config) -> Harness {
     if !live.turns.data_dir.starts_with('/') {
         live.turns.data_dir = s(&turns_dir.path().join("turns"));
     }
+    let home_suffix = own_home_suffix(&live, turns_dir.path());
     let services = Services::new();
     let rt = services.snapshots.install(live);
     let (child, client, _pin_dir) = spawn_pinned(pinned).await;
@@ -158,6 +159,7 @@ pub async fn pinned_harness(pinned: &Config, mut live: Config) -> Harness {
         child,
         executor_pid,
         turns_dir,
+        home_suffix,
     }
 }
 

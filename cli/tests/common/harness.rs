@@ -28,6 +28,9 @@ pub struct Harness {
     pub services: Arc<Services>,
     pub child: std::process::Child,
     pub executor_pid: u32,
+    /// The jailed commands' per-worker HOME this executor may have made in the first scratch
+    /// path (named after `turns_dir`, so no other harness shares it): removed on drop.
+    pub home_suffix: Option<(std::path::PathBuf, String)>,
     /// The turn store (`coder::*` keeps its change-diff bodies there): a relative
     /// `turns.data_dir` would land in the crate directory.
     pub turns_dir: tempfile::TempDir,
@@ -55,6 +58,7 @@ impl Harness {
         if !config.turns.data_dir.starts_with('/') {
             config.turns.data_dir = turns.path().join("turns").to_string_lossy().into_owned();
         }
+        let home_suffix = own_home_suffix(&config, turns.path());
         services.snapshots.install(config);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, stream) = spawn_executor_with(bin(), &extra).expect("spawn executor");
@@ -66,6 +70,7 @@ impl Harness {
             services,
             child,
             executor_pid,
+            home_suffix,
             turns_dir: turns,
         }
     }
@@ -97,7 +102,30 @@ impl Drop for Harness {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some((dir, suffix)) = &self.home_suffix {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("iii-shell-home-") && name.ends_with(suffix.as_str()) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
     }
+}
+
+/// Where the jailed commands' per-worker HOME of an executor under `config` would be (the
+/// first scratch path) and the end of its name that is this worker's, when `config` keeps
+/// its turn store in `turns` (a harness's own temp dir, so no other executor shares it).
+pub fn own_home_suffix(config: &Config, turns: &Path) -> Option<(std::path::PathBuf, String)> {
+    if !Path::new(&config.turns.data_dir).starts_with(turns) {
+        return None;
+    }
+    let dir = config.confinement.scratch_paths.first()?;
+    let name =
+        iii_shell_policy::home::default_home_name(0, &iii_shell_executor::home::identity(config));
+    // `iii-shell-home-<uid>-<hash>`: the hash is the part that is ours.
+    let hash = name.rsplit('-').next().unwrap_or_default();
+    Some((std::path::PathBuf::from(dir), format!("-{hash}")))
 }
 
 /// The call fails with `code`; the error, for more checks.

@@ -1,7 +1,8 @@
 //! `coder::create-file` and `coder::update-file`.
 //!
 //! Every entry is independent (one failing never aborts the others) and commits atomically
-//! through [`super::atomic::commit`]: a failed entry leaves its file byte-identical.
+//! through [`commit`] (the executor's one atomic write, `crate::fs::atomic`): a failed entry
+//! leaves its file byte-identical.
 //!
 //! * **create-file**: `expected_revision` is compared with the current bytes under the same
 //!   per-path lock as the write, so two concurrent creates carrying the same revision cannot
@@ -12,23 +13,26 @@
 //! * **update-file**: line ops all refer to the ORIGINAL line numbers and apply bottom-up
 //!   (equivalently: one forward merge over the original lines); then the `replace` ops run in
 //!   request order over the whole body. Everything is validated before anything is applied,
-//!   and nothing is written unless every op succeeded. The file keeps its mode and owner.
+//!   and nothing is written unless every op succeeded. The file keeps its owner, group, mode
+//!   and ACL as far as the executor may keep them (`crate::fs::keep`).
 
 use std::collections::HashSet;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 use regex::bytes::{Regex, RegexBuilder};
 
-use super::atomic::commit;
 use super::changes;
 use super::lines::{count_lines, line_text, split_lines};
 use super::paths::{display, revision, CErr, Ctx};
 use super::read::open_file;
+use crate::fs::atomic::TempFile;
 use crate::fs::entry::{is_dir, statat};
+use crate::fs::keep::{Keep, Replaced};
 use crate::jail::{fstat, Parent};
 
 // ---- per-path locks ----
@@ -59,7 +63,7 @@ pub fn lock_two(
     Option<std::sync::MutexGuard<'static, ()>>,
 ) {
     let (x, y) = (stripe(a), stripe(b));
-    let get = |i: usize| LOCKS[i].lock().unwrap_or_else(|p| p.into_inner());
+    let get = |i: usize| lock(&LOCKS[i]);
     match x.cmp(&y) {
         std::cmp::Ordering::Equal => (get(x), None),
         std::cmp::Ordering::Less => {
@@ -154,7 +158,7 @@ fn create_one(
     let failc = |e: CErr| (canonical.clone(), e);
     let _guard = lock_path(&parent.path);
     let limit = ctx.max_read().max(ctx.max_write());
-    let (owner, old) = match statat(&parent.dir, &parent.c_name(), true) {
+    let (keep, old, existed) = match statat(&parent.dir, &parent.c_name(), true) {
         Ok(st) if is_dir(&st) => {
             return Err(failc(CErr::invalid(format!(
                 "is a directory: {input}; pick a file path inside it"
@@ -165,7 +169,7 @@ fn create_one(
         Ok(st) if crate::fs::entry::is_symlink(&st) => {
             return Err(fail(CErr::not_found(input)));
         }
-        Ok(st) => {
+        Ok(_) => {
             let current = read_entry(&parent, limit).map_err(failc)?;
             if let Some(expected) = &spec.expected_revision {
                 let now = current.as_deref().map(revision);
@@ -184,7 +188,19 @@ fn create_one(
                     format!("already exists: {input}; pass overwrite=true to replace it"),
                 )));
             }
-            (Some((st.st_uid, st.st_gid)), current)
+            // The replaced file's owner, group and ACL stay; the mode is the caller's.
+            let keep =
+                match Replaced::of_entry(&parent).map_err(|e| failc(CErr::from_exec(e, input)))? {
+                    Some(old) => {
+                        let keep = old.keep_with_mode(mode);
+                        if let Some(msg) = keep.owner_refusal(&parent.path, old.uid, old.gid) {
+                            return Err(failc(CErr::io(msg)));
+                        }
+                        Some(keep)
+                    }
+                    None => None,
+                };
+            (keep, current, true)
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             if let Some(expected) = &spec.expected_revision {
@@ -195,11 +211,11 @@ fn create_one(
                     ),
                 )));
             }
-            (None, Some(Vec::new()))
+            (None, Some(Vec::new()), false)
         }
         Err(e) => return Err(failc(CErr::io(format!("stat {input}: {e}")))),
     };
-    commit(&parent, data, mode, owner, owner.is_none()).map_err(failc)?;
+    commit(&parent, data, mode, keep, !existed, input).map_err(failc)?;
     let rev = revision(data);
     if let Some(old) = old {
         changes::record(rev.clone(), canonical.clone(), &old, data);
@@ -280,14 +296,13 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
             ctx.max_write()
         ))));
     }
-    commit(
-        &parent,
-        &applied.body,
-        ctx.kept_mode(st.st_mode),
-        Some((st.st_uid, st.st_gid)),
-        false,
-    )
-    .map_err(failc)?;
+    let old = Replaced::of_fd(f.file.as_fd(), &parent.path)
+        .map_err(|e| failc(CErr::from_exec(e, input)))?;
+    let keep = old.keep(ctx.policy.config.fs.allow_special_bits);
+    if let Some(msg) = keep.owner_refusal(&parent.path, old.uid, old.gid) {
+        return Err(failc(CErr::io(msg)));
+    }
+    commit(&parent, &applied.body, keep.mode, Some(keep), false, input).map_err(failc)?;
     changes::record(
         revision(&applied.body),
         canonical.clone(),
@@ -295,6 +310,37 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
         &applied.body,
     );
     Ok((canonical, applied))
+}
+
+/// Writes `data` to the parent's entry atomically with `mode` and what the replaced file
+/// keeps (`keep`). With `no_replace`, the rename refuses an entry that appeared meanwhile
+/// (C213). Errors name `input`, the caller's own path.
+pub(super) fn commit(
+    parent: &Parent,
+    data: &[u8],
+    mode: u32,
+    keep: Option<Keep>,
+    no_replace: bool,
+    input: &str,
+) -> Result<(), CErr> {
+    let write = || {
+        let mut t = TempFile::create(parent, mode)?.keeping(keep);
+        t.write(data)?;
+        t.install(no_replace)
+    };
+    write().map(|_| ()).map_err(|e| match e {
+        crate::error::ExecError::Exists(_) => CErr::new(
+            Code::C213,
+            format!(
+                "already exists: {}; pass overwrite=true to replace it",
+                parent.path.display()
+            ),
+        ),
+        crate::error::ExecError::WrongType(_) => {
+            CErr::invalid(format!("is a directory: {}", parent.path.display()))
+        }
+        other => CErr::from_exec(other, input),
+    })
 }
 
 fn fstat_file(f: &std::fs::File) -> Result<libc::stat, CErr> {

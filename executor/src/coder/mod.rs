@@ -5,10 +5,10 @@
 //! * [`paths`]: where a caller path anchors (session root, primary root, fallback roots),
 //!   the per-call scope (C220), and the C-coded errors.
 //! * [`read`], [`list`], [`tree`], [`search`]: the read side.
-//! * [`edit`], [`remove`], [`moves`]: the write side; [`atomic`] commits a file; [`changes`]
-//!   keeps the snapshots `coder::change-diff` serves.
+//! * [`edit`], [`remove`], [`moves`]: the write side, committing every file through the
+//!   executor's one atomic write (`crate::fs::atomic`, keeping what the replaced file had:
+//!   `crate::fs::keep`); [`changes`] keeps the snapshots `coder::change-diff` serves.
 
-pub mod atomic;
 pub mod changes;
 pub mod edit;
 pub mod lines;

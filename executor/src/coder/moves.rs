@@ -16,10 +16,11 @@ use std::path::Path;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 
-use super::atomic::commit;
+use super::edit::commit;
 use super::edit::{lock_two, read_entry};
 use super::paths::{display, CErr, Ctx};
 use crate::fs::entry::{is_dir, is_file, statat};
+use crate::fs::keep::Replaced;
 use crate::jail::{fstat, normalize};
 
 type Fail = (String, String, CErr);
@@ -199,14 +200,17 @@ fn move_one(ctx: &Ctx<'_>, spec: &MoveFileSpec) -> Result<(String, String, bool)
             "{from} is larger than max_write_bytes ({limit}), the limit of a cross-root move (a copy): move it with shell::fs::mv"
         )))
     })?;
-    commit(
-        &dst,
-        &data,
-        ctx.kept_mode(st.st_mode),
-        Some((st.st_uid, st.st_gid)),
-        !spec.overwrite,
-    )
-    .map_err(failc)?;
+    // The copy keeps the source's owner, group, mode and ACL as a rename would: its bytes
+    // are the owner's own, so the owner is kept wherever the executor may chown.
+    let mut source = Replaced::of_entry(&src)
+        .map_err(|e| failc(CErr::from_exec(e, from)))?
+        .ok_or_else(|| failc(CErr::not_found(from)))?;
+    source.may_write = true;
+    let keep = source.keep(ctx.policy.config.fs.allow_special_bits);
+    if let Some(msg) = keep.owner_refusal(&src.path, source.uid, source.gid) {
+        return Err(failc(CErr::io(msg)));
+    }
+    commit(&dst, &data, keep.mode, Some(keep), !spec.overwrite, to).map_err(failc)?;
     // SAFETY: unlinkat on a directory fd we own with a NUL-terminated name.
     if unsafe { libc::unlinkat(src.dir.as_raw_fd(), sname.as_ptr(), 0) } != 0 {
         let e = std::io::Error::last_os_error();

@@ -254,17 +254,6 @@ impl<'a> Ctx<'a> {
         nonzero(self.policy.config.fs.max_read_bytes)
     }
 
-    /// The mode a rewritten copy of a file with mode `st_mode` gets: its permission bits,
-    /// sticky included, and setuid/setgid only when `fs.allow_special_bits` (the
-    /// executor's seccomp rule would refuse them otherwise, failing the whole edit).
-    pub fn kept_mode(&self, st_mode: u32) -> u32 {
-        if self.policy.config.fs.allow_special_bits {
-            st_mode & 0o7777
-        } else {
-            st_mode & 0o1777
-        }
-    }
-
     /// `fs.max_write_bytes` with 0 (unlimited) as `u64::MAX`.
     pub fn max_write(&self) -> u64 {
         nonzero(self.policy.config.fs.max_write_bytes)
@@ -398,13 +387,7 @@ pub fn display(p: &Path) -> String {
 /// `sha256:<hex>` of `bytes`: the revision of a file's exact content.
 pub fn revision(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(bytes);
-    let mut s = String::with_capacity(7 + 64);
-    s.push_str("sha256:");
-    for b in digest {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// Lower 9 permission bits of a stat.

@@ -37,6 +37,7 @@ use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
 use ignore::{WalkBuilder, WalkState};
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::coder::*;
 
 use super::paths::{display, CErr, Ctx, RootedGlobs};
@@ -233,10 +234,6 @@ fn sort_key(path: &Path) -> Vec<u8> {
         .iter()
         .map(|&b| if b == b'/' { 0 } else { b })
         .collect()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Cuts a line (without its terminator) to at most `max` bytes on a char boundary, as text.

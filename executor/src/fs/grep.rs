@@ -46,6 +46,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{WalkBuilder, WalkState};
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::frame::REPLY_BUDGET_BYTES;
 use iii_shell_protocol::fs::{FsMatch, GrepResponse, GrepSpec};
 
@@ -125,10 +126,6 @@ fn new_searcher() -> Searcher {
         .line_number(true)
         .binary_detection(BinaryDetection::quit(b'\0'))
         .build()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Searches one opened file and hands its matches to the collector; a binary or unreadable

@@ -3,6 +3,7 @@
 pub mod atomic;
 pub mod entry;
 pub mod grep;
+pub mod keep;
 pub mod ops;
 pub mod sed;
 pub mod staging;

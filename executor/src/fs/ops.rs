@@ -13,8 +13,9 @@ use iii_shell_protocol::fs::{
 
 use std::os::unix::ffi::OsStrExt;
 
-use super::atomic::TempFile;
+use super::atomic::{install_all, BatchFailure, TempFile};
 use super::entry::{entry, is_dir, is_file, is_symlink, statat};
+use super::keep::Replaced;
 use super::walk::{walk, Node, Visitor, MAX_TREE_DEPTH};
 use crate::error::ExecError;
 use crate::jail::{fd_path, fstat, map_errno, open_beneath, Parent};
@@ -454,6 +455,16 @@ pub struct OwnerRights {
 }
 
 impl OwnerRights {
+    /// The policy's view of these rights.
+    pub fn writer(&self) -> iii_shell_policy::mode::Writer<'_> {
+        iii_shell_policy::mode::Writer {
+            euid: self.euid,
+            egid: self.egid,
+            groups: &self.groups,
+            cap_chown: self.cap_chown,
+        }
+    }
+
     pub fn current() -> OwnerRights {
         OwnerRights {
             euid: nix::unistd::geteuid().as_raw(),
@@ -752,11 +763,32 @@ pub(crate) fn name_entry(e: ExecError, i: usize, n: usize, path: &str) -> ExecEr
     }
 }
 
+/// A temp file for a write to the parent's entry with the caller's `mode`; an existing
+/// regular file there is replaced keeping its owner, group and ACL ([`Replaced`]).
+pub fn temp_for(parent: &Parent, mode: u32) -> Result<TempFile, ExecError> {
+    let keep = Replaced::of_entry(parent)?.map(|old| old.keep_with_mode(mode));
+    Ok(TempFile::create(parent, mode)?.keeping(keep))
+}
+
+/// The error of a batch whose entry `f.index` (the caller's `input`) failed while it was
+/// renamed into place: named as any entry's error when every earlier entry was put back,
+/// else saying which targets keep the batch's content (S216).
+pub(crate) fn batch_error(f: BatchFailure, n: usize, input: &str) -> ExecError {
+    let e = echo_input(f.error, input);
+    if f.not_restored.is_empty() {
+        return name_entry(e, f.index, n, input);
+    }
+    ExecError::Internal(format!(
+        "files[{}] ({input}): {e}; the entries before it could not all be put back: {}",
+        f.index,
+        f.not_restored.join(", ")
+    ))
+}
+
 /// Inline writes. A batch is all-or-nothing: every entry is validated and staged as a
 /// complete, fsynced temp file beside its target before the first rename, so a failing entry
-/// leaves every target as it was (the staged temp files are removed). Only a rename itself
-/// failing part-way (a target swapped for a directory between staging and renaming) can leave
-/// the earlier entries of the batch installed.
+/// leaves every target as it was (the staged temp files are freed); and a rename that fails
+/// part-way puts the entries before it back ([`install_all`]).
 pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteResponse, ExecError> {
     let n = files.len();
     for (i, f) in files.iter().enumerate() {
@@ -764,32 +796,40 @@ pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteRespons
             .map_err(|e| name_entry(e, i, n, &f.path))?;
         check_mode(policy, f.mode).map_err(|e| name_entry(e, i, n, &f.path))?;
     }
-    let mut staged = Vec::with_capacity(n);
+    let mut paths = Vec::with_capacity(n);
+    let mut temps = Vec::with_capacity(n);
     for (i, f) in files.iter().enumerate() {
         let stage = || {
             let parent = write_target(policy, &f.path, f.mode, f.parents)?;
-            let mut t = TempFile::create(&parent, f.mode)?;
+            let mut t = temp_for(&parent, f.mode)?;
             t.write(&f.data)?;
             t.stage()?;
             Ok::<_, ExecError>((display(&parent.path), t))
         };
-        staged.push(
-            stage()
-                .map_err(|e| echo_input(e, &f.path))
-                .map_err(|e| name_entry(e, i, n, &f.path))?,
-        );
+        let (path, t) = stage()
+            .map_err(|e| echo_input(e, &f.path))
+            .map_err(|e| name_entry(e, i, n, &f.path))?;
+        paths.push(path);
+        temps.push(t);
     }
-    let mut results = Vec::with_capacity(n);
-    for (i, (path, t)) in staged.into_iter().enumerate() {
-        let bytes_written = t
-            .install()
-            .map_err(|e| echo_input(e, &files[i].path))
-            .map_err(|e| name_entry(e, i, n, &files[i].path))?;
-        results.push(WriteFileResult {
+    let written = match (temps.pop(), temps.is_empty()) {
+        (Some(t), true) => vec![t.commit().map_err(|e| echo_input(e, &files[0].path))?],
+        (last, _) => {
+            temps.extend(last);
+            install_all(temps).map_err(|f| {
+                let input = files.get(f.index).map_or("", |x| x.path.as_str());
+                batch_error(f, n, input)
+            })?
+        }
+    };
+    let mut results: Vec<WriteFileResult> = paths
+        .into_iter()
+        .zip(written)
+        .map(|(path, bytes_written)| WriteFileResult {
             path,
             bytes_written,
-        });
-    }
+        })
+        .collect();
     Ok(match results.len() {
         1 => {
             let r = results.remove(0);

@@ -7,8 +7,8 @@
 //!   with multi-line anchors (`^`/`$` match at every line, and `$` also before `\r\n`), and
 //!   `$1` / `${name}` in `replacement` expand to groups. `regex: false`: both `pattern` and
 //!   `replacement` are literal. `first_only` replaces the first match of each file only.
-//! * A file with a match is rewritten atomically (temp file + rename in its directory) with
-//!   its permission bits kept; every other byte, CRLF and invalid UTF-8 included, is
+//! * A file with a match is rewritten atomically (temp file + rename in its directory)
+//!   keeping its owner, group, mode and ACL where it can (`super::keep`); every other byte, CRLF and invalid UTF-8 included, is
 //!   unchanged. A file without a match is not touched (its mtime stays).
 //! * `files` form: each entry is resolved through the jail (a symlink inside the jail is
 //!   followed, and the file it names is edited) and has one result, in the order given:
@@ -31,7 +31,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -41,6 +41,7 @@ use regex::bytes::{Regex, RegexBuilder};
 use crate::error::ExecError;
 use crate::fs::atomic::write_atomic;
 use crate::fs::grep::{open_regular, open_root, walk, Filters, Root};
+use crate::fs::keep::Replaced;
 use crate::jail::{fstat, map_errno, open_beneath, Parent};
 use crate::policy::Policy;
 
@@ -195,20 +196,6 @@ enum Outcome {
 }
 
 impl Edit<'_> {
-    /// The mode of the rewritten file: the original permission bits. Setuid/setgid/sticky are
-    /// kept only when `fs.allow_special_bits` permits them and the file already belongs to
-    /// the executor's user and group: the replacement is a new inode owned by the executor,
-    /// and a setuid file must never change hands with its special bits on.
-    fn mode_for(&self, st: &libc::stat) -> u32 {
-        // SAFETY: geteuid/getegid cannot fail and touch no memory.
-        let ours = unsafe { st.st_uid == libc::geteuid() && st.st_gid == libc::getegid() };
-        if self.allow_special_bits && ours {
-            st.st_mode & 0o7777
-        } else {
-            st.st_mode & 0o777
-        }
-    }
-
     /// Reads `file`, substitutes, and when anything matched writes the result over the
     /// entry that `parent()` yields (called only then). `skip_unfit` skips binary and
     /// oversized files instead of failing them.
@@ -289,29 +276,32 @@ impl Edit<'_> {
             return Ok(Outcome::Replaced(0));
         }
         let parent = parent()?;
-        same_file(&parent, st, display)?;
-        write_atomic(&parent, &new, self.mode_for(st))?;
+        let now = same_file(&parent, st, display)?;
+        // The rewritten file keeps the owner, group, mode and ACL it had (setuid/setgid only
+        // as fs.allow_special_bits and the kept owner allow).
+        let keep = Replaced::of_fd(now.as_fd(), Path::new(display))?.keep(self.allow_special_bits);
+        write_atomic(&parent, &new, keep.mode, Some(keep))?;
         Ok(Outcome::Replaced(count))
     }
 }
 
 /// Checks that the entry about to be replaced is still the file that was read (not
-/// swapped for another file or a symlink in between).
-fn same_file(parent: &Parent, st: &libc::stat, display: &str) -> Result<(), ExecError> {
-    let now = open_beneath(
+/// swapped for another file or a symlink in between), and returns an `O_PATH` handle on it.
+fn same_file(parent: &Parent, st: &libc::stat, display: &str) -> Result<OwnedFd, ExecError> {
+    let fd = open_beneath(
         Some(&parent.dir),
         Path::new(&parent.name),
         libc::O_PATH | libc::O_NOFOLLOW,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
     )
-    .and_then(|fd| fstat(&fd))
     .map_err(|e| map_errno(display, e))?;
+    let now = fstat(&fd).map_err(|e| map_errno(display, e))?;
     if now.st_dev != st.st_dev || now.st_ino != st.st_ino {
         return Err(ExecError::Internal(format!(
             "{display}: file changed during the edit; left unchanged"
         )));
     }
-    Ok(())
+    Ok(fd)
 }
 
 /// The `files` form: one result per entry, failures included.

@@ -5,7 +5,8 @@
 //! bytes on the request's input stream; the executor validates it exactly as a single write
 //! (path, jail, mode, `fs.max_write_bytes`), writes it to an unnamed (`O_TMPFILE`), fsynced
 //! temp file beside its target, and keeps it here under the batch's id. Nothing is renamed
-//! until `WriteCommit`, which installs every entry in order. A failing entry fails its stage
+//! until `WriteCommit`, which installs every entry in order and puts the earlier ones back
+//! if a rename fails ([`super::atomic::install_all`]). A failing entry fails its stage
 //! request with an error naming it (`files[i] (path): …; no file was written`), and the broker
 //! then sends `WriteAbort`, which drops the batch.
 //!
@@ -17,11 +18,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::fs::{WriteFileResult, WriteResponse};
 use tokio::sync::mpsc;
 
-use super::atomic::TempFile;
-use super::ops::{check_write_cap, display, echo_input, name_entry, write_target};
+use super::atomic::{install_all, TempFile};
+use super::ops::{
+    batch_error, check_write_cap, display, echo_input, name_entry, temp_for, write_target,
+};
 use super::stream::{StreamItem, STREAM_IDLE};
 use crate::error::ExecError;
 use crate::policy::Policy;
@@ -46,10 +50,6 @@ pub struct Batches {
 }
 
 pub type Staging = Arc<Mutex<Batches>>;
-
-fn lock(s: &Staging) -> std::sync::MutexGuard<'_, Batches> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Why staging `add_bytes` more (and `add_entries` more entries) would pass the caps, if it
 /// would.
@@ -96,7 +96,7 @@ pub async fn stage(
     let parent = write_target(policy, path, mode, parents)
         .map_err(|e| echo_input(e, path))
         .map_err(name)?;
-    let mut tmp = TempFile::create_unnamed(&parent, mode)
+    let mut tmp = temp_for(&parent, mode)
         .map_err(|e| echo_input(e, path))
         .map_err(name)?;
     loop {
@@ -161,7 +161,8 @@ fn take(staging: &Staging, batch: u64) -> Vec<Entry> {
     entries
 }
 
-/// Installs every staged entry of `batch`, in the order staged.
+/// Installs every staged entry of `batch`, in the order staged, all or nothing: a rename that
+/// fails puts the entries before it back ([`install_all`]).
 pub fn commit(staging: &Staging, batch: u64) -> Result<WriteResponse, ExecError> {
     let entries = take(staging, batch);
     if entries.is_empty() {
@@ -170,18 +171,24 @@ pub fn commit(staging: &Staging, batch: u64) -> Result<WriteResponse, ExecError>
         ));
     }
     let n = entries.len();
-    let mut files = Vec::with_capacity(n);
-    for (i, e) in entries.into_iter().enumerate() {
-        let bytes_written = e
-            .temp
-            .install()
-            .map_err(|x| echo_input(x, &e.input))
-            .map_err(|x| name_entry(x, i, n.max(2), &e.input))?;
-        files.push(WriteFileResult {
-            path: e.path,
-            bytes_written,
-        });
+    let mut names = Vec::with_capacity(n);
+    let mut temps = Vec::with_capacity(n);
+    for e in entries {
+        names.push((e.path, e.input));
+        temps.push(e.temp);
     }
+    let written = install_all(temps).map_err(|f| {
+        let input = names.get(f.index).map_or("", |(_, input)| input.as_str());
+        batch_error(f, n.max(2), input)
+    })?;
+    let files: Vec<WriteFileResult> = names
+        .into_iter()
+        .zip(written)
+        .map(|((path, _), bytes_written)| WriteFileResult {
+            path,
+            bytes_written,
+        })
+        .collect();
     Ok(WriteResponse {
         bytes_written: files.iter().map(|f| f.bytes_written).sum(),
         path: String::new(),

@@ -10,8 +10,7 @@ use iii_shell_protocol::fs::WriteResponse;
 use iii_shell_protocol::messages::{ServerFrame, STREAM_CHUNK};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::atomic::TempFile;
-use super::ops::{check_write_cap, echo_input, write_target};
+use super::ops::{check_write_cap, echo_input, temp_for, write_target};
 use crate::error::ExecError;
 use crate::policy::Policy;
 
@@ -35,7 +34,7 @@ pub async fn write_stream(
     ack: impl Fn(),
 ) -> Result<WriteResponse, ExecError> {
     let parent = write_target(policy, path, mode, parents)?;
-    let mut tmp = TempFile::create(&parent, mode).map_err(|e| echo_input(e, path))?;
+    let mut tmp = temp_for(&parent, mode).map_err(|e| echo_input(e, path))?;
     loop {
         let item = tokio::time::timeout(STREAM_IDLE, inbound.recv())
             .await

@@ -1,6 +1,10 @@
 //! Session credentials: 256 random bits each, compared in constant time.
+//!
+//! The bytes come from the kernel's CSPRNG through `getrandom`, are written as lowercase hex
+//! by `hex`, and a presented credential is compared by `subtle`, whose time depends only on
+//! the lengths (a credential's length is public: it is always 64), never on where they differ.
 
-use std::fmt::Write;
+use subtle::ConstantTimeEq;
 
 /// Random bytes per credential (256 bits).
 pub const CREDENTIAL_BYTES: usize = 32;
@@ -8,44 +12,14 @@ pub const CREDENTIAL_BYTES: usize = 32;
 /// A fresh credential: [`CREDENTIAL_BYTES`] from the kernel's CSPRNG, as lowercase hex.
 pub fn fresh() -> std::io::Result<String> {
     let mut buf = [0u8; CREDENTIAL_BYTES];
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: getrandom writes at most `len` bytes into the buffer it is given.
-        let n = unsafe {
-            libc::getrandom(
-                buf[filled..].as_mut_ptr() as *mut libc::c_void,
-                buf.len() - filled,
-                0,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        filled += n as usize;
-    }
-    let mut s = String::with_capacity(CREDENTIAL_BYTES * 2);
-    for b in buf {
-        let _ = write!(s, "{b:02x}");
-    }
-    Ok(s)
+    getrandom::fill(&mut buf)?;
+    Ok(hex::encode(buf))
 }
 
-/// Compares a presented credential with the real one in time that depends only on their
-/// lengths (a credential's length is public: it is always 64), never on where they differ.
+/// Whether a presented credential is the real one, in time that does not depend on where
+/// they differ.
 pub fn matches(presented: &str, real: &str) -> bool {
-    let (a, b) = (presented.as_bytes(), real.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0
+    presented.as_bytes().ct_eq(real.as_bytes()).into()
 }
 
 #[cfg(test)]
@@ -58,6 +32,7 @@ mod tests {
         let b = fresh().unwrap();
         assert_eq!(a.len(), 64);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(a, a.to_lowercase());
         assert_ne!(a, b);
     }
 

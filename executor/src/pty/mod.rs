@@ -9,11 +9,14 @@
 //! [`ring::Ring`] and wakes the *pusher*, which runs for the connection that subscribed
 //! ([`PtyOp::Subscribe`]). The pusher sends each attached session's unsent output as one
 //! [`PtyEvent::Output`] (coalesced), at most [`WINDOW`] bytes ahead of what the broker has
-//! acknowledged. The program is never held up: the reader always reads, and output past
-//! the window simply waits in the ring (and is coalesced further) until the broker catches
-//! up, or is evicted when the ring is full, which the next push reports as a gap.
+//! acknowledged. Output past the window waits in the ring (and is coalesced further) until
+//! the broker catches up. While the consumer keeps up, the reader stops reading rather than let
+//! the ring evict output not yet acknowledged, and the program waits in `write`; a consumer
+//! that falls behind is not waited for, and what the ring cannot keep is reported by the next
+//! push as a gap ([`pacing`]).
 
 pub mod creds;
+pub mod pacing;
 pub mod process;
 pub mod ring;
 
@@ -23,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::messages::{Event, Reply, ServerFrame};
 use iii_shell_protocol::pty::{
     parse_output_target, Attached, CloseResponse, DetachResponse, OpenResponse, PtyEvent, PtyExit,
@@ -40,12 +44,15 @@ use crate::reaper::ROOTS;
 use crate::reaper::{self, ExitStatus};
 use crate::spawn;
 use crate::tree::JobTree;
+use pacing::Pace;
 use ring::Ring;
 
-/// Bytes pushed to the broker and not yet acknowledged, per session, at most.
-pub const WINDOW: usize = 1024 * 1024;
-/// Largest single push.
-pub const PUSH_BYTES: usize = 256 * 1024;
+/// Bytes pushed to the broker and not yet acknowledged, per session, at most: as many full
+/// pushes as may be unacknowledged (the broker has one delivery in flight, the next ready and
+/// a third filling).
+pub const WINDOW: usize = MAX_UNACKED_PUSHES * PUSH_BYTES;
+/// Largest single push: what one delivery carries at most.
+pub const PUSH_BYTES: usize = iii_shell_protocol::pty::DELIVERY_BYTES;
 /// Pushes per session not acknowledged yet, at most. The first output after a quiet spell
 /// goes out at once (a keystroke's echo); under a flood, output waits in the ring while a
 /// few pushes are in flight and leaves in large pieces, instead of one event per read.
@@ -56,10 +63,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 /// How often retention is enforced without a request.
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The mutable part of a session.
 struct State {
@@ -88,6 +91,8 @@ struct State {
     detached_at: Option<Instant>,
     exited_at: Option<Instant>,
     size: (u16, u16),
+    /// Whether the reader waits for the consumer ([`pacing`]).
+    pace: Pace,
 }
 
 impl State {
@@ -118,6 +123,7 @@ impl State {
             self.detached_at = None;
         }
         self.target = target;
+        self.pace.retarget(Instant::now());
         self.ring.seal();
         self.pushed = self.ring.last();
         self.acked = self.pushed;
@@ -153,6 +159,9 @@ pub struct Session {
     reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// True once the root has been reaped.
     done: watch::Receiver<bool>,
+    /// Wakes a reader that waits for the consumer ([`pacing`]): an acknowledgement, or a
+    /// change of who receives the output.
+    room: Notify,
 }
 
 impl Session {
@@ -271,6 +280,8 @@ impl Inner {
                 };
                 repeat = again && taken.is_some();
                 if let Some((first, last, data, gap)) = taken {
+                    let owed = st.in_flight();
+                    st.pace.pushed(Instant::now(), owed);
                     st.pushed = last;
                     st.unacked.push_back((last, data.len()));
                     ev = Some((first, last, data, gap));
@@ -300,6 +311,12 @@ impl Inner {
                 repeat,
             });
         }
+        // One event per session: the small ones (an echo) go out before the floods' large
+        // ones, so they do not wait behind them on the socket.
+        out.sort_by_key(|ev| {
+            let PtyEvent::Output { data, .. } = ev;
+            data.len()
+        });
         Some(out)
     }
 }
@@ -383,6 +400,9 @@ impl Table {
             st.rewind();
             // A broker that was not there for the attach cannot be waiting to answer it.
             st.released = true;
+            // A new receiver, judged afresh.
+            st.pace.retarget(Instant::now());
+            s.room.notify_one();
         }
         let inner = self.inner.clone();
         let out = io.out.clone();
@@ -400,6 +420,8 @@ impl Table {
                     }
                 }
                 for ev in events {
+                    let PtyEvent::Output { data, sequence, .. } = &ev;
+                    tracing::trace!(bytes = data.len(), sequence, "pty output pushed");
                     if out.send(ServerFrame::Event(Event::Pty(ev))).await.is_err() {
                         break 'serve;
                     }
@@ -412,6 +434,7 @@ impl Table {
                 .compare_exchange(sub, 0, Ordering::SeqCst, Ordering::SeqCst);
             for s in lock(&inner.sessions).values() {
                 lock(&s.st).rewind();
+                s.room.notify_one();
             }
         })
     }
@@ -514,9 +537,11 @@ impl Table {
                 detached_at: None,
                 exited_at: None,
                 size: (spec.cols, spec.rows),
+                pace: Pace::new(Instant::now()),
             }),
             reader: Mutex::new(None),
             done: done_rx,
+            room: Notify::new(),
         });
         let (read_done_tx, read_done_rx) = watch::channel(false);
         let reader = tokio::spawn(read_loop(
@@ -687,6 +712,7 @@ impl Table {
                 Self::apply_size(&s, &mut st, cols, rows)?;
                 st.ui = target.ui.to_string();
                 st.retarget(Some(output_function_id.clone()));
+                s.room.notify_one();
                 Ok(PtyReply::Attached(self.attached(
                     &s,
                     &mut st,
@@ -729,6 +755,7 @@ impl Table {
                 st.access_key = access_key;
                 st.reconnect_token = reconnect_token;
                 st.retarget(Some(output_function_id.clone()));
+                s.room.notify_one();
                 tracing::info!(session_id = %session_id, "pty session adopted; its credentials were rotated");
                 Ok(PtyReply::Attached(self.attached(
                     &s,
@@ -744,6 +771,7 @@ impl Table {
                 let mut st = lock(&s.st);
                 if st.target.is_some() {
                     st.retarget(None);
+                    s.room.notify_one();
                 }
                 Ok(PtyReply::Detached(
                     DetachResponse {
@@ -780,6 +808,7 @@ impl Table {
                 if let Ok(s) = self.get(&session_id) {
                     let mut st = lock(&s.st);
                     if st.epoch == epoch {
+                        let before = st.acked;
                         st.acked = st.acked.max(sequence.min(st.pushed));
                         let acked = st.acked;
                         while st.unacked.front().is_some_and(|u| u.0 <= acked) {
@@ -788,6 +817,9 @@ impl Table {
                         if exit && st.exit_pushed {
                             st.exit_acked = true;
                         }
+                        let owed = st.ring.bytes_after(acked);
+                        st.pace.acked(Instant::now(), acked > before, owed);
+                        s.room.notify_one();
                     }
                 }
                 self.inner.wake.notify_one();
@@ -798,6 +830,8 @@ impl Table {
                     let mut st = lock(&s.st);
                     if st.epoch == epoch {
                         st.released = true;
+                        st.pace.retarget(Instant::now());
+                        s.room.notify_one();
                     }
                 }
                 self.inner.wake.notify_one();
@@ -809,6 +843,7 @@ impl Table {
                     if st.epoch == epoch && st.target.is_some() {
                         tracing::info!(session_id = %session_id, "the session's output function is gone; detached (output waits in the ring)");
                         st.retarget(None);
+                        s.room.notify_one();
                     }
                 }
                 Ok(PtyReply::Done)
@@ -835,8 +870,32 @@ pub async fn handle(
 /// Reads the program's output into the ring until the PTY reports that every process of
 /// the session has let go of it (EIO) or the session is closed.
 async fn read_loop(s: Arc<Session>, table: std::sync::Weak<Inner>, done: watch::Sender<bool>) {
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; pacing::READ_BYTES];
     loop {
+        // A consumer that keeps up is waited for rather than sent a gap (see `pacing`).
+        loop {
+            let step = {
+                let subscribed = table
+                    .upgrade()
+                    .is_some_and(|t| t.subscription.load(Ordering::SeqCst) != 0);
+                // Once the program has exited, what is left in the PTY is read at once (the
+                // exit waits for it only briefly).
+                let running = !s.tree.reaped.load(Ordering::SeqCst);
+                let mut st = lock(&s.st);
+                let now = pacing::Now {
+                    at: Instant::now(),
+                    delivering: running && subscribed && st.released && st.target.is_some(),
+                    unacked: st.ring.bytes_after(st.acked),
+                };
+                st.pace.step(now)
+            };
+            match step {
+                pacing::Step::Read => break,
+                pacing::Step::Wait(left) => {
+                    let _ = tokio::time::timeout(left, s.room.notified()).await;
+                }
+            }
+        }
         let r = s.master.async_io(Interest::READABLE, |fd| {
             // SAFETY: read(2) writes at most `buf.len()` bytes into `buf`.
             let n = unsafe {

@@ -32,6 +32,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::clock::now_ms;
 use serde_json::{json, Value};
 
 use crate::error::ExecError;
@@ -49,13 +51,6 @@ pub const MAX_RESPONSE_BODIES: usize = 1024 * 1024;
 const MAX_HOPS: usize = 16;
 /// `title` is the first characters of the message preview.
 const TITLE_CHARS: usize = 80;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Who is calling: the top-level session/turn the change is recorded under.
 #[derive(Debug, Clone)]
@@ -76,10 +71,6 @@ pub struct Turns {
     /// Top-level turns started and not completed (`calls`: where requests record).
     open: Mutex<Vec<calls::OpenTurn>>,
     seen: std::sync::atomic::AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn invalid(e: serde_json::Error) -> ExecError {
@@ -970,15 +961,13 @@ fn symlink(policy: &Policy, path: &str, target: &str) -> Result<(), String> {
 }
 
 fn write_back(policy: &Policy, path: &str, body: &[u8]) -> Result<(), String> {
-    let mode = policy
-        .jail
-        .resolve(path)
-        .ok()
-        .and_then(|r| crate::jail::fstat(&r.fd).ok())
-        .map(|st| st.st_mode & 0o777)
-        .unwrap_or(0o644);
     let parent = policy.jail.parent(path, true).map_err(|e| e.to_string())?;
-    crate::fs::atomic::write_atomic(&parent, body, mode)
+    // A file still there keeps its owner, group, mode and ACL; a missing one comes back 0644.
+    let keep = crate::fs::keep::Replaced::of_entry(&parent)
+        .map_err(|e| e.to_string())?
+        .map(|old| old.keep(policy.config.fs.allow_special_bits));
+    let mode = keep.as_ref().map_or(0o644, |k| k.mode);
+    crate::fs::atomic::write_atomic(&parent, body, mode, keep)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

@@ -6,13 +6,7 @@ use serde_json::Value;
 /// `sha256:<hex>` of some bytes.
 pub fn revision(bytes: &[u8]) -> String {
     use sha2::Digest;
-    let d = sha2::Sha256::digest(bytes);
-    let mut s = String::with_capacity(71);
-    s.push_str("sha256:");
-    for b in d {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -20,8 +20,8 @@ pub fn is_git_internal(rel: &Path) -> bool {
         .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
 }
 
-/// True for the executor's own staging files (`fs/atomic.rs` and `coder/atomic.rs`):
-/// an atomic write's visible outcome is the target's event alone.
+/// True for the executor's own staging files (`fs/atomic.rs`; earlier versions also had
+/// `coder/atomic.rs`): an atomic write's visible outcome is the target's event alone.
 pub fn is_own_temp(rel: &Path) -> bool {
     let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
         return false;
@@ -29,8 +29,8 @@ pub fn is_own_temp(rel: &Path) -> bool {
     let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
         return false;
     };
-    // `fs/atomic.rs` names them `.<name>.iii-<32 hex>.tmp`, `coder/atomic.rs`
-    // `.<name>.iii-coder-<32 hex>.tmp`.
+    // `fs/atomic.rs` names them `.<name>.iii-<32 hex>.tmp` (a batch's pre-images too); the
+    // coder writes of earlier versions `.<name>.iii-coder-<32 hex>.tmp`.
     match stem.rsplit_once(".iii-") {
         Some((_, tail)) => {
             let hex = tail.strip_prefix("coder-").unwrap_or(tail);

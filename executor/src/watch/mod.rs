@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::messages::Event;
 use iii_shell_protocol::watch::{Change, ChangeKind, WatchReply};
 use notify::event::{ModifyKind, RenameMode};
@@ -62,10 +63,6 @@ impl Drop for Running {
 pub struct Watches {
     running: Mutex<HashMap<String, Running>>,
     events: broadcast::Sender<Event>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Watches {

@@ -48,6 +48,8 @@ struct Inner {
     pending: Pending,
     handlers: Mutex<HashMap<String, Handler>>,
     received: Mutex<Vec<Value>>,
+    /// The engine's `keep_invocation_frames` setting.
+    keep_invocation_frames: bool,
     notify: Notify,
 }
 
@@ -112,6 +114,7 @@ impl TestClient {
             pending: Arc::new(Mutex::new(HashMap::new())),
             handlers: Mutex::new(HashMap::new()),
             received: Mutex::new(vec![hello]),
+            keep_invocation_frames: shared.settings.keep_invocation_frames,
             notify: Notify::new(),
         });
         let task = tokio::spawn(client_loop(ws, rx, inner.clone()));
@@ -653,10 +656,12 @@ fn handle_frame(inner: &Arc<Inner>, frame: Value) {
         }
         _ => {}
     }
-    inner
-        .received
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(frame);
+    if inner.keep_invocation_frames || !crate::state::is_invocation_frame(&frame) {
+        inner
+            .received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(frame);
+    }
     inner.notify.notify_waiters();
 }

@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::protocol::{self, ErrorBody, Inbound};
 use crate::routing;
+use crate::state;
 use crate::state::{
     Conn, Hangup, NamespaceSource, Outbound, ReceivedFrame, Shared, State, DEFAULT_NAMESPACE,
 };
@@ -128,11 +129,18 @@ fn dispatch(shared: &Arc<Shared>, worker_id: Uuid, text: &str, binary: bool) {
         return;
     }
     let decoded = protocol::decode(text);
-    let json = match &decoded {
-        Ok(Some((value, _))) => Some(value.clone()),
-        _ => serde_json::from_str(text).ok(),
+    let keep = shared.settings.keep_invocation_frames
+        || !matches!(&decoded, Ok(Some((value, _))) if state::is_invocation_frame(value));
+    let live = if keep {
+        let json = match &decoded {
+            Ok(Some((value, _))) => Some(value.clone()),
+            _ => serde_json::from_str(text).ok(),
+        };
+        record(shared, worker_id, text, binary, json)
+    } else {
+        shared.update(|st| st.live_conn(worker_id).is_some())
     };
-    if !record(shared, worker_id, text, binary, json) {
+    if !live {
         return; // torn down (e.g. evicted) while frames were still arriving
     }
     let (frame, msg) = match decoded {

@@ -61,6 +61,7 @@ impl Default for TestEngineBuilder {
                 namespace_grace: Duration::from_secs(5),
                 restart_pause: Duration::from_millis(200),
                 handshake_timeout: Duration::from_secs(10),
+                keep_invocation_frames: true,
             },
             port: 0,
         }
@@ -84,6 +85,14 @@ impl TestEngineBuilder {
     /// Deadline for finishing the HTTP upgrade (engine default 10 s).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.settings.handshake_timeout = timeout;
+        self
+    }
+
+    /// Whether `invokefunction` / `invocationresult` frames are kept in the frame logs
+    /// ([`WorkerInfo`]'s `received`/`sent`, [`TestClient::received`]); default true. A bench
+    /// that moves hundreds of MiB through invocations turns it off to keep memory flat.
+    pub fn keep_invocation_frames(mut self, keep: bool) -> Self {
+        self.settings.keep_invocation_frames = keep;
         self
     }
 

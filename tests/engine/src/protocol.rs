@@ -5,6 +5,7 @@
 //! `null` optional fields read as absent, like the engine's serde types.
 //! Outbound frames are built as JSON values so they can be logged verbatim.
 
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -303,42 +304,25 @@ pub(crate) fn registration_rejected(
     Value::Object(frame)
 }
 
-/// Minimal percent-encoding for query values (unreserved characters pass through).
+/// RFC 3986's unreserved characters: what a query value carries unencoded.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Percent-encoding for query values (unreserved characters pass through).
 pub(crate) fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
-/// Percent-decoding of a query component (`+` is a space, as in form encoding).
+/// Percent-decoding of a query component (`+` is a space, as in form encoding); None when
+/// the bytes are not UTF-8.
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_decode_str(&s.replace('+', " "))
+        .decode_utf8()
+        .ok()
+        .map(|v| v.into_owned())
 }
 
 #[cfg(test)]
@@ -377,5 +361,8 @@ mod tests {
             percent_decode(&percent_encode("a b/c?d")).unwrap(),
             "a b/c?d"
         );
+        assert_eq!(percent_encode("a b/c?d+~é"), "a%20b%2Fc%3Fd%2B~%C3%A9");
+        assert_eq!(percent_decode("a+b%2B%C3%A9").as_deref(), Some("a b+é"));
+        assert_eq!(percent_decode("%FF"), None, "not UTF-8");
     }
 }

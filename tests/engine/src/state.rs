@@ -28,6 +28,9 @@ pub(crate) struct Settings {
     pub namespace_grace: Duration,
     pub restart_pause: Duration,
     pub handshake_timeout: Duration,
+    /// Keep `invokefunction` / `invocationresult` frames in the frame logs (the default).
+    /// Off for benches, whose bulk invocations would otherwise grow the logs without bound.
+    pub keep_invocation_frames: bool,
 }
 
 /// Commands for a worker socket task.
@@ -57,7 +60,10 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(settings: Settings, port: u16) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                keep_invocation_frames: settings.keep_invocation_frames,
+                ..State::default()
+            }),
             changed: Notify::new(),
             settings,
             port,
@@ -232,6 +238,16 @@ pub(crate) struct State {
     pub channels: HashMap<Uuid, Channel>,
     /// What arrived on the telemetry frames (§8.2).
     pub telemetry: crate::telemetry::Telemetry,
+    /// [`Settings::keep_invocation_frames`].
+    pub keep_invocation_frames: bool,
+}
+
+/// True for the frames [`Settings::keep_invocation_frames`] leaves out of the logs.
+pub(crate) fn is_invocation_frame(frame: &Value) -> bool {
+    matches!(
+        frame.get("type").and_then(Value::as_str),
+        Some("invokefunction" | "invocationresult")
+    )
 }
 
 /// How a torn-down connection's socket is ended.
@@ -264,7 +280,9 @@ impl State {
         let ok = tx
             .send(Outbound::Frame(Message::text(frame.to_string())))
             .is_ok();
-        conn.sent.push(frame);
+        if self.keep_invocation_frames || !is_invocation_frame(&frame) {
+            conn.sent.push(frame);
+        }
         ok
     }
 
