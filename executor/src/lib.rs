@@ -6,9 +6,6 @@
 
 pub mod call_trace;
 pub mod capture;
-pub mod cgroups;
-pub mod child;
-pub mod clone3;
 pub mod coder;
 pub mod confine;
 mod dispatch;
@@ -21,23 +18,21 @@ pub mod jail;
 pub mod jobs;
 pub mod log_relay;
 pub mod panic_reply;
-pub mod pids_v1;
 pub mod policy;
 pub mod prepare;
-pub mod prestarted;
-pub mod procfs;
 pub mod pty;
-pub mod reaper;
-pub mod run_as;
 pub mod server;
-pub mod spawn;
 pub mod started;
-pub mod tree;
 pub mod turns;
 pub mod ui_state;
 pub mod usage;
 pub mod warnings;
 pub mod watch;
+
+/// The launcher's modules, where the executor's modules have always found them.
+pub use iii_shell_launch::{
+    cgroups, child, clone3, pids_v1, prestarted, procfs, reaper, run_as, spawn, tree,
+};
 
 /// The shared policy rules, re-exported where the executor's modules have always found them.
 pub use iii_shell_policy::{denylist, env_policy};

@@ -16,7 +16,7 @@
 //! it with raw system calls: rlimits, no_new_privs, `landlock_restrict_self`, `seccomp`.
 
 pub mod landlock_rules;
-pub mod process_limits;
+pub use iii_shell_launch::process_limits;
 
 pub use iii_shell_confine::{
     caps, no_new_privs, observe, ptys, seccomp, set_no_new_privs, special_bits, Rlimits, SelfReport,
@@ -42,7 +42,7 @@ pub fn harden_executor_retaining(
     for_run_as: bool,
 ) -> Result<SelfReport, String> {
     let retain: ::caps::CapsHashSet = if for_run_as {
-        crate::run_as::RETAINED.into_iter().collect()
+        iii_shell_launch::run_as::RETAINED.into_iter().collect()
     } else {
         Default::default()
     };
@@ -61,7 +61,7 @@ pub fn harden_executor_retaining(
             std::io::Error::last_os_error()
         ));
     }
-    if let Err(e) = crate::reaper::become_subreaper() {
+    if let Err(e) = iii_shell_launch::reaper::become_subreaper() {
         problems.push(format!("cannot become a child subreaper: {e}"));
     }
     let keep = caps::parse(&envelope.capabilities)?;
@@ -76,7 +76,7 @@ pub fn harden_executor_retaining(
     }
     let mut denied = Vec::new();
     if envelope.seccomp {
-        crate::clone3::register_seccomp_exception();
+        iii_shell_launch::clone3::register_seccomp_exception();
         let filter = seccomp::build(&envelope.seccomp_allow)?;
         match seccomp::install_self(&filter) {
             Ok(()) => {

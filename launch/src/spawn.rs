@@ -53,12 +53,12 @@ pub struct SpawnPlan {
 /// What the child applies to itself before execve. Built in the parent, per policy.
 #[derive(Clone, Default)]
 pub struct ChildConfinement {
-    pub rlimits: crate::confine::Rlimits,
+    pub rlimits: iii_shell_confine::Rlimits,
     pub no_new_privs: bool,
     /// A Landlock ruleset fd (raw, owned by the policy, which outlives the spawn).
     pub landlock_fd: Option<i32>,
     /// The seccomp program (kept alive by the Arc while the child uses it).
-    pub seccomp: Option<std::sync::Arc<crate::confine::seccomp::Filter>>,
+    pub seccomp: Option<std::sync::Arc<iii_shell_confine::seccomp::Filter>>,
 }
 
 /// An environment turned into `KEY=value` C strings once, to be shared by many spawns (the

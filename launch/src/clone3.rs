@@ -359,7 +359,7 @@ mod tests {
             return;
         }
         register_seccomp_exception();
-        let filter = crate::confine::seccomp::build(&[]).expect("filter");
+        let filter = iii_shell_confine::seccomp::build(&[]).expect("filter");
         let prog = filter.fprog();
         let good = secret();
         let bad = [good[0] ^ 1, good[1]];

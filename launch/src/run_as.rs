@@ -378,7 +378,7 @@ fn switch(d: &Decision, groups: &[u32]) -> Result<(), String> {
             ));
         }
     }
-    let now = crate::confine::caps::read();
+    let now = iii_shell_confine::caps::read();
     if !now.effective.is_empty() || !now.permitted.is_empty() {
         return Err(format!(
             "capabilities survived the uid switch: {:?}",

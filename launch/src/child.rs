@@ -29,7 +29,7 @@ use std::ffi::c_void;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::confine::Rlimits;
+use iii_shell_confine::Rlimits;
 
 /// The kernel's `struct sigaction` (with `sa_restorer`, as on x86_64 and arm64).
 #[repr(C)]
