@@ -27,12 +27,12 @@ use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_broker::telemetry;
 use iii_shell_broker::telemetry::propagation::Carrier;
 use iii_shell_broker::validate::exec_request;
-use iii_shell_executor::cgroups::{cgroup_base, kill_all_cgroups, JobCgroup};
 use iii_shell_executor::denylist::Denylist;
 use iii_shell_executor::policy::Policy;
 use iii_shell_executor::prepare::prepare;
 use iii_shell_executor::reaper::reap;
-use iii_shell_executor::spawn::{dev_null, spawn, SpawnPlan};
+use iii_shell_executor::spawn::SpawnPlan;
+use iii_shell_launch::{Launcher, Settings};
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::{ExecSpec, Request};
 use serde_json::{json, Value};
@@ -894,8 +894,13 @@ async fn stages(
     payload: &Value,
     iters: usize,
 ) {
+    // The executor's stages in this process, under a launcher of their own (job cgroups
+    // under a base of its own name, as an executor's).
+    let launcher = Arc::new(Launcher::new(Settings::private()));
     let policy = Arc::new(
-        Policy::build(1, &serde_json::to_string(config).expect("config json")).expect("policy"),
+        Policy::build(1, &serde_json::to_string(config).expect("config json"))
+            .expect("policy")
+            .with_launcher(launcher.clone()),
     );
     let spec = ExecSpec {
         argv: vec![TRUE.into()],
@@ -905,9 +910,9 @@ async fn stages(
         timeout_ms: 30_000,
     };
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let dn = || dev_null().expect("/dev/null");
+    let dn = || launcher.dev_null().expect("/dev/null");
     let mut plan = SpawnPlan::new(TRUE, &[TRUE.to_string()], env, dn(), dn(), dn()).expect("plan");
-    let cgroups = cgroup_base().is_some();
+    let cgroups = launcher.cgroups().base().is_some();
 
     let names = [
         "raw posix_spawn + waitpid (reference)",
@@ -959,17 +964,17 @@ async fn stages(
         }
         if cgroups {
             t[7] = Some(time(|| {
-                let cg = JobCgroup::take().expect("cgroup");
+                let cg = launcher.cgroups().take().expect("cgroup");
                 cg.recycle().expect("an unused cgroup is empty");
             }));
         }
         t[8] = Some(time(|| {
-            reap(&spawn(&plan).expect("spawn")).expect("reap");
+            reap(&launcher.spawn(&plan).expect("spawn")).expect("reap");
         }));
-        if let Some(cg) = cgroups.then(JobCgroup::take).flatten() {
+        if let Some(cg) = cgroups.then(|| launcher.cgroups().take()).flatten() {
             plan.cgroup = Some(cg.target());
             t[9] = Some(time(|| {
-                reap(&spawn(&plan).expect("spawn")).expect("reap");
+                reap(&launcher.spawn(&plan).expect("spawn")).expect("reap");
             }));
             plan.cgroup = None;
             while cg.is_empty().not() {
@@ -984,9 +989,7 @@ async fn stages(
             }
         }
     }
-    if cgroups {
-        kill_all_cgroups();
-    }
+    launcher.kill_all();
 
     println!("where the time goes ({iters} rounds, stages round-robin; executor stages run in this process):");
     println!("  (this process has no start-up seccomp filter for children to inherit, so its foreground::run children");
@@ -1131,11 +1134,9 @@ fn fmt_kib(kib: Option<u64>) -> String {
 
 /// Whether the executor made a job-cgroup base (a child of its cgroup named after its pid).
 fn job_cgroups(executor_pid: u32) -> String {
-    match cgroup_base().and_then(|b| {
-        b.dir
-            .parent()
-            .map(|p| p.join(format!("iii-shell-{executor_pid}")))
-    }) {
+    match iii_shell_executor::cgroups::own_cgroup_dir()
+        .map(|p| p.join(format!("iii-shell-{executor_pid}")))
+    {
         Some(dir) if dir.is_dir() => format!("enabled ({})", dir.display()),
         _ => "disabled (no writable cgroup v2 hierarchy)".into(),
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use iii_shell_executor::server::{check_peer, serve_connection};
 use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
+use iii_shell_launch::{Launcher, Settings};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
 use iii_shell_policy::sync::lock;
@@ -36,10 +37,18 @@ pub fn resolve_peer_user(args: &mut ExecutorArgs) -> Result<(), i32> {
     }
 }
 
+/// What [`harden`] leaves for [`run`]: the pinned envelope, if any, and the launcher that
+/// starts every command (made before the capabilities go: its cgroup base is made then).
+pub struct Hardened {
+    pub pinned: Option<Config>,
+    pub launcher: Arc<Launcher>,
+}
+
 /// Hardens the executor process. Must run before any other thread exists: capabilities are
 /// per thread, and every thread created later inherits the state of the one that creates it.
-pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
-    prepare_process();
+pub fn harden(args: &ExecutorArgs) -> Result<Hardened, i32> {
+    let launcher = Arc::new(Launcher::new(Settings::executor()));
+    prepare_process(&launcher);
     if args.fd.is_some() {
         // Spawned by `serve` or `call`: shut down (killing our jobs) when the parent goes.
         // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
@@ -53,7 +62,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
         *lock(&PREBOUND) = Some(listener);
     }
     if args.no_prestart {
-        iii_shell_executor::prestarted::disable();
+        launcher.disable_prestart();
     }
     let pinned = match &args.pin_config {
         Some(path) => match load_envelope(path) {
@@ -88,9 +97,9 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
     match iii_shell_executor::confine::harden_executor_retaining(&envelope, root) {
         Ok(report) => {
             if root {
-                iii_shell_executor::run_as::arm();
+                launcher.run_as().arm();
                 if args.socket.is_some() {
-                    iii_shell_executor::run_as::set_peer_uid(
+                    launcher.run_as().set_peer_uid(
                         args.peer_uid
                             .unwrap_or_else(|| nix::unistd::getuid().as_raw()),
                     );
@@ -106,7 +115,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
                 capabilities = ?report.caps.effective,
                 "executor hardened"
             );
-            Ok(pinned)
+            Ok(Hardened { pinned, launcher })
         }
         Err(e) => {
             tracing::error!("refusing to start: {e}; run `iii-shell doctor` to see which layer this kernel lacks, or set confinement.mode: best_effort in the pinned envelope");
@@ -133,9 +142,9 @@ pub fn load_envelope(path: &std::path::Path) -> Result<Config, String> {
     Config::from_yaml(&text).map_err(|e| e.0)
 }
 
-pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
+pub async fn run(args: ExecutorArgs, hardened: Hardened) -> i32 {
     spawn_orphan_reaper();
-    let exec = Arc::new(Executor::with_envelope(pinned));
+    let exec = Arc::new(Executor::with_launcher(hardened.pinned, hardened.launcher));
     if args.fd.is_some() {
         // Started by `serve` (or `call`) over an inherited socket: its parent is part of the
         // worker, and counts in its memory and CPU gauges.

@@ -213,20 +213,66 @@ fn refuse_namespace_flags(p: &mut Vec<libc::sock_filter>, nr: i64, then: libc::s
 /// The executor registers its trampoline with [`except_clone3_at`] before it builds a filter;
 /// without a registration no exception is made.
 fn clone3_call_site() -> Option<(u64, [u64; 2])> {
-    let &(site, secret) = CLONE3_EXCEPTION.get()?;
+    let &(site, secret) = PROCESS.clone3.get()?;
     let aslr = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space")
         .map(|s| s.trim() != "0")
         .unwrap_or(false);
     aslr.then_some((site, secret))
 }
 
-static CLONE3_EXCEPTION: std::sync::OnceLock<(u64, [u64; 2])> = std::sync::OnceLock::new();
+/// What the seccomp filter this process holds admits and denies: the clone3 exception and
+/// its secret, the deny list installed on the executor itself, and whether that filter holds
+/// the special-bits rule.
+///
+/// This is the one process-global value of the confinement, and it cannot be owned by a
+/// value: the kernel keeps one filter stack for the whole process (every thread, and every
+/// child until it execs), and a filter once installed can never be removed. Two launchers in
+/// one process live under the same filter, so they must agree on the secret it admits, and a
+/// policy must know what that filter already denies. Each field is set once.
+#[derive(Debug)]
+pub struct ProcessFilter {
+    /// The two values the clone3 trampoline passes (drawn once, see the launcher's `clone3`).
+    secret: std::sync::OnceLock<[u64; 2]>,
+    /// The registered clone3 exception: call site and secret.
+    clone3: std::sync::OnceLock<(u64, [u64; 2])>,
+    /// The deny list of the filter the executor installed on itself, if it did.
+    baseline: std::sync::OnceLock<Vec<&'static str>>,
+    /// Whether the executor's own filter holds the special-bits rule (`special_bits`); unset
+    /// until its first policy.
+    pub(crate) special_bits: std::sync::OnceLock<bool>,
+}
+
+/// See [`ProcessFilter`].
+pub static PROCESS: ProcessFilter = ProcessFilter {
+    secret: std::sync::OnceLock::new(),
+    clone3: std::sync::OnceLock::new(),
+    baseline: std::sync::OnceLock::new(),
+    special_bits: std::sync::OnceLock::new(),
+};
+
+impl ProcessFilter {
+    /// The clone3 trampoline's secret, drawn by `draw` the first time.
+    pub fn clone3_secret(&self, draw: impl FnOnce() -> [u64; 2]) -> [u64; 2] {
+        *self.secret.get_or_init(draw)
+    }
+
+    /// Records the deny list of the filter just installed on this process (the first wins).
+    pub fn set_baseline(&self, denied: Vec<&'static str>) {
+        let _ = self.baseline.set(denied);
+    }
+
+    /// The deny list of the filter this process installed on itself, if any. Every child
+    /// inherits that filter, so a command filter with the same list need not be loaded again.
+    pub fn baseline(&self) -> Option<&[&'static str]> {
+        self.baseline.get().map(Vec::as_slice)
+    }
+}
 
 /// Registers the one clone3 call site the deny filter lets through: `ip` is the address right
 /// after the trampoline's syscall instruction and `secret` the two values it passes in
 /// argument registers clone3 ignores. The first registration wins; it lasts for the process.
 pub fn except_clone3_at(ip: u64, secret: [u64; 2]) {
-    let _ = CLONE3_EXCEPTION.set((ip, secret));
+    let _ = PROCESS.clone3.set((ip, secret));
 }
 
 /// clone3 answers ENOSYS unless the instruction pointer is `ip` and arguments 2 and 3 are the

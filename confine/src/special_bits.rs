@@ -14,8 +14,6 @@
 //! executor holds the rule is refused (the reload result and `shell::config-status` say to
 //! restart the worker).
 
-use std::sync::OnceLock;
-
 use super::seccomp::Filter;
 
 const AUDIT_ARCH: u32 = if cfg!(target_arch = "x86_64") {
@@ -163,19 +161,16 @@ pub fn placement(
     }
 }
 
-/// Whether the executor's own filter holds the rule; unset until its first policy.
-static IN_EXECUTOR: OnceLock<bool> = OnceLock::new();
-
 /// Whether the executor's own filter holds the rule (false before the first policy).
 pub fn in_executor() -> bool {
-    IN_EXECUTOR.get() == Some(&true)
+    super::seccomp::PROCESS.special_bits.get() == Some(&true)
 }
 
 /// At the first policy: installs the rule on this process (every thread) when `wanted`;
 /// later calls do nothing. Needs no_new_privs (set at start-up). When the install fails the
 /// rule stays per spawn, as before.
 pub fn settle(wanted: bool) {
-    IN_EXECUTOR.get_or_init(|| {
+    super::seccomp::PROCESS.special_bits.get_or_init(|| {
         if !wanted {
             return false;
         }

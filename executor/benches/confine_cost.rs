@@ -8,25 +8,26 @@ use std::time::Instant;
 
 use iii_shell_executor::policy::CommandConfinement;
 use iii_shell_executor::reaper::reap;
-use iii_shell_executor::spawn::{dev_null, spawn, SpawnPlan};
+use iii_shell_executor::spawn::SpawnPlan;
+use iii_shell_launch::{Launcher, Settings};
 use iii_shell_protocol::config::Config;
 
-fn once(confinement: Option<&CommandConfinement>) -> f64 {
+fn once(launcher: &Launcher, confinement: Option<&CommandConfinement>) -> f64 {
     let argv = vec!["/bin/true".to_string()];
     let mut plan = SpawnPlan::new(
         "/bin/true",
         &argv,
         Vec::<(String, String)>::new(),
-        dev_null().unwrap(),
-        dev_null().unwrap(),
-        dev_null().unwrap(),
+        launcher.dev_null().unwrap(),
+        launcher.dev_null().unwrap(),
+        launcher.dev_null().unwrap(),
     )
     .unwrap();
     if let Some(c) = confinement {
         plan.confinement = c.child();
     }
     let t = Instant::now();
-    let child = spawn(&plan).expect("spawn");
+    let child = launcher.spawn(&plan).expect("spawn");
     reap(&child).expect("reap");
     t.elapsed().as_secs_f64() * 1e6
 }
@@ -49,6 +50,8 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
+    // No job cgroups: the cost measured is the child's confinement alone.
+    let launcher = Launcher::new(Settings::plain());
     let jailed = {
         let mut c = Config::builtin_default();
         c.fs.host_roots = vec!["/tmp".into()];
@@ -73,13 +76,13 @@ fn main() {
     for (name, config) in cases {
         let conf = CommandConfinement::build(&config, &Default::default()).expect("confinement");
         for _ in 0..200 {
-            once(None);
-            once(Some(&conf));
+            once(&launcher, None);
+            once(&launcher, Some(&conf));
         }
         let (mut plain, mut confined) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
         for _ in 0..iters {
-            plain.push(once(None));
-            confined.push(once(Some(&conf)));
+            plain.push(once(&launcher, None));
+            confined.push(once(&launcher, Some(&conf)));
         }
         let (p50a, p99a) = (pct(&mut plain, 0.5), pct(&mut plain, 0.99));
         let (p50b, p99b) = (pct(&mut confined, 0.5), pct(&mut confined, 0.99));
@@ -115,6 +118,7 @@ fn main() {
 /// the executor now installs it at its first policy), both with Landlock off, interleaved.
 fn special_bits(iters: usize) {
     use iii_shell_executor::confine::special_bits;
+    let launcher = Launcher::new(Settings::plain());
     let mut c = Config::builtin_default();
     c.confinement.landlock = false;
     let per_spawn = CommandConfinement::build(&c, &Default::default()).expect("confinement");
@@ -126,13 +130,13 @@ fn special_bits(iters: usize) {
         .expect("placement");
     assert_eq!(inherited.special_bits, special_bits::Placement::Inherited);
     for _ in 0..200 {
-        once(Some(&per_spawn));
-        once(Some(&inherited));
+        once(&launcher, Some(&per_spawn));
+        once(&launcher, Some(&inherited));
     }
     let (mut a, mut b) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
     for _ in 0..iters {
-        a.push(once(Some(&per_spawn)));
-        b.push(once(Some(&inherited)));
+        a.push(once(&launcher, Some(&per_spawn)));
+        b.push(once(&launcher, Some(&inherited)));
     }
     let (p50a, p99a) = (pct(&mut a, 0.5), pct(&mut a, 0.99));
     let (p50b, p99b) = (pct(&mut b, 0.5), pct(&mut b, 0.99));

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, confine, doctor, foreground, fs, jobs, pty, run_as, turns, ui_state, Executor};
+use crate::{coder, confine, doctor, foreground, fs, jobs, pty, turns, ui_state, Executor};
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -93,8 +93,9 @@ impl Executor {
             });
         }
         let built = Policy::build(generation, config_json)
+            .map(|p| p.with_launcher(self.launcher.clone()))
             .and_then(|p| self.within_envelope(p))
-            .and_then(|p| run_as::apply(&p.config).map(|()| p))
+            .and_then(|p| self.launcher.apply_run_as(&p.config).map(|()| p))
             .and_then(|mut p| p.settle_home().map(|()| p))
             .and_then(|mut p| {
                 // The first policy decides whether the executor's own filter holds the

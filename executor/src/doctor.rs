@@ -118,7 +118,9 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         Err(e) => vec![format!("could not run a probe command: {}", e)],
     };
     let foreign_chmod = foreign_chmod(&policy).await;
-    let applied = crate::run_as::applied();
+    let launcher = &policy.launcher;
+    let applied = launcher.applied_run_as();
+    let cgroups = launcher.cgroups();
     let user = match &applied {
         Some(a) => format!("{}:{} groups {:?} ({})", a.uid, a.gid, a.groups, a.why),
         // SAFETY: getuid/getgid cannot fail.
@@ -129,10 +131,10 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         ),
     };
     let limits = confine::process_limits::LimitInputs {
-        job_cgroups: crate::cgroups::cgroups_usable(),
-        pids_controller: crate::cgroups::cgroup_base().is_some_and(|b| b.pids),
-        pids_v1: crate::cgroups::cgroup_base().is_some_and(|b| b.pids_v1.is_some()),
-        memory_controller: crate::cgroups::cgroup_base().is_some_and(|b| b.memory),
+        job_cgroups: cgroups.usable(),
+        pids_controller: cgroups.base().is_some_and(|b| b.pids),
+        pids_v1: cgroups.base().is_some_and(|b| b.pids_v1.is_some()),
+        memory_controller: cgroups.base().is_some_and(|b| b.memory),
         pids_max: c.job_limits.pids_max,
         memory_max: c.job_limits.memory_max_bytes,
         max_processes: c.rlimits.max_processes,
@@ -167,14 +169,14 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             )
             .collect(),
         rlimits,
-        cgroups: crate::cgroups::cgroups_usable(),
+        cgroups: cgroups.usable(),
         // Read after the probe command above went through the spawn path.
-        cgroup_entry: match (crate::cgroups::cgroups_usable(), crate::clone3::available()) {
+        cgroup_entry: match (cgroups.usable(), launcher.clone3().available()) {
             (false, _) => "none".into(),
             (true, true) => "clone3".into(),
             (true, false) => "cgroup.procs".into(),
         },
-        prestart: crate::prestarted::availability().into(),
+        prestart: launcher.prestart_availability().into(),
         observed,
         user,
         foreign_chmod,

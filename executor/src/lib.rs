@@ -42,6 +42,8 @@ use std::sync::Arc;
 use iii_shell_protocol::messages::Event;
 use tokio::sync::broadcast;
 
+use iii_shell_launch::{Launcher, Settings};
+
 use crate::error::ExecError;
 use crate::jobs::Jobs;
 use crate::policy::{Policy, PolicyStore};
@@ -67,6 +69,9 @@ pub struct Executor {
     /// What the policy in force is warned about, so a policy pushed again (every
     /// `iii-shell call --socket`, every reload) does not repeat it.
     pub warnings: warnings::Standing,
+    /// What starts every command, job and terminal: job cgroups, pre-started processes, the
+    /// command user. Each accepted policy is handed it.
+    pub launcher: Arc<Launcher>,
 }
 
 impl Default for Executor {
@@ -80,7 +85,18 @@ impl Executor {
         Self::with_envelope(None)
     }
 
+    /// An executor with a launcher of its own ([`Settings::private`]: a job-cgroup base no
+    /// other launcher of this process uses).
     pub fn with_envelope(envelope: Option<iii_shell_protocol::config::Config>) -> Self {
+        Self::with_launcher(envelope, Arc::new(Launcher::new(Settings::private())))
+    }
+
+    /// An executor whose commands `launcher` starts (`iii-shell executor`: the one made at
+    /// start-up, [`Settings::executor`]).
+    pub fn with_launcher(
+        envelope: Option<iii_shell_protocol::config::Config>,
+        launcher: Arc<Launcher>,
+    ) -> Self {
         let (events, _) = broadcast::channel(1024);
         Executor {
             policy: PolicyStore::default(),
@@ -93,6 +109,7 @@ impl Executor {
             envelope,
             supervisor: std::sync::OnceLock::new(),
             warnings: Default::default(),
+            launcher,
         }
     }
 
@@ -119,17 +136,18 @@ impl Executor {
     pub fn shutdown(&self) {
         self.jobs.kill_all();
         self.pty.kill_all();
-        cgroups::kill_all_cgroups();
+        self.launcher.kill_all();
     }
 }
 
-/// Process-level setup shared by every way of running the executor.
-pub fn prepare_process() {
+/// Process-level setup shared by every way of running the executor; `launcher`'s job-cgroup
+/// base is found or made now, while the executor still holds its capabilities.
+pub fn prepare_process(launcher: &Launcher) {
     if let Err(e) = reaper::become_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper: orphans of jobs go to init");
     }
     ensure_std_fds();
-    let _ = cgroups::cgroup_base();
+    launcher.settle();
 }
 
 /// Makes sure fds 0, 1 and 2 are open, so no pipe we create can take one of those numbers

@@ -10,6 +10,7 @@ use iii_shell_protocol::config::{Config, ConfinementMode};
 
 use crate::confine::{landlock_rules, seccomp, special_bits, Rlimits};
 use crate::spawn::ChildConfinement;
+use iii_shell_launch::{Launcher, Settings};
 
 use crate::denylist::Denylist;
 use crate::jail::Jail;
@@ -29,6 +30,10 @@ pub struct Policy {
     pub home: crate::home::Home,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
+    /// What starts its commands: the executor's launcher once the executor accepted it
+    /// ([`Policy::with_launcher`]); a plain one (no job cgroups, nothing pre-started) for a
+    /// policy built on its own.
+    pub launcher: Arc<Launcher>,
     /// A command process started ahead of time under this policy (see `prestarted`).
     prestarted: std::sync::Mutex<Vec<crate::prestarted::Prestarted>>,
     /// Set when a newer policy replaced this one: it starts no more command processes.
@@ -77,8 +82,8 @@ impl CommandConfinement {
         } else {
             None
         };
-        let seccomp_per_spawn = match (&seccomp, crate::confine::BASELINE.get()) {
-            (Some(f), Some(base)) => &f.denied != base,
+        let seccomp_per_spawn = match (&seccomp, seccomp::PROCESS.baseline()) {
+            (Some(f), Some(base)) => f.denied != base,
             (Some(_), None) => true,
             (None, _) => false,
         };
@@ -100,7 +105,7 @@ impl CommandConfinement {
             rlimits: Rlimits::from_config(&config.confinement.rlimits),
         };
         let mut extra_gaps = Vec::new();
-        if let (Some(f), Some(base)) = (&c.seccomp, crate::confine::BASELINE.get()) {
+        if let (Some(f), Some(base)) = (&c.seccomp, seccomp::PROCESS.baseline()) {
             for name in base.iter().filter(|n| !f.denied.contains(n)) {
                 extra_gaps.push(format!(
                     "{} is re-allowed by confinement.seccomp_allow but the executor's own filter still denies it: put it in the pinned envelope and restart the executor",
@@ -205,9 +210,16 @@ impl Policy {
             base_envp,
             home,
             commands,
+            launcher: Arc::new(Launcher::new(Settings::plain())),
             prestarted: std::sync::Mutex::new(Vec::new()),
             retired: AtomicBool::new(false),
         })
+    }
+
+    /// The policy with its commands started by `launcher` (the executor's).
+    pub fn with_launcher(mut self, launcher: Arc<Launcher>) -> Policy {
+        self.launcher = launcher;
+        self
     }
 
     /// Gives commands the `HOME` the policy calls for (`crate::home`), creating the
@@ -292,7 +304,7 @@ impl Policy {
 
     /// Tops the pool of pre-started processes up (after a call, off its path).
     pub fn refill_prestarted(&self) {
-        if !crate::prestarted::enabled() {
+        if !self.launcher.prestarting() {
             return;
         }
         let Ok(mut pool) = self.prestarted.lock() else {
@@ -310,7 +322,10 @@ impl Policy {
         *pool = live;
         drop(dead);
         while pool.len() < crate::prestarted::POOL {
-            match crate::prestarted::Prestarted::start(&self.commands.child(), self.job_limits()) {
+            match self
+                .launcher
+                .prestart(&self.commands.child(), self.job_limits())
+            {
                 Ok(w) => pool.push(w),
                 Err(e) => {
                     tracing::debug!(error = %e, "no pre-started command process");

@@ -15,7 +15,7 @@ use crate::cgroups::JobCgroup;
 use crate::error::ExecError;
 use crate::jail::{fstat, open_beneath};
 use crate::policy::Policy;
-use crate::spawn::{dev_null, pipe, set_nonblocking, ExecImage, SpawnPlan};
+use crate::spawn::{pipe, set_nonblocking, ExecImage, SpawnPlan};
 
 /// Search path used when the command's environment has no PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -28,6 +28,8 @@ pub struct Prepared {
     /// Parent end of the stdin pipe and the bytes to write, when the call gave stdin.
     pub stdin: Option<(OwnedFd, Vec<u8>)>,
     pub cgroup: Option<JobCgroup>,
+    /// What starts it: the policy's launcher.
+    pub launcher: std::sync::Arc<iii_shell_launch::Launcher>,
 }
 
 /// Checks argv, the denylist and env, then resolves cwd (the validation order of the seed).
@@ -169,7 +171,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     let (err_r, err_w) = pipe().map_err(setup_error)?;
     let (stdin_child, stdin) = match stdin {
         Some((child_end, parent)) => (child_end, Some(parent)),
-        None => (dev_null().map_err(setup_error)?, None),
+        None => (policy.launcher.dev_null().map_err(setup_error)?, None),
     };
     let mut plan = SpawnPlan::with_env(
         &program,
@@ -183,14 +185,18 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     .map_err(setup_error)?;
     plan.cwd = cwd;
     plan.confinement = policy.commands.child();
-    let cgroup =
-        JobCgroup::take_for(policy.job_limits()).inspect(|cg| plan.cgroup = Some(cg.target()));
+    let cgroup = policy
+        .launcher
+        .cgroups()
+        .take_for(policy.job_limits())
+        .inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
         stdout: out_r,
         stderr: err_r,
         stdin,
         cgroup,
+        launcher: policy.launcher.clone(),
     })
 }
 

@@ -16,7 +16,7 @@ use crate::prepare::{spawn_error, Prepared, PreparedForPrestarted};
 use crate::prestarted::{ChildMemory, Outcome, Prestarted};
 use crate::reaper::ROOTS;
 use crate::reaper::{self, ExitStatus};
-use crate::spawn::{self, Child};
+use crate::spawn::Child;
 use crate::tree::JobTree;
 
 pub struct Running {
@@ -78,6 +78,7 @@ pub fn start(
         stderr,
         stdin,
         cgroup,
+        launcher,
     } = prepared;
     let child = {
         // Hold the roots lock across the spawn so the orphan reaper never reaps a job root
@@ -85,7 +86,7 @@ pub fn start(
         let mut roots = ROOTS
             .lock()
             .map_err(|_| ExecError::Internal("job table poisoned".into()))?;
-        let child = match spawn::spawn(&plan) {
+        let child = match launcher.spawn(&plan) {
             Ok(c) => c,
             Err(e) => {
                 if let Some(cg) = cgroup {
@@ -262,7 +263,8 @@ pub fn release_later(tree: Arc<JobTree>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spawn::{dev_null, pipe, SpawnPlan};
+    use crate::spawn::{open_dev_null, pipe, SpawnPlan};
+    use iii_shell_launch::{Launcher, Settings};
 
     /// A command that cannot be watched (here: epoll refuses a regular file as its stdout
     /// pipe) is killed and reaped, not left running unwatched.
@@ -273,12 +275,12 @@ mod tests {
             "/bin/sleep",
             &["sleep".to_string(), "30".to_string()],
             Vec::<(String, String)>::new(),
-            dev_null().unwrap(),
+            open_dev_null().unwrap(),
             out_w,
-            dev_null().unwrap(),
+            open_dev_null().unwrap(),
         )
         .unwrap();
-        let child = spawn::spawn(&plan).unwrap();
+        let child = Launcher::new(Settings::plain()).spawn(&plan).unwrap();
         drop(plan);
         let pid = child.pid;
         let unwatchable: OwnedFd = std::fs::File::open("/proc/self/exe").unwrap().into();

@@ -6,10 +6,15 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use crate::spawn::CgroupTarget;
+pub use crate::bases::{
+    base_of, kill_base, own_cgroup_dir, remove_empty_base, stale_bases, sweep_stale_bases,
+};
+use crate::clone3::Clone3;
+use crate::plan::CgroupTarget;
+
 /// Where job cgroups are created, if anywhere.
 #[derive(Debug)]
 pub struct CgroupBase {
@@ -47,66 +52,15 @@ fn enable_controllers(base: &Path) -> (bool, bool) {
     (on("pids"), on("memory"))
 }
 
-static BASE: OnceLock<Option<CgroupBase>> = OnceLock::new();
-static NEXT: AtomicU64 = AtomicU64::new(1);
-
-/// Finds a writable cgroup v2 directory for job cgroups: a child of the executor's own cgroup.
-pub fn cgroup_base() -> Option<&'static CgroupBase> {
-    BASE.get_or_init(detect_cgroup_base).as_ref()
-}
-
-/// This process's own cgroup v2 directory, where executors create their bases.
-pub fn own_cgroup_dir() -> Option<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        left.split_whitespace().nth(4).map(PathBuf::from)
-    })?;
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))?
-        .trim_start_matches('/');
-    Some(mount.join(rel))
-}
-
-/// The job-cgroup base of the executor `pid`, when that executor was started in our own
-/// cgroup (as `serve` starts it) and made one.
-pub fn base_of(pid: u32) -> Option<PathBuf> {
-    let base = own_cgroup_dir()?.join(format!("iii-shell-{pid}"));
-    base.is_dir().then_some(base)
-}
-
-/// Kills every process in a job-cgroup base and all its job cgroups (`cgroup.kill` on the
-/// base reaches the whole subtree, setsid daemons included), waits up to 5 s for them to be
-/// gone and removes the cgroups. Used on the base of an executor that died: what it started
-/// must not outlive it. True when the base is gone.
-pub fn kill_base(base: &Path) -> bool {
-    let _ = std::fs::write(base.join("cgroup.kill"), "1");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let populated = std::fs::read_to_string(base.join("cgroup.events"))
-            .map(|t| !t.lines().any(|l| l.trim() == "populated 0"))
-            .unwrap_or(false);
-        if !populated || std::time::Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    remove_empty_base(base);
-    !base.exists()
-}
-
-fn detect_cgroup_base() -> Option<CgroupBase> {
+/// Finds a writable cgroup v2 directory for job cgroups: `name`, a child of the executor's own
+/// cgroup.
+fn detect_cgroup_base(name: &str, clone3: &Clone3) -> Option<CgroupBase> {
     let parent = own_cgroup_dir()?;
     sweep_stale_bases(&parent);
-    let dir = parent.join(format!("iii-shell-{}", std::process::id()));
-    // A base with our own pid is an earlier process's whose pid we reuse (a container's
-    // executor often has the same small pid every time): what it holds is not ours, and its
-    // job cgroups' names would collide with ours. It goes like any stale base.
+    let dir = parent.join(name);
+    // A base of our name is an earlier process's whose pid we reuse (a container's executor
+    // often has the same small pid every time): what it holds is not ours, and its job
+    // cgroups' names would collide with ours. It goes like any stale base.
     if dir.is_dir() {
         kill_base(&dir);
     }
@@ -127,7 +81,7 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
     let pids_v1 = if v2_pids {
         None
     } else {
-        match crate::pids_v1::create_base() {
+        match crate::pids_v1::create_base(name) {
             Ok(d) => {
                 tracing::info!(path = %d.display(), "the pids controller is bound to a cgroup v1 hierarchy: each job gets a twin there for its pids.max");
                 Some(d)
@@ -146,7 +100,7 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
         pids_v1,
         memory,
     };
-    check_clone3(&base);
+    check_clone3(&base, clone3);
     Some(base)
 }
 
@@ -154,8 +108,8 @@ fn detect_cgroup_base() -> Option<CgroupBase> {
 /// is switched off and children join by writing `cgroup.procs`. (A kernel kills such a child
 /// when the job cgroup's kill count differs from that of the spawner's own cgroup, which
 /// happens if the executor was moved into a cgroup that had been killed before.)
-fn check_clone3(base: &CgroupBase) {
-    if !crate::clone3::available() {
+fn check_clone3(base: &CgroupBase, clone3: &Clone3) {
+    if !clone3.available() {
         return;
     }
     let dir = base.dir.join("clone3-check");
@@ -165,114 +119,182 @@ fn check_clone3(base: &CgroupBase) {
         .and_then(|f| crate::clone3::self_test(std::os::fd::AsRawFd::as_raw_fd(&f)));
     let _ = std::fs::remove_dir(&dir);
     if let Err(why) = result {
-        crate::clone3::disable(&why);
+        clone3.disable(&why);
     }
 }
-
-/// The bases under `parent` (`iii-shell-<pid>`) of executors that no longer run: neither
-/// this process nor a live one.
-pub fn stale_bases(parent: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(parent) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("iii-shell-"))
-                .and_then(|p| p.parse::<u32>().ok())
-                .is_some_and(|pid| {
-                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
-                })
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Kills what is left in the job-cgroup bases of executors that no longer exist, and removes
-/// them. An executor runs without capabilities once hardened, so when the cgroup parent is
-/// only writable with CAP_DAC_OVERRIDE it cannot remove its own base on exit; the next
-/// executor, which sweeps before it drops its capabilities, does. A dead executor's commands
-/// (an executor killed with SIGKILL leaves them running) are killed first: nothing it
-/// started outlives it, even when no supervisor did it already.
-pub fn sweep_stale_bases(parent: &Path) {
-    for base in stale_bases(parent) {
-        if base.join("cgroup.kill").exists() {
-            kill_base(&base);
-        } else {
-            remove_empty_base(&base);
-        }
-    }
-}
-
-/// Removes a base whose cgroups hold no process: its job cgroups, then itself (one that
-/// still holds processes stays).
-pub fn remove_empty_base(base: &Path) {
-    if let Ok(jobs) = std::fs::read_dir(base) {
-        for j in jobs.flatten() {
-            if j.file_type().is_ok_and(|t| t.is_dir()) {
-                let _ = std::fs::remove_dir(j.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(base);
-}
-
-/// Set when the job cgroups could not be handed to the command user: jobs then run without
-/// a cgroup, and process-tree kill falls back to sessions and parentage.
-static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The leaf the executor moves itself into before it hands the base to the command user, so
 /// that the base is the common ancestor of every migration it makes (cgroup v2 delegation).
 pub const EXECUTOR_LEAF: &str = "executor";
 
-/// Whether commands get job cgroups.
-pub fn cgroups_usable() -> bool {
-    cgroup_base().is_some() && !UNUSABLE.load(Ordering::Relaxed)
+/// One launcher's job cgroups: its base (found the first time it is asked for), the names it
+/// hands out, whether the command user could be given them, and the pool that reuses empty
+/// ones so that a spawn neither creates nor removes a cgroup. Two launchers in one process
+/// have two of these, with bases of different names, and never see each other's cgroups.
+#[derive(Debug)]
+pub struct JobCgroups {
+    /// The base's directory name beside the executor's own cgroup (`iii-shell-<pid>`).
+    name: String,
+    clone3: Arc<Clone3>,
+    base: OnceLock<Option<CgroupBase>>,
+    next: AtomicU64,
+    /// Set when the job cgroups could not be handed to the command user: jobs then run
+    /// without a cgroup, and process-tree kill falls back to sessions and parentage.
+    unusable: AtomicBool,
+    /// Empty job cgroups kept for the next commands.
+    pool: Mutex<Vec<JobCgroup>>,
 }
 
-/// Before the executor leaves root: moves itself into `<base>/executor` and hands the base
-/// (directory, `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads`) and that leaf to
-/// `uid:gid`, the way systemd delegates a subtree. If any step fails, job cgroups are turned
-/// off (logged; `doctor` shows it).
-pub fn hand_cgroup_base_to(uid: u32, gid: u32) {
-    let Some(base) = cgroup_base() else { return };
-    let leaf = base.dir.join(EXECUTOR_LEAF);
-    let r = (|| -> std::io::Result<()> {
-        match std::fs::create_dir(&leaf) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
+impl JobCgroups {
+    /// Job cgroups under a base called `name` (see [`JobCgroups::default_name`]); clone3 is
+    /// checked against it, and switched off in `clone3` when a child it starts there dies.
+    pub fn new(name: impl Into<String>, clone3: Arc<Clone3>) -> Arc<JobCgroups> {
+        Arc::new(JobCgroups {
+            name: name.into(),
+            clone3,
+            base: OnceLock::new(),
+            next: AtomicU64::new(1),
+            unusable: AtomicBool::new(false),
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// None at all: every job runs without a cgroup (tracked by session and parentage).
+    pub fn none(clone3: Arc<Clone3>) -> Arc<JobCgroups> {
+        let cgroups = Self::new(String::new(), clone3);
+        let _ = cgroups.base.set(None);
+        cgroups
+    }
+
+    /// The executor's base name, `iii-shell-<pid>`: the one the supervisor and the next
+    /// executor's sweep look for.
+    pub fn default_name() -> String {
+        format!("iii-shell-{}", std::process::id())
+    }
+
+    /// Where job cgroups are created, if anywhere (found, and made, the first time).
+    pub fn base(&self) -> Option<&CgroupBase> {
+        self.base
+            .get_or_init(|| detect_cgroup_base(&self.name, &self.clone3))
+            .as_ref()
+    }
+
+    /// Whether commands get job cgroups.
+    pub fn usable(&self) -> bool {
+        self.base().is_some() && !self.unusable.load(Ordering::Relaxed)
+    }
+
+    /// Before the executor leaves root: moves itself into `<base>/executor` and hands the
+    /// base (directory, `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads`) and that
+    /// leaf to `uid:gid`, the way systemd delegates a subtree. If any step fails, job cgroups
+    /// are turned off (logged; `doctor` shows it).
+    pub fn hand_to(&self, uid: u32, gid: u32) {
+        let Some(base) = self.base() else { return };
+        if let Err(e) = hand_base_to(base, uid, gid) {
+            self.unusable.store(true, Ordering::Relaxed);
+            tracing::warn!(error = %e, path = %base.dir.display(), "cannot hand the job cgroups to the command user: commands run without job cgroups and a kill falls back to sessions and parentage; delegate a writable cgroup v2 subtree to the executor (systemd Delegate=yes)");
         }
-        std::fs::write(leaf.join("cgroup.procs"), "0")?;
-        let owner = (
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(gid)),
-        );
-        for p in [
-            base.dir.clone(),
-            base.dir.join("cgroup.procs"),
-            base.dir.join("cgroup.subtree_control"),
-            base.dir.join("cgroup.threads"),
-            leaf.clone(),
-            leaf.join("cgroup.procs"),
-            leaf.join("cgroup.threads"),
-        ] {
-            nix::unistd::chown(&p, owner.0, owner.1).map_err(std::io::Error::from)?;
+    }
+
+    /// An empty job cgroup: one from the pool, or a new one.
+    pub fn take(self: &Arc<Self>) -> Option<JobCgroup> {
+        while let Some(cg) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
+            if !cg.twin_gone() {
+                return Some(cg);
+            }
+            // Its twin went while it was pooled: a child started here could not join it.
+            cg.remove();
         }
+        self.create()
+    }
+
+    /// An empty job cgroup with `limits` in force. A cgroup whose limits cannot be written
+    /// is not used (removed), so a job never runs under another policy's limits.
+    pub fn take_for(self: &Arc<Self>, limits: JobLimits) -> Option<JobCgroup> {
+        for _ in 0..2 {
+            let mut cg = self.take()?;
+            if cg.apply_limits(limits).is_ok() {
+                return Some(cg);
+            }
+            cg.retire();
+            let _ = cg.recycle();
+        }
+        None
+    }
+
+    /// Creates a new job cgroup and opens what a spawn needs to start a child in it.
+    pub fn create(self: &Arc<Self>) -> Option<JobCgroup> {
+        if self.unusable.load(Ordering::Relaxed) {
+            return None;
+        }
+        let base = self.base()?;
+        let name = format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        JobCgroup::create_in(base, &name, Arc::downgrade(self))
+    }
+
+    /// Kills every job cgroup and removes the base (executor shutdown).
+    pub fn kill_all(&self) {
+        let Some(base) = self.base() else { return };
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.clear();
+        }
+        if let Ok(rd) = std::fs::read_dir(&base.dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() && e.file_name() != EXECUTOR_LEAF {
+                    let _ = std::fs::write(p.join("cgroup.kill"), "1");
+                    remove_when_empty(&p);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&base.dir);
         if let Some(v1) = &base.pids_v1 {
-            crate::pids_v1::hand_base_to(v1, uid, gid)?;
+            crate::pids_v1::remove_base(v1);
         }
-        Ok(())
-    })();
-    if let Err(e) = r {
-        UNUSABLE.store(true, Ordering::Relaxed);
-        tracing::warn!(error = %e, path = %base.dir.display(), "cannot hand the job cgroups to the command user: commands run without job cgroups and a kill falls back to sessions and parentage; delegate a writable cgroup v2 subtree to the executor (systemd Delegate=yes)");
+    }
+
+    /// Keeps an empty cgroup for the next job; gives it back when the pool is full.
+    fn keep(&self, cg: JobCgroup) -> Result<(), JobCgroup> {
+        match self.pool.lock() {
+            Ok(mut pool) if pool.len() < POOL_MAX => {
+                pool.push(cg);
+                Ok(())
+            }
+            _ => Err(cg),
+        }
     }
 }
 
-/// Empty job cgroups kept for the next commands, so a spawn neither creates nor removes one.
-static POOL: Mutex<Vec<JobCgroup>> = Mutex::new(Vec::new());
+/// [`JobCgroups::hand_to`]'s steps.
+fn hand_base_to(base: &CgroupBase, uid: u32, gid: u32) -> std::io::Result<()> {
+    let leaf = base.dir.join(EXECUTOR_LEAF);
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::write(leaf.join("cgroup.procs"), "0")?;
+    let owner = (
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    );
+    for p in [
+        base.dir.clone(),
+        base.dir.join("cgroup.procs"),
+        base.dir.join("cgroup.subtree_control"),
+        base.dir.join("cgroup.threads"),
+        leaf.clone(),
+        leaf.join("cgroup.procs"),
+        leaf.join("cgroup.threads"),
+    ] {
+        nix::unistd::chown(&p, owner.0, owner.1).map_err(std::io::Error::from)?;
+    }
+    if let Some(v1) = &base.pids_v1 {
+        crate::pids_v1::hand_base_to(v1, uid, gid)?;
+    }
+    Ok(())
+}
+
 /// How many empty job cgroups are kept; beyond that they are removed.
 const POOL_MAX: usize = 8;
 
@@ -300,45 +322,24 @@ pub struct JobCgroup {
     /// the child when they differ, so a once-killed cgroup would kill every later command.
     killed: std::sync::atomic::AtomicBool,
     /// The limits last written into it (None: none written yet). A pooled cgroup is reused
-    /// under whatever policy is in force then, so [`JobCgroup::take_for`] rewrites them when
+    /// under whatever policy is in force then, so [`JobCgroups::take_for`] rewrites them when
     /// they differ.
     limits: Option<JobLimits>,
     /// Its twin in the cgroup v1 `pids` hierarchy, where `pids.max` comes from there.
     pids_v1: Option<crate::pids_v1::PidsJob>,
+    /// Which limits its base offers (`pids.max`, `memory.max`).
+    pids: bool,
+    memory: bool,
+    /// The job cgroups it came from, whose pool it goes back to (none once they are gone).
+    owner: Weak<JobCgroups>,
 }
 
 impl JobCgroup {
-    /// An empty job cgroup: one from the pool, or a new one.
-    pub fn take() -> Option<JobCgroup> {
-        while let Some(cg) = POOL.lock().ok().and_then(|mut p| p.pop()) {
-            if !cg.twin_gone() {
-                return Some(cg);
-            }
-            // Its twin went while it was pooled: a child started here could not join it.
-            cg.remove();
-        }
-        Self::create()
-    }
-
     /// Its cgroup v1 `pids` twin was removed behind our back (another executor's sweep of
     /// what it took for a dead one's base): every child started here would fail to join it
     /// (ENODEV), so the cgroup is not reused.
     fn twin_gone(&self) -> bool {
         self.pids_v1.as_ref().is_some_and(|t| !t.dir.exists())
-    }
-
-    /// An empty job cgroup with `limits` in force. A cgroup whose limits cannot be written
-    /// is not used (removed), so a job never runs under another policy's limits.
-    pub fn take_for(limits: JobLimits) -> Option<JobCgroup> {
-        for _ in 0..2 {
-            let mut cg = Self::take()?;
-            if cg.apply_limits(limits).is_ok() {
-                return Some(cg);
-            }
-            cg.retire();
-            let _ = cg.recycle();
-        }
-        None
     }
 
     /// Writes `limits` where they differ from what the cgroup has, for the controllers the
@@ -347,7 +348,7 @@ impl JobCgroup {
         if self.limits == Some(limits) {
             return Ok(());
         }
-        let (pids, memory) = cgroup_base().map_or((false, false), |b| (b.pids, b.memory));
+        let (pids, memory) = (self.pids, self.memory);
         let old = self.limits;
         if pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
             match &self.pids_v1 {
@@ -362,20 +363,16 @@ impl JobCgroup {
         Ok(())
     }
 
-    /// Creates a new job cgroup and opens what a spawn needs to start a child in it.
-    pub fn create() -> Option<JobCgroup> {
-        if UNUSABLE.load(Ordering::Relaxed) {
-            return None;
-        }
-        let base = cgroup_base()?;
-        let name = format!("job-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        let dir = base.dir.join(&name);
+    /// Creates the job cgroup `name` under `base` and opens what a spawn needs to start a
+    /// child in it.
+    fn create_in(base: &CgroupBase, name: &str, owner: Weak<JobCgroups>) -> Option<JobCgroup> {
+        let dir = base.dir.join(name);
         std::fs::create_dir(&dir).ok()?;
         // The twin first: a job whose pids.max cannot be had gets no cgroup at all, so that
         // it never runs under a limit `doctor` claims and the kernel does not apply.
         let pids_v1 = match &base.pids_v1 {
             None => None,
-            Some(v1) => match crate::pids_v1::PidsJob::create(v1, &name) {
+            Some(v1) => match crate::pids_v1::PidsJob::create(v1, name) {
                 Ok(twin) => Some(twin),
                 Err(e) => {
                     tracing::warn!(error = %e, path = %v1.display(), "cannot make a job's twin in the cgroup v1 pids hierarchy; the command runs without a job cgroup");
@@ -403,6 +400,9 @@ impl JobCgroup {
                 killed: std::sync::atomic::AtomicBool::new(false),
                 limits: None,
                 pids_v1,
+                pids: base.pids,
+                memory: base.memory,
+                owner,
             }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
@@ -503,35 +503,14 @@ impl JobCgroup {
             self.remove();
             return Ok(());
         }
-        if let Ok(mut pool) = POOL.lock() {
-            if pool.len() < POOL_MAX {
-                pool.push(self);
-                return Ok(());
-            }
+        let rest = match self.owner.upgrade() {
+            Some(owner) => owner.keep(self),
+            None => Err(self),
+        };
+        if let Err(cg) = rest {
+            cg.remove();
         }
-        self.remove();
         Ok(())
-    }
-}
-
-/// Kills every job cgroup and removes the base (executor shutdown).
-pub fn kill_all_cgroups() {
-    let Some(base) = cgroup_base() else { return };
-    if let Ok(mut pool) = POOL.lock() {
-        pool.clear();
-    }
-    if let Ok(rd) = std::fs::read_dir(&base.dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() && e.file_name() != EXECUTOR_LEAF {
-                let _ = std::fs::write(p.join("cgroup.kill"), "1");
-                remove_when_empty(&p);
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(&base.dir);
-    if let Some(v1) = &base.pids_v1 {
-        crate::pids_v1::remove_base(v1);
     }
 }
 
@@ -548,50 +527,45 @@ fn remove_when_empty(p: &Path) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn sweep_removes_bases_of_dead_executors_only() {
-        let dir = tempfile::tempdir().unwrap();
-        // A pid that cannot exist (above pid_max) and one that always does (init).
-        let dead = dir.path().join("iii-shell-4294967294");
-        let live = dir.path().join("iii-shell-1");
-        let other = dir.path().join("not-ours-4294967294");
-        std::fs::create_dir_all(dead.join("job-1")).unwrap();
-        std::fs::create_dir_all(&live).unwrap();
-        std::fs::create_dir_all(&other).unwrap();
-        sweep_stale_bases(dir.path());
-        assert!(!dead.exists(), "a dead executor's base is swept");
-        assert!(live.exists(), "a live executor's base is kept");
-        assert!(
-            other.exists(),
-            "directories that are not ours are left alone"
-        );
+    /// Job cgroups of a test's own, under a base of its own name (removed by the caller's
+    /// `kill_all`).
+    fn job_cgroups(test: &str) -> Arc<JobCgroups> {
+        JobCgroups::new(
+            format!("{}-{test}", JobCgroups::default_name()),
+            Arc::new(Clone3::default()),
+        )
     }
 
     /// A job cgroup removed behind our back takes its v1 `pids` twin with it when it is
     /// given back: the twin is not left behind until the executor exits.
     #[test]
     fn a_removed_cgroup_given_back_leaves_no_v1_twin() {
-        if cgroup_base().is_none_or(|b| b.pids_v1.is_none()) {
+        let cgroups = job_cgroups("v1-twin-left");
+        if cgroups.base().is_none_or(|b| b.pids_v1.is_none()) {
+            cgroups.kill_all();
             iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
             return;
         }
-        let cg = JobCgroup::create().expect("a job cgroup");
+        let cg = cgroups.create().expect("a job cgroup");
         let twin = cg.pids_v1.as_ref().expect("a v1 twin").dir.clone();
         assert!(twin.is_dir());
         std::fs::remove_dir(&cg.dir).unwrap();
         assert!(cg.recycle().is_ok());
         assert!(!twin.exists(), "{} was left behind", twin.display());
+        cgroups.kill_all();
     }
 
     /// A job cgroup whose v1 `pids` twin was removed behind our back (another executor's
     /// sweep, say) is not pooled: every child started in it would fail to join the twin.
     #[test]
     fn a_cgroup_whose_v1_twin_is_gone_is_not_pooled() {
-        if cgroup_base().is_none_or(|b| b.pids_v1.is_none()) {
+        let cgroups = job_cgroups("v1-twin-gone");
+        if cgroups.base().is_none_or(|b| b.pids_v1.is_none()) {
+            cgroups.kill_all();
             iii_shell_confine::requirement::unmet("no cgroup v1 pids hierarchy here");
             return;
         }
-        let cg = JobCgroup::create().expect("a job cgroup");
+        let cg = cgroups.create().expect("a job cgroup");
         let dir = cg.dir.clone();
         std::fs::remove_dir(&cg.pids_v1.as_ref().expect("a v1 twin").dir).unwrap();
         // What a command started in it gets.
@@ -599,30 +573,29 @@ mod tests {
             "/bin/true",
             &["true".to_string()],
             Vec::<(String, String)>::new(),
-            crate::spawn::dev_null().unwrap(),
-            crate::spawn::dev_null().unwrap(),
-            crate::spawn::dev_null().unwrap(),
+            crate::spawn::open_dev_null().unwrap(),
+            crate::spawn::open_dev_null().unwrap(),
+            crate::spawn::open_dev_null().unwrap(),
         )
         .unwrap();
         plan.cgroup = Some(cg.target());
-        let err = crate::spawn::spawn(&plan).expect_err("no twin to join");
+        let err = crate::spawn::spawn(&plan, &cgroups.clone3).expect_err("no twin to join");
         assert_eq!(err.raw_os_error(), Some(libc::ENODEV), "{err}");
         drop(plan);
         assert!(cg.recycle().is_ok());
         assert!(
-            !POOL.lock().unwrap().iter().any(|c| c.dir == dir),
+            !cgroups.pool.lock().unwrap().iter().any(|c| c.dir == dir),
             "a cgroup without its twin went back to the pool"
         );
         assert!(!dir.exists(), "{} was left behind", dir.display());
 
-        // Its twin goes while it is pooled: take() does not hand it out. (Other tests share
-        // the pool, so everything pooled is taken, then given back.)
-        let cg = JobCgroup::create().expect("a job cgroup");
+        // Its twin goes while it is pooled: take() does not hand it out.
+        let cg = cgroups.create().expect("a job cgroup");
         let (dir, twin) = (cg.dir.clone(), cg.pids_v1.as_ref().unwrap().dir.clone());
-        POOL.lock().unwrap().push(cg);
+        cgroups.pool.lock().unwrap().push(cg);
         std::fs::remove_dir(&twin).unwrap();
-        let pooled = POOL.lock().unwrap().len();
-        let taken: Vec<JobCgroup> = (0..pooled).filter_map(|_| JobCgroup::take()).collect();
+        let pooled = cgroups.pool.lock().unwrap().len();
+        let taken: Vec<JobCgroup> = (0..pooled).filter_map(|_| cgroups.take()).collect();
         assert!(
             taken.iter().all(|c| c.dir != dir),
             "handed out without its twin"
@@ -631,15 +604,17 @@ mod tests {
         for c in taken {
             let _ = c.recycle();
         }
+        cgroups.kill_all();
     }
 
     #[test]
     fn occupancy_follows_cgroup_events_and_a_removed_cgroup_is_not_pooled() {
-        if cgroup_base().is_none() {
+        let cgroups = job_cgroups("occupancy");
+        if cgroups.base().is_none() {
             iii_shell_confine::requirement::unmet("no writable cgroup v2 hierarchy here");
             return;
         }
-        let cg = JobCgroup::create().expect("a job cgroup");
+        let cg = cgroups.create().expect("a job cgroup");
         assert_eq!(cg.occupancy(), Occupancy::Empty);
 
         let mut child = std::process::Command::new("sleep")
@@ -664,8 +639,9 @@ mod tests {
         assert!(cg.is_empty());
         assert!(cg.recycle().is_ok());
         assert!(
-            !POOL.lock().unwrap().iter().any(|c| c.dir == dir),
+            !cgroups.pool.lock().unwrap().iter().any(|c| c.dir == dir),
             "a removed cgroup went back to the pool"
         );
+        cgroups.kill_all();
     }
 }

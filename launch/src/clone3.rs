@@ -4,12 +4,12 @@
 //! call is made by a small per-architecture trampoline: the parent gets the pid back, the
 //! child (which resumes at the same instruction with the new stack pointer) calls the given
 //! function and exits with its result. Only x86_64 has a trampoline today; elsewhere, and on
-//! kernels without clone3 or `CLONE_INTO_CGROUP` (before 5.7), [`available`] turns false and
+//! kernels without clone3 or `CLONE_INTO_CGROUP` (before 5.7), [`Clone3::available`] turns false and
 //! the spawn path falls back to `clone` plus a write to `cgroup.procs`.
 
 use std::ffi::c_void;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// The child's entry point: receives the spawn context, never returns in practice.
 pub type ChildFn = extern "C" fn(*mut c_void) -> libc::c_int;
@@ -33,34 +33,57 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-static UNAVAILABLE: AtomicBool = AtomicBool::new(!cfg!(target_arch = "x86_64"));
-
-/// Whether clone3 with `CLONE_INTO_CGROUP` is worth trying.
-pub fn available() -> bool {
-    !UNAVAILABLE.load(Ordering::Relaxed)
-}
-
 /// Consecutive failures of other kinds after which clone3 is switched off too.
 const MAX_FAILURES: u32 = 3;
-static FAILURES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// Records a failed attempt. Errors that mean "this kernel or filter has no clone3 with
-/// `CLONE_INTO_CGROUP`" switch it off for the life of the process at once; others (a cgroup
-/// being removed, a permission problem) after [`MAX_FAILURES`] in a row, so spawns do not keep
-/// paying for a clone3 that fails before their fallback.
-pub fn note_failure(e: &std::io::Error) {
-    let fatal = matches!(
-        e.raw_os_error(),
-        Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
-    );
-    if fatal || FAILURES.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_FAILURES {
-        disable(&e.to_string());
+/// Whether clone3 with `CLONE_INTO_CGROUP` is worth trying, for one launcher: off where there
+/// is no trampoline, and switched off for good by the failures [`Clone3::note_failure`] counts.
+#[derive(Debug)]
+pub struct Clone3 {
+    unavailable: AtomicBool,
+    failures: AtomicU32,
+}
+
+impl Default for Clone3 {
+    fn default() -> Self {
+        Clone3 {
+            unavailable: AtomicBool::new(!cfg!(target_arch = "x86_64")),
+            failures: AtomicU32::new(0),
+        }
     }
 }
 
-/// Records a successful attempt.
-pub fn note_success() {
-    FAILURES.store(0, Ordering::Relaxed);
+impl Clone3 {
+    /// Whether clone3 with `CLONE_INTO_CGROUP` is worth trying.
+    pub fn available(&self) -> bool {
+        !self.unavailable.load(Ordering::Relaxed)
+    }
+
+    /// Records a failed attempt. Errors that mean "this kernel or filter has no clone3 with
+    /// `CLONE_INTO_CGROUP`" switch it off for the life of the launcher at once; others (a
+    /// cgroup being removed, a permission problem) after [`MAX_FAILURES`] in a row, so spawns
+    /// do not keep paying for a clone3 that fails before their fallback.
+    pub fn note_failure(&self, e: &std::io::Error) {
+        let fatal = matches!(
+            e.raw_os_error(),
+            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
+        );
+        if fatal || self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_FAILURES {
+            self.disable(&e.to_string());
+        }
+    }
+
+    /// Records a successful attempt.
+    pub fn note_success(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+    }
+
+    /// Switches clone3 off for the life of the launcher.
+    pub fn disable(&self, why: &str) {
+        if !self.unavailable.swap(true, Ordering::Relaxed) {
+            tracing::warn!("clone3(CLONE_INTO_CGROUP) disabled: {why}; children join their job cgroup by writing cgroup.procs (slower)");
+        }
+    }
 }
 
 /// The two 64-bit values the trampoline passes in clone3's unused argument registers (rdx and
@@ -68,21 +91,14 @@ pub fn note_success() {
 /// clone3 only with these values *and* from the trampoline's address, so a command that
 /// guessed the (randomized) address still has 128 bits to guess; it cannot read them (the
 /// executor is not dumpable, commands hold no capabilities, and a filter's program is not
-/// readable without CAP_SYS_ADMIN).
+/// readable without CAP_SYS_ADMIN). Kept with what the process's filter holds
+/// (`iii_shell_confine::seccomp::PROCESS`): the filter is the process's, not a launcher's.
 pub fn secret() -> [u64; 2] {
-    static SECRET: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
-    *SECRET.get_or_init(|| {
+    iii_shell_confine::seccomp::PROCESS.clone3_secret(|| {
         // No kernel randomness (pre-3.17 kernels, no /dev/urandom): the address check still
         // holds.
         [getrandom::u64().unwrap_or(0), getrandom::u64().unwrap_or(0)]
     })
-}
-
-/// Switches clone3 off for the life of the process.
-pub fn disable(why: &str) {
-    if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
-        tracing::warn!("clone3(CLONE_INTO_CGROUP) disabled: {why}; children join their job cgroup by writing cgroup.procs (slower)");
-    }
 }
 
 /// Starts a child inside `cgroup_dir` that exits at once with status 0, and checks that it
@@ -117,8 +133,8 @@ pub fn self_test(cgroup_dir: RawFd) -> Result<(), String> {
     };
     // SAFETY: CLONE_PIDFD stored a fresh descriptor that only we own.
     let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
-    match crate::reaper::try_reap_blocking(&pidfd) {
-        Ok(crate::reaper::ExitStatus::Exited(0)) => Ok(()),
+    match crate::wait::try_reap_blocking(&pidfd) {
+        Ok(crate::wait::ExitStatus::Exited(0)) => Ok(()),
         Ok(other) => Err(format!(
             "a test child (pid {pid}) created in a job cgroup ended with {other:?}"
         )),

@@ -1,21 +1,28 @@
 //! The launcher: turns a prepared, validated command into a confined, supervised process
 //! tree. The executor decides what runs (its policy, its jail, `prepare.rs`); this crate
-//! starts it and looks after it.
+//! starts it and looks after it, through one owner object, [`Launcher`].
 //!
-//! * [`child`]: the one child routine, what a new process does between its clone and
-//!   `execve` (raw system calls only, no allocation).
-//! * [`spawn`]: the clone (`CLONE_VM | CLONE_VFORK | CLONE_PIDFD`), and [`clone3`], which
-//!   starts a child inside its job cgroup; [`prestarted`], processes set up ahead of a call.
-//! * [`run_as`]: the user commands act as, and the executor's switch to it.
-//! * [`cgroups`] and [`pids_v1`]: the job groups; [`process_limits`]: which limits bind.
-//! * [`reaper`], [`tree`] and [`procfs`]: reaping, and killing a job's whole tree.
+//! The layers go one way (each module imports only from the layers before it):
+//!
+//! 1. plan: [`plan`], what a spawn is given (C strings, descriptors, the cgroup target, the
+//!    child's confinement), plain data; [`wait`], a child's end through its pidfd;
+//!    [`procfs`], `/proc` reads; [`process_limits`], which limits bind (pure).
+//! 2. child: [`child`], the one child routine, what a new process does between its clone
+//!    and `execve` (raw system calls only, no allocation).
+//! 3. spawn: [`clone3`], a child started inside its job cgroup; [`spawn`], the clone.
+//! 4. supervise: the job groups ([`bases`], [`pids_v1`], [`cgroups`]), [`reaper`] (orphans
+//!    and job roots), [`tree`] (a job's whole tree killed), [`prestarted`] (processes set
+//!    up ahead of a call), [`run_as`] (the command user), and [`launcher`], which owns them.
 //!
 //! It depends on `confine`, `policy` and `protocol` only: never on the executor.
 
+pub mod bases;
 pub mod cgroups;
 pub mod child;
 pub mod clone3;
+pub mod launcher;
 pub mod pids_v1;
+pub mod plan;
 pub mod prestarted;
 pub mod process_limits;
 pub mod procfs;
@@ -23,3 +30,6 @@ pub mod reaper;
 pub mod run_as;
 pub mod spawn;
 pub mod tree;
+pub mod wait;
+
+pub use launcher::{Launcher, Settings};

@@ -76,13 +76,14 @@ pub fn own() -> Option<PathBuf> {
     own_dir(&mountinfo, &cgroup)
 }
 
-/// Makes this executor's base in the v1 `pids` hierarchy, after removing the bases of
-/// executors that are gone (their processes were killed through their v2 twins first).
-pub fn create_base() -> Result<PathBuf, String> {
+/// Makes a launcher's base `name` (its v2 base's name) in the v1 `pids` hierarchy, after
+/// removing the bases of executors that are gone (their processes were killed through their
+/// v2 twins first).
+pub fn create_base(name: &str) -> Result<PathBuf, String> {
     let parent = own().ok_or("no cgroup v1 pids hierarchy")?;
     sweep_stale(&parent);
-    let dir = parent.join(base_name(std::process::id()));
-    // An earlier process's with our pid (see `cgroups::detect_cgroup_base`): its twins'
+    let dir = parent.join(name);
+    // An earlier process's with our name (see `cgroups::detect_cgroup_base`): its twins'
     // processes went with its v2 base, so only empty directories are left to remove.
     if dir.is_dir() {
         remove_base(&dir);
@@ -108,14 +109,14 @@ pub fn remove_base_of(pid: u32) {
 
 /// Removes the bases of executors that no longer run.
 pub fn sweep_stale(parent: &Path) {
-    for base in crate::cgroups::stale_bases(parent) {
+    for base in crate::bases::stale_bases(parent) {
         remove_base(&base);
     }
 }
 
 /// Removes a base: its job twins, then itself (a cgroup with processes stays).
 pub fn remove_base(base: &Path) {
-    crate::cgroups::remove_empty_base(base);
+    crate::bases::remove_empty_base(base);
 }
 
 /// Hands the base to the command user, so that an executor running as it can make job

@@ -32,12 +32,15 @@
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use crate::cgroups::JobCgroup;
+use crate::cgroups::{JobCgroup, JobCgroups, JobLimits};
 use crate::child::{self, sys};
+use crate::clone3::Clone3;
+use crate::plan::{ChildConfinement, ExecImage};
 use crate::reaper::ROOTS;
-use crate::spawn::{dev_null, pipe, ChildConfinement, ExecImage};
+use crate::spawn::{pipe, DevNull};
 
 const SETUP: u32 = 0;
 const READY: u32 = 1;
@@ -114,35 +117,50 @@ impl std::fmt::Debug for Prestarted {
     }
 }
 
-static OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether pre-started commands are used at all.
-pub fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        cfg!(target_arch = "x86_64")
-            && std::env::var("III_SHELL_PRESTART").map_or(true, |v| v.trim() != "0")
-    }) && !OFF.load(Ordering::Relaxed)
-        && crate::clone3::available()
+/// Whether a launcher pre-starts command processes: where the trampoline exists (x86_64),
+/// unless `III_SHELL_PRESTART=0` (read once, when the launcher is made) or `executor
+/// --no-prestart` ([`Prestart::disable`]) turned it off, and while clone3 works.
+#[derive(Debug)]
+pub struct Prestart {
+    /// This architecture has the clone3 trampoline.
+    supported: bool,
+    /// `III_SHELL_PRESTART=0`.
+    env_off: bool,
+    /// Switched off by the operator.
+    off: AtomicBool,
 }
 
-/// `on`, `off` (switched off by the operator) or `unavailable` (no clone3 with
-/// `CLONE_INTO_CGROUP` here, or no job cgroups), for `doctor`.
-pub fn availability() -> &'static str {
-    if enabled() && crate::cgroups::cgroup_base().is_some() {
-        "on"
-    } else if OFF.load(Ordering::Relaxed)
-        || std::env::var("III_SHELL_PRESTART").is_ok_and(|v| v.trim() == "0")
-    {
-        "off"
-    } else {
-        "unavailable"
+impl Prestart {
+    /// As the environment says (`III_SHELL_PRESTART`).
+    pub fn from_env() -> Prestart {
+        Prestart {
+            supported: cfg!(target_arch = "x86_64"),
+            env_off: std::env::var("III_SHELL_PRESTART").is_ok_and(|v| v.trim() == "0"),
+            off: AtomicBool::new(false),
+        }
     }
-}
 
-/// Turns pre-started commands off for the life of the process (`executor --no-prestart`).
-pub fn disable() {
-    OFF.store(true, Ordering::Relaxed);
+    /// Whether pre-started commands are used at all.
+    pub fn enabled(&self, clone3: &Clone3) -> bool {
+        self.supported && !self.env_off && !self.off.load(Ordering::Relaxed) && clone3.available()
+    }
+
+    /// `on`, `off` (switched off by the operator) or `unavailable` (no clone3 with
+    /// `CLONE_INTO_CGROUP` here, or no job cgroups), for `doctor`.
+    pub fn availability(&self, clone3: &Clone3, cgroups: &JobCgroups) -> &'static str {
+        if self.enabled(clone3) && cgroups.base().is_some() {
+            "on"
+        } else if self.off.load(Ordering::Relaxed) || self.env_off {
+            "off"
+        } else {
+            "unavailable"
+        }
+    }
+
+    /// Turns pre-started commands off for the life of the launcher (`executor --no-prestart`).
+    pub fn disable(&self) {
+        self.off.store(true, Ordering::Relaxed);
+    }
 }
 
 /// See [`Prestarted::state`].
@@ -239,17 +257,24 @@ impl Block {
 impl Prestarted {
     /// Starts a child that confines itself with `confinement` inside a job cgroup of its own
     /// and waits for a command.
+    ///
+    /// The cgroup comes from `cgroups`, clone3's state is `clone3`'s, and its stdin
+    /// `/dev/null` a duplicate of `null`: the launcher's (see `Launcher::prestart`).
     pub fn start(
+        cgroups: &Arc<JobCgroups>,
+        clone3: &Clone3,
+        null: &DevNull,
         confinement: &ChildConfinement,
-        limits: crate::cgroups::JobLimits,
+        limits: JobLimits,
     ) -> std::io::Result<Prestarted> {
-        if !enabled() {
+        if !clone3.available() {
             return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
         }
-        let cgroup =
-            JobCgroup::take_for(limits).ok_or_else(|| std::io::Error::other("no job cgroup"))?;
+        let cgroup = cgroups
+            .take_for(limits)
+            .ok_or_else(|| std::io::Error::other("no job cgroup"))?;
         // The output pipes and /dev/null, made now so that a call does not have to.
-        let stdio = (|| Ok::<_, std::io::Error>((pipe()?, pipe()?, dev_null()?)))();
+        let stdio = (|| Ok::<_, std::io::Error>((pipe()?, pipe()?, null.open()?)))();
         let ((out_r, out_w), (err_r, err_w), null) = match stdio {
             Ok(fds) => fds,
             Err(e) => {
@@ -359,11 +384,11 @@ impl Prestarted {
         drop((theirs, null, out_w, err_w));
         let pid = match started {
             Ok(pid) => {
-                crate::clone3::note_success();
+                clone3.note_success();
                 pid
             }
             Err(e) => {
-                crate::clone3::note_failure(&e);
+                clone3.note_failure(&e);
                 let _ = cgroup.recycle();
                 return Err(e);
             }
@@ -397,7 +422,7 @@ impl Prestarted {
         let alive = self
             .pidfd
             .as_ref()
-            .is_some_and(|fd| matches!(crate::reaper::try_reap_peek(fd), Ok(false)));
+            .is_some_and(|fd| matches!(crate::wait::try_reap_peek(fd), Ok(false)));
         match self.block.state.load(Ordering::Acquire) {
             _ if !alive => State::Dead,
             READY => State::Ready,
@@ -529,7 +554,7 @@ impl Drop for Prestarted {
                 0u32,
             );
         }
-        let reaped = crate::reaper::try_reap_blocking(&pidfd).is_ok();
+        let reaped = crate::wait::try_reap_blocking(&pidfd).is_ok();
         if let Ok(mut roots) = ROOTS.lock() {
             roots.retain(|&p| p != self.pid);
         }

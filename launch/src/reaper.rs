@@ -3,12 +3,16 @@
 //! are reaped by their own supervisors, through their pidfds ([`reap`], [`try_reap`]);
 //! [`ROOTS`] names them so the orphan reaper leaves them alone.
 
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
 
 use crate::procfs;
 
 /// Pids of job roots, which their own supervisors reap (the orphan reaper leaves them alone).
+///
+/// Process-global, not a launcher's: the kernel hands a child subreaper the orphans of every
+/// job this process started, whichever launcher started it, and SIGCHLD is one per process.
+/// The orphan reaper must know every launcher's roots, or it would reap (and lose the exit
+/// status of) a root another launcher's supervisor is waiting for.
 pub static ROOTS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 /// What [`reap_exited_orphans`] found.
@@ -85,79 +89,10 @@ pub fn reap_orphans() {
 
 pub use iii_shell_confine::become_subreaper;
 
-/// How a child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
-    Exited(i32),
-    Signaled(i32),
-}
-
-impl ExitStatus {
-    pub fn code(self) -> Option<i32> {
-        match self {
-            ExitStatus::Exited(c) => Some(c),
-            ExitStatus::Signaled(_) => None,
-        }
-    }
-}
+use crate::wait::zeroed_siginfo;
+pub use crate::wait::{try_reap, try_reap_blocking, try_reap_peek, ExitStatus};
 
 /// Reaps the child through its pidfd (blocking if it has not exited yet).
 pub fn reap(child: &crate::spawn::Child) -> std::io::Result<ExitStatus> {
     try_reap_blocking(&child.pidfd)
-}
-
-/// Reaps a child through its pidfd, blocking until it has exited.
-pub fn try_reap_blocking(pidfd: &OwnedFd) -> std::io::Result<ExitStatus> {
-    reap_flags(pidfd, 0).map(|s| s.unwrap_or(ExitStatus::Signaled(0)))
-}
-
-/// True when the child has exited (it is left a zombie: nothing is reaped).
-pub fn try_reap_peek(pidfd: &OwnedFd) -> std::io::Result<bool> {
-    reap_flags(pidfd, libc::WNOHANG | libc::WNOWAIT).map(|s| s.is_some())
-}
-
-/// Reaps the child if it has exited; `None` if it is still running.
-pub fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<ExitStatus>> {
-    reap_flags(pidfd, libc::WNOHANG)
-}
-
-/// `waitid(P_PIDFD)` by hand rather than through nix: nix turns the exit of a child killed by
-/// a real-time signal (SIGRTMIN and above, which a command may well be) into an EINVAL error,
-/// after the kernel has already reaped it, so its status would be lost.
-fn reap_flags(pidfd: &OwnedFd, extra: i32) -> std::io::Result<Option<ExitStatus>> {
-    loop {
-        let mut info: libc::siginfo_t = zeroed_siginfo();
-        // SAFETY: waitid writes into `info`, which is a valid, zeroed siginfo_t.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PIDFD,
-                pidfd.as_raw_fd() as libc::id_t,
-                &mut info,
-                // __WALL: a root that never reached execve has no exit signal (a "clone child").
-                libc::WEXITED | libc::__WALL | extra,
-            )
-        };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        // SAFETY: waitid succeeded; si_pid/si_status/si_code are valid for SIGCHLD infos.
-        let (pid, status, code) = unsafe { (info.si_pid(), info.si_status(), info.si_code) };
-        if pid == 0 {
-            return Ok(None);
-        }
-        return Ok(Some(if code == libc::CLD_EXITED {
-            ExitStatus::Exited(status)
-        } else {
-            ExitStatus::Signaled(status)
-        }));
-    }
-}
-
-pub(crate) fn zeroed_siginfo() -> libc::siginfo_t {
-    // SAFETY: siginfo_t is a plain C struct for which all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }

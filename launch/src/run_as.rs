@@ -2,7 +2,7 @@
 //!
 //! The decision is a pure function ([`decide`]) of the worker's uid, whether it is jailed,
 //! the configured `run_as` (already resolved to ids) and the owner of the primary root. The
-//! executor applies it to *itself* once, when its first policy arrives ([`apply`]): its
+//! executor applies it to *itself* once, when its first policy arrives ([`RunAs::apply`]): its
 //! root-only set-up (capability drop, seccomp, job cgroup base) is done by then, so from that
 //! moment fs operations and commands act as the same unprivileged user and file permissions
 //! are one more layer. A later policy that resolves to another user is refused (restart the
@@ -11,7 +11,9 @@
 use std::sync::Mutex;
 
 use iii_shell_policy::sync::lock;
-use iii_shell_protocol::config::{Config, ConfinementMode, RunAs};
+use iii_shell_protocol::config::{Config, ConfinementMode, RunAs as RunAsConfig};
+
+use crate::cgroups::JobCgroups;
 
 /// `nobody`: what commands run as in a jail whose primary root is owned by root.
 pub const NOBODY: u32 = 65534;
@@ -118,16 +120,16 @@ pub fn decide(f: &Facts) -> Result<Decision, String> {
 /// Resolves `confinement.run_as` to (uid, gid): a name through the user database, a bare uid
 /// to that user's primary group when it has an entry (else gid = uid).
 pub fn resolve(run_as: &str) -> Result<(u32, u32), String> {
-    match RunAs::parse(run_as)? {
-        RunAs::Id { uid, gid: Some(gid) } => Ok((uid, gid)),
-        RunAs::Id { uid, gid: None } => {
+    match RunAsConfig::parse(run_as)? {
+        RunAsConfig::Id { uid, gid: Some(gid) } => Ok((uid, gid)),
+        RunAsConfig::Id { uid, gid: None } => {
             let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
                 .ok()
                 .flatten()
                 .map_or(uid, |u| u.gid.as_raw());
             Ok((uid, gid))
         }
-        RunAs::Name(name) => match nix::unistd::User::from_name(&name) {
+        RunAsConfig::Name(name) => match nix::unistd::User::from_name(&name) {
             Ok(Some(u)) => Ok((u.uid.as_raw(), u.gid.as_raw())),
             Ok(None) => Err(format!(
                 "confinement.run_as: user {name:?} does not exist (give uid[:gid] or create the user)"
@@ -217,15 +219,23 @@ pub struct Applied {
     pub warning: Option<String>,
 }
 
-static STATE: Mutex<State> = Mutex::new(State::Unarmed);
+/// A launcher's command user: where the switch to it stands, and the uid commands may never
+/// run as (the executor socket's peer).
+#[derive(Debug)]
+pub struct RunAs {
+    state: Mutex<State>,
+    /// The uid allowed to connect to the executor's socket (`--socket --peer-uid`), if it
+    /// has one.
+    peer_uid: Mutex<Option<u32>>,
+}
 
-/// The uid allowed to connect to the executor's socket (`--socket --peer-uid`), if it has one.
-static PEER_UID: Mutex<Option<u32>> = Mutex::new(None);
-
-/// Records the socket's peer uid: commands may never run as it (Landlock ABI <= 7 cannot stop
-/// a command from connecting to a socket file its uid may open).
-pub fn set_peer_uid(uid: u32) {
-    *lock(&PEER_UID) = Some(uid);
+impl Default for RunAs {
+    fn default() -> Self {
+        RunAs {
+            state: Mutex::new(State::Unarmed),
+            peer_uid: Mutex::new(None),
+        }
+    }
 }
 
 /// What the executor says when commands run as the uid allowed on its socket.
@@ -252,10 +262,13 @@ pub fn peer_check(
     }
 }
 
-/// Refuses a decision whose uid may connect to the executor socket; the warning, if any,
-/// for a root peer and root commands.
-fn not_the_peer(d: Decision, strict: bool) -> Result<(Decision, Option<String>), String> {
-    let peer = *lock(&PEER_UID);
+/// Refuses a decision whose uid may connect to the executor socket (`peer`); the warning, if
+/// any, for a root peer and root commands.
+fn not_the_peer(
+    peer: Option<u32>,
+    d: Decision,
+    strict: bool,
+) -> Result<(Decision, Option<String>), String> {
     let w = peer_check(peer, d.uid, &d.why, strict)?;
     Ok((d, w))
 }
@@ -269,70 +282,80 @@ pub const RETAINED: [caps::Capability; 3] = [
     caps::Capability::CAP_CHOWN,
 ];
 
-/// Called by the executor's start-up (before any thread) when it is root and retained
-/// [`RETAINED`].
-pub fn arm() {
-    *lock(&STATE) = State::Armed;
-}
+impl RunAs {
+    /// Records the socket's peer uid: commands may never run as it (Landlock ABI <= 7 cannot
+    /// stop a command from connecting to a socket file its uid may open).
+    pub fn set_peer_uid(&self, uid: u32) {
+        *lock(&self.peer_uid) = Some(uid);
+    }
 
-/// What was applied, if anything (for doctor).
-pub fn applied() -> Option<Applied> {
-    match &*lock(&STATE) {
-        State::Settled(a) => Some(a.clone()),
-        _ => None,
+    /// Called by the executor's start-up (before any thread) when it is root and retained
+    /// [`RETAINED`].
+    pub fn arm(&self) {
+        *lock(&self.state) = State::Armed;
+    }
+
+    /// What was applied, if anything (for doctor).
+    pub fn applied(&self) -> Option<Applied> {
+        match &*lock(&self.state) {
+            State::Settled(a) => Some(a.clone()),
+            _ => None,
+        }
+    }
+
+    /// Applies the user `config` asks for: the first time, switches this process to it (or,
+    /// for root, drops the retained capabilities), handing `cgroups` to that user; afterwards,
+    /// refuses a config that resolves to another user. Unarmed, it only checks the decision
+    /// can be made (strict refusals hold).
+    pub fn apply(&self, config: &Config, cgroups: &JobCgroups) -> Result<(), String> {
+        let peer = *lock(&self.peer_uid);
+        let mut st = lock(&self.state);
+        match &*st {
+            State::Unarmed => {
+                // SAFETY: getuid/getgid cannot fail.
+                let worker = unsafe { (libc::getuid(), libc::getgid()) };
+                decide(&facts(config, worker)?)?;
+                Ok(())
+            }
+            State::Settled(a) => {
+                let f = facts(config, (0, 0))?;
+                let (d, _) = not_the_peer(peer, decide(&f)?, f.strict)?;
+                if (d.uid, d.gid) != (a.uid, a.gid) {
+                    return Err(format!(
+                        "this policy runs commands as {}:{} ({}), but the executor already runs them as {}:{}; restart the worker to change the command user",
+                        d.uid, d.gid, d.why, a.uid, a.gid
+                    ));
+                }
+                Ok(())
+            }
+            State::Armed => {
+                let f = facts(config, (0, 0))?;
+                let (d, peer_warning) = not_the_peer(peer, decide(&f)?, f.strict)?;
+                let groups = if d.uid == 0 {
+                    Vec::new()
+                } else {
+                    groups_of(d.uid, d.gid)
+                };
+                switch(&d, &groups, cgroups)?;
+                tracing::info!(uid = d.uid, gid = d.gid, groups = ?groups, why = %d.why, "commands act as this user");
+                // Said once, now that it is known to hold: the command user never changes after.
+                for w in d.warning.iter().chain(&peer_warning) {
+                    tracing::warn!("{w}");
+                }
+                *st = State::Settled(Applied {
+                    uid: d.uid,
+                    gid: d.gid,
+                    groups,
+                    why: d.why,
+                    warning: d.warning,
+                });
+                Ok(())
+            }
+        }
     }
 }
 
-/// Applies the user `config` asks for: the first time, switches this process to it (or, for
-/// root, drops the retained capabilities); afterwards, refuses a config that resolves to
-/// another user. Unarmed, it only checks the decision can be made (strict refusals hold).
-pub fn apply(config: &Config) -> Result<(), String> {
-    let mut st = lock(&STATE);
-    match &*st {
-        State::Unarmed => {
-            // SAFETY: getuid/getgid cannot fail.
-            let worker = unsafe { (libc::getuid(), libc::getgid()) };
-            decide(&facts(config, worker)?)?;
-            Ok(())
-        }
-        State::Settled(a) => {
-            let f = facts(config, (0, 0))?;
-            let (d, _) = not_the_peer(decide(&f)?, f.strict)?;
-            if (d.uid, d.gid) != (a.uid, a.gid) {
-                return Err(format!(
-                    "this policy runs commands as {}:{} ({}), but the executor already runs them as {}:{}; restart the worker to change the command user",
-                    d.uid, d.gid, d.why, a.uid, a.gid
-                ));
-            }
-            Ok(())
-        }
-        State::Armed => {
-            let f = facts(config, (0, 0))?;
-            let (d, peer_warning) = not_the_peer(decide(&f)?, f.strict)?;
-            let groups = if d.uid == 0 {
-                Vec::new()
-            } else {
-                groups_of(d.uid, d.gid)
-            };
-            switch(&d, &groups)?;
-            tracing::info!(uid = d.uid, gid = d.gid, groups = ?groups, why = %d.why, "commands act as this user");
-            // Said once, now that it is known to hold: the command user never changes after.
-            for w in d.warning.iter().chain(&peer_warning) {
-                tracing::warn!("{w}");
-            }
-            *st = State::Settled(Applied {
-                uid: d.uid,
-                gid: d.gid,
-                groups,
-                why: d.why,
-                warning: d.warning,
-            });
-            Ok(())
-        }
-    }
-}
-
-fn switch(d: &Decision, groups: &[u32]) -> Result<(), String> {
+fn switch(d: &Decision, groups: &[u32], cgroups: &JobCgroups) -> Result<(), String> {
     use caps::CapSet;
     if d.uid == 0 {
         // Staying root: the retained capabilities must go from every thread, and capset only
@@ -354,7 +377,7 @@ fn switch(d: &Decision, groups: &[u32]) -> Result<(), String> {
         }
         return Ok(());
     }
-    crate::cgroups::hand_cgroup_base_to(d.uid, d.gid);
+    cgroups.hand_to(d.uid, d.gid);
     // glibc applies each of these to every thread of the process. Leaving uid 0 in all three
     // ids clears the permitted and effective sets (no SECBIT_KEEP_CAPS), so the retained
     // capabilities go with it.

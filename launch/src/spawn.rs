@@ -10,213 +10,12 @@
 //! [`crate::child::Setup`]; the child runs the one child routine ([`crate::child::run`]),
 //! which makes only raw system calls and never allocates, locks, or unwinds.
 
-use std::ffi::{c_void, CString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::clone3::Clone3;
+pub use crate::plan::{CgroupTarget, ChildConfinement, EnvBlock, ExecImage, SpawnPlan};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Where a child starts: a job cgroup, given both ways the kernel can put a new process there.
-///
-/// `dir` (the cgroup directory, `O_PATH`) is for `clone3(CLONE_INTO_CGROUP)`, which creates the
-/// child directly inside the cgroup. `procs` (its `cgroup.procs`, open for writing) is the
-/// fallback where clone3 is unavailable: the child writes "0" to it before execve. That write
-/// takes the cgroup threadgroup lock for writing, which waits for an RCU grace period
-/// (milliseconds on an idle machine), so it is only used when clone3 cannot be.
-///
-/// `pids_procs` (-1 for none) is the `cgroup.procs` of the job's twin in a cgroup v1 `pids`
-/// hierarchy ([`crate::pids_v1`]): the child always writes "0" to it, clone3 or not.
-#[derive(Debug, Clone, Copy)]
-pub struct CgroupTarget {
-    pub dir: RawFd,
-    pub procs: RawFd,
-    pub pids_procs: RawFd,
-}
-
-/// Everything a spawn needs, prepared in the parent.
-pub struct SpawnPlan {
-    program: CString,
-    argv: Vec<CString>,
-    base_env: std::sync::Arc<EnvBlock>,
-    extra_env: EnvBlock,
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
-    pub cwd: Option<OwnedFd>,
-    /// The job cgroup the child starts in (see [`CgroupTarget`]).
-    pub cgroup: Option<CgroupTarget>,
-    /// Confinement applied in the child just before execve.
-    pub confinement: ChildConfinement,
-    /// stdin is a terminal (a PTY slave) that becomes the child's controlling terminal
-    /// (`TIOCSCTTY`, after `setsid`).
-    pub controlling_tty: bool,
-}
-
-/// What the child applies to itself before execve. Built in the parent, per policy.
-#[derive(Clone, Default)]
-pub struct ChildConfinement {
-    pub rlimits: iii_shell_confine::Rlimits,
-    pub no_new_privs: bool,
-    /// A Landlock ruleset fd (raw, owned by the policy, which outlives the spawn).
-    pub landlock_fd: Option<i32>,
-    /// The seccomp program (kept alive by the Arc while the child uses it).
-    pub seccomp: Option<std::sync::Arc<iii_shell_confine::seccomp::Filter>>,
-}
-
-/// An environment turned into `KEY=value` C strings once, to be shared by many spawns (the
-/// policy's forwarded base environment).
-#[derive(Debug, Default)]
-pub struct EnvBlock {
-    entries: Vec<(String, CString)>,
-}
-
-impl EnvBlock {
-    pub fn new(env: impl IntoIterator<Item = (String, String)>) -> std::io::Result<EnvBlock> {
-        let entries = env
-            .into_iter()
-            .map(|(k, v)| Ok((k.clone(), nul(&format!("{k}={v}"))?)))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(EnvBlock { entries })
-    }
-}
-
-fn nul(s: &str) -> std::io::Result<CString> {
-    CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-/// The program, argv and environment overrides as C strings.
-fn c_strings(
-    program: &str,
-    argv: &[String],
-    overrides: &[(String, String)],
-) -> std::io::Result<(CString, Vec<CString>, EnvBlock)> {
-    let program = nul(program)?;
-    let argv = argv.iter().map(|a| nul(a)).collect::<Result<Vec<_>, _>>()?;
-    let extra = EnvBlock::new(overrides.iter().cloned())?;
-    Ok((program, argv, extra))
-}
-
-impl SpawnPlan {
-    pub fn new(
-        program: &str,
-        argv: &[String],
-        env: impl IntoIterator<Item = (String, String)>,
-        stdin: OwnedFd,
-        stdout: OwnedFd,
-        stderr: OwnedFd,
-    ) -> std::io::Result<SpawnPlan> {
-        let base = std::sync::Arc::new(EnvBlock::new(env)?);
-        Self::with_env(program, argv, base, &[], stdin, stdout, stderr)
-    }
-
-    /// A plan whose environment is `base` with `overrides` replacing or adding keys.
-    pub fn with_env(
-        program: &str,
-        argv: &[String],
-        base: std::sync::Arc<EnvBlock>,
-        overrides: &[(String, String)],
-        stdin: OwnedFd,
-        stdout: OwnedFd,
-        stderr: OwnedFd,
-    ) -> std::io::Result<SpawnPlan> {
-        let (program, argv, extra) = c_strings(program, argv, overrides)?;
-        Ok(SpawnPlan {
-            program,
-            argv,
-            base_env: base,
-            extra_env: extra,
-            stdin,
-            stdout,
-            stderr,
-            cwd: None,
-            cgroup: None,
-            confinement: ChildConfinement::default(),
-            controlling_tty: false,
-        })
-    }
-
-    fn argv_ptrs(&self) -> Vec<*const libc::c_char> {
-        argv_ptrs(&self.argv)
-    }
-
-    fn envp(&self) -> Vec<*const libc::c_char> {
-        envp(&self.base_env, &self.extra_env)
-    }
-}
-
-/// Pointers to every argument, NULL-terminated.
-fn argv_ptrs(argv: &[CString]) -> Vec<*const libc::c_char> {
-    let mut v: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    v.push(std::ptr::null());
-    v
-}
-
-/// Pointers to every `KEY=value` of the environment, NULL-terminated: the base minus the
-/// keys the overrides replace, then the overrides (the last of a repeated key wins, as the
-/// broker's map did).
-fn envp(base: &EnvBlock, extra: &EnvBlock) -> Vec<*const libc::c_char> {
-    let extra = &extra.entries;
-    let mut v = Vec::with_capacity(base.entries.len() + extra.len() + 1);
-    for (k, kv) in &base.entries {
-        if !extra.iter().any(|(ek, _)| ek == k) {
-            v.push(kv.as_ptr());
-        }
-    }
-    for (i, (k, kv)) in extra.iter().enumerate() {
-        if !extra[i + 1..].iter().any(|(ek, _)| ek == k) {
-            v.push(kv.as_ptr());
-        }
-    }
-    v.push(std::ptr::null());
-    v
-}
-
-/// What `execve` needs, apart from the descriptors: the program, argv and environment as C
-/// strings, with NULL-terminated pointer arrays into them (the arrays stay valid while the
-/// image lives: moving it does not move the strings).
-#[derive(Default)]
-pub struct ExecImage {
-    program: CString,
-    // The strings the pointer arrays point into: only read through them.
-    #[allow(dead_code)]
-    argv: Vec<CString>,
-    #[allow(dead_code)]
-    base_env: std::sync::Arc<EnvBlock>,
-    #[allow(dead_code)]
-    extra_env: EnvBlock,
-    argv_ptrs: Vec<*const libc::c_char>,
-    envp_ptrs: Vec<*const libc::c_char>,
-}
-
-impl ExecImage {
-    /// The image of `program` run as `argv`, with `base` plus `overrides` as environment.
-    pub fn new(
-        program: &str,
-        argv: &[String],
-        base: std::sync::Arc<EnvBlock>,
-        overrides: &[(String, String)],
-    ) -> std::io::Result<ExecImage> {
-        let (program, argv, extra_env) = c_strings(program, argv, overrides)?;
-        let argv_ptrs = argv_ptrs(&argv);
-        let envp_ptrs = envp(&base, &extra_env);
-        Ok(ExecImage {
-            program,
-            argv,
-            base_env: base,
-            extra_env,
-            argv_ptrs,
-            envp_ptrs,
-        })
-    }
-
-    pub fn program_ptr(&self) -> *const libc::c_char {
-        self.program.as_ptr()
-    }
-    pub fn argv_ptr(&self) -> *const *const libc::c_char {
-        self.argv_ptrs.as_ptr()
-    }
-    pub fn envp_ptr(&self) -> *const *const libc::c_char {
-        self.envp_ptrs.as_ptr()
-    }
-}
 
 /// A started child: its pid and a pidfd that becomes readable when it exits.
 #[derive(Debug)]
@@ -244,8 +43,9 @@ const CHILD_STACK: usize = 64 * 1024;
 /// What clone3 is told the stack is: below the 16-aligned top, inside the allocation.
 const CHILD_STACK_USABLE: usize = CHILD_STACK - 64;
 
-/// Starts the child. Returns once it has exec'd (or failed to, with the errno it reported).
-pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
+/// Starts the child, inside its job cgroup by clone3 where `clone3` says that works. Returns
+/// once it has exec'd (or failed to, with the errno it reported).
+pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
     let argv_ptrs = plan.argv_ptrs();
     let envp_ptrs = plan.envp();
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
@@ -295,10 +95,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     }
     let mut pid = -1;
     let mut clone_err = std::io::Error::from_raw_os_error(libc::ENOSYS);
-    if let Some(cg) = plan
-        .cgroup
-        .filter(|c| c.dir >= 0 && crate::clone3::available())
-    {
+    if let Some(cg) = plan.cgroup.filter(|c| c.dir >= 0 && clone3.available()) {
         // SAFETY: as for clone below; the trampoline runs `child_main` on `stack`, and this
         // thread is suspended (CLONE_VFORK) until the child has exec'd or exited.
         let base = top as usize - CHILD_STACK_USABLE;
@@ -313,11 +110,11 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
             )
         } {
             Ok(p) => {
-                crate::clone3::note_success();
+                clone3.note_success();
                 pid = p;
             }
             Err(e) => {
-                crate::clone3::note_failure(&e);
+                clone3.note_failure(&e);
                 clone_err = e;
             }
         }
@@ -328,7 +125,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
         // command again the other way (the write works in such a cgroup).
         // SAFETY: CLONE_PIDFD stored a fresh pidfd that only we own.
         let dead = unsafe { OwnedFd::from_raw_fd(pidfd) };
-        let _ = crate::reaper::try_reap_blocking(&dead);
+        let _ = crate::wait::try_reap_blocking(&dead);
         tracing::warn!(
             "a job cgroup killed a new command at birth (its cgroup.kill was written); retrying by cgroup.procs and retiring that cgroup"
         );
@@ -375,7 +172,7 @@ pub fn spawn(plan: &SpawnPlan) -> std::io::Result<Child> {
     };
     if ctx.err != 0 {
         // The child reported a failure and called _exit; reap it so it leaves no zombie.
-        let _ = crate::reaper::reap(&child);
+        let _ = crate::wait::try_reap_blocking(&child.pidfd);
         return Err(std::io::Error::from_raw_os_error(ctx.err));
     }
     Ok(child)
@@ -426,26 +223,33 @@ pub fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `/dev/null` opened read-only, close-on-exec: a duplicate of one opened once per process
-/// (one system call per command instead of a path walk).
-pub fn dev_null() -> std::io::Result<OwnedFd> {
-    static NULL: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
-    let open = || -> std::io::Result<OwnedFd> {
-        Ok(std::fs::File::options()
-            .read(true)
-            .open("/dev/null")?
-            .into())
-    };
-    match NULL.get_or_init(|| open().ok()) {
-        Some(fd) => fd.try_clone(),
-        None => open(),
+/// `/dev/null` opened read-only, close-on-exec, once per launcher: [`DevNull::open`] hands out
+/// duplicates (one system call per command instead of a path walk).
+#[derive(Debug, Default)]
+pub struct DevNull(std::sync::OnceLock<Option<OwnedFd>>);
+
+impl DevNull {
+    /// A new descriptor of `/dev/null`.
+    pub fn open(&self) -> std::io::Result<OwnedFd> {
+        match self.0.get_or_init(|| open_dev_null().ok()) {
+            Some(fd) => fd.try_clone(),
+            None => open_dev_null(),
+        }
     }
+}
+
+/// `/dev/null` opened read-only, close-on-exec, by path.
+pub fn open_dev_null() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::options()
+        .read(true)
+        .open("/dev/null")?
+        .into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reaper::{reap, ExitStatus};
+    use crate::wait::ExitStatus;
     use std::io::Read;
 
     fn run(argv: &[&str]) -> std::io::Result<(ExitStatus, String)> {
@@ -455,13 +259,13 @@ mod tests {
             &argv[0],
             &argv,
             vec![("A".to_string(), "1".to_string())],
-            dev_null()?,
+            open_dev_null()?,
             w.try_clone()?,
             w,
         )?;
-        let child = spawn(&plan)?;
+        let child = spawn(&plan, &Clone3::default())?;
         drop(plan);
-        let st = reap(&child)?;
+        let st = crate::wait::try_reap_blocking(&child.pidfd)?;
         let mut out = String::new();
         let mut f = std::fs::File::from(r);
         loop {

@@ -23,10 +23,6 @@ pub use iii_shell_confine::{
 };
 use iii_shell_protocol::config::{ConfinementConfig, ConfinementMode};
 
-/// The deny list of the filter this process installed on itself, if any. Every child
-/// inherits that filter, so a command filter with the same list need not be loaded again.
-pub static BASELINE: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-
 /// Hardens the executor process: not dumpable (commands cannot read its memory or open its
 /// fds through /proc), a child subreaper, capabilities dropped to `envelope.capabilities`,
 /// no_new_privs, and the seccomp deny filter on every thread. In strict mode any failure is
@@ -81,7 +77,7 @@ pub fn harden_executor_retaining(
         match seccomp::install_self(&filter) {
             Ok(()) => {
                 denied = filter.denied.iter().map(|s| s.to_string()).collect();
-                let _ = BASELINE.set(filter.denied.clone());
+                seccomp::PROCESS.set_baseline(filter.denied.clone());
             }
             Err(e) => problems.push(format!("seccomp: {e}")),
         }

@@ -158,14 +158,17 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     plan.controlling_tty = true;
     // The policy's job limits, as for a command: a pooled cgroup keeps those of the job that
     // last used it, and a fresh one has none.
-    let cgroup =
-        JobCgroup::take_for(policy.job_limits()).inspect(|cg| plan.cgroup = Some(cg.target()));
+    let cgroup = policy
+        .launcher
+        .cgroups()
+        .take_for(policy.job_limits())
+        .inspect(|cg| plan.cgroup = Some(cg.target()));
     let child = {
         // As for commands: the root is registered under the lock the orphan reaper checks.
         let mut roots = ROOTS
             .lock()
             .map_err(|_| ExecError::Internal("job table poisoned".into()))?;
-        match spawn::spawn(&plan) {
+        match policy.launcher.spawn(&plan) {
             Ok(c) => {
                 roots.push(c.pid);
                 c
@@ -225,8 +228,8 @@ mod tests {
 
     /// The `pids.max` the kernel applies to process `pid`: its job twin's in the cgroup v1
     /// `pids` hierarchy where there is one, else its job cgroup's.
-    fn pids_max_of(pid: i32, cg: &JobCgroup) -> String {
-        let base = crate::cgroups::cgroup_base().expect("a cgroup base");
+    fn pids_max_of(policy: &Policy, pid: i32, cg: &JobCgroup) -> String {
+        let base = policy.launcher.cgroups().base().expect("a cgroup base");
         let dir = if base.pids_v1.is_some() {
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
             let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -244,9 +247,11 @@ mod tests {
     /// does: not "max" (a fresh cgroup) nor whatever the job that last used a pooled one had.
     #[test]
     fn a_session_runs_under_the_policy_pids_max() {
-        if !crate::cgroups::cgroups_usable()
-            || !crate::cgroups::cgroup_base().is_some_and(|b| b.pids)
-        {
+        let launcher = std::sync::Arc::new(iii_shell_launch::Launcher::new(
+            iii_shell_launch::Settings::private(),
+        ));
+        if !launcher.cgroups().usable() || !launcher.cgroups().base().is_some_and(|b| b.pids) {
+            launcher.kill_all();
             iii_shell_confine::requirement::unmet("no job cgroups with pids.max here");
             return;
         }
@@ -255,7 +260,9 @@ mod tests {
             "fs": {"host_roots": [root.path().to_string_lossy()]},
             "confinement": {"job_limits": {"pids_max": 17}},
         });
-        let policy = Policy::build(1, &v.to_string()).expect("policy");
+        let policy = Policy::build(1, &v.to_string())
+            .expect("policy")
+            .with_launcher(launcher.clone());
         let spec = OpenSpec {
             cwd: root.path().to_string_lossy().into_owned(),
             cols: 80,
@@ -266,7 +273,7 @@ mod tests {
         };
         let started = start(&policy, &spec).expect("a session");
         let cg = started.cgroup.as_ref().expect("a job cgroup");
-        let limit = pids_max_of(started.child.pid, cg);
+        let limit = pids_max_of(&policy, started.child.pid, cg);
         // SAFETY: pidfd_send_signal on a pidfd we own; no memory is passed.
         unsafe {
             libc::syscall(
@@ -282,6 +289,7 @@ mod tests {
             cg.retire();
             let _ = cg.recycle();
         }
+        launcher.kill_all();
         assert_eq!(limit, "17");
     }
 }

@@ -4,7 +4,7 @@
 //! its first job cgroup is made, not refused. A test binary of its own, so that nothing in
 //! this process has made a base before the planted one.
 
-use iii_shell_executor::{cgroups, pids_v1};
+use iii_shell_launch::{cgroups, pids_v1, Launcher, Settings};
 
 #[test]
 fn a_leftover_base_with_our_own_pid_is_swept_not_reused() {
@@ -26,13 +26,14 @@ fn a_leftover_base_with_our_own_pid_is_swept_not_reused() {
     if let Some(t) = &twin {
         std::fs::create_dir_all(t).expect("plant a v1 twin");
     }
-    let cg = cgroups::JobCgroup::create();
+    let launcher = Launcher::new(Settings::executor());
+    let cg = launcher.cgroups().create();
     let made = cg.is_some();
     // Leave nothing behind, whatever happened.
     if let Some(cg) = cg {
         let _ = cg.recycle();
     }
-    cgroups::kill_all_cgroups();
+    launcher.kill_all();
     assert!(
         made,
         "the first job cgroup was refused: the leftover base's job-1 (v2{}) collided with it",

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use iii_shell_executor::procfs;
-use iii_shell_executor::reaper::{reap_exited_orphans, reap_orphans, OrphanCheck, ROOTS};
+use iii_shell_launch::procfs;
+use iii_shell_launch::reaper::{reap_exited_orphans, reap_orphans, OrphanCheck, ROOTS};
 
 /// A child that exits at once; returns once it is a zombie.
 fn exited_child() -> i32 {
