@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use iii_shell_launch::cgroups::JobLimits;
 use iii_shell_launch::plan::{ChildConfinement, EnvBlock, ExecImage, SpawnPlan};
+use iii_shell_launch::prestarted::State;
 use iii_shell_launch::reaper::ROOTS;
 use iii_shell_launch::spawn::pipe;
 use iii_shell_launch::wait::{try_reap, try_reap_blocking, ExitStatus};
@@ -141,6 +142,17 @@ fn two_launchers_in_one_process_each_run_and_reap_their_own_jobs() {
         let waiting = a
             .prestart(&ChildConfinement::default(), JobLimits::default())
             .expect("a pre-started process");
+        // A launch waits 5 ms for a process still setting itself up (then the executor
+        // spawns the ordinary way); this busy machine may need longer.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while waiting.state() == State::Starting && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            waiting.state(),
+            State::Ready,
+            "the pre-started process set itself up"
+        );
         let argv = [
             "/bin/sh".to_string(),
             "-c".into(),
