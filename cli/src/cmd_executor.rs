@@ -8,7 +8,6 @@ use iii_shell_executor::server::{check_peer, serve_connection};
 use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
-use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 
 use crate::cli::ExecutorArgs;
@@ -36,9 +35,17 @@ pub fn resolve_peer_user(args: &mut ExecutorArgs) -> Result<(), i32> {
     }
 }
 
+/// What [`harden`] set up for [`run`].
+pub struct Hardened {
+    /// The pinned envelope (`--pin-config`).
+    pub pinned: Option<Config>,
+    /// The `--socket` listener, bound while the process could still chown it.
+    pub listener: Option<std::os::unix::net::UnixListener>,
+}
+
 /// Hardens the executor process. Must run before any other thread exists: capabilities are
 /// per thread, and every thread created later inherits the state of the one that creates it.
-pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
+pub fn harden(args: &ExecutorArgs) -> Result<Hardened, i32> {
     prepare_process();
     if args.fd.is_some() {
         // Spawned by `serve` or `call`: shut down (killing our jobs) when the parent goes.
@@ -47,10 +54,14 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
     }
     // Bind the socket and hand it to the peer uid now: chown needs CAP_CHOWN, which the
     // hardening below drops.
+    let mut listener = None;
     if let Some(path) = &args.socket {
         let own_uid = nix::unistd::getuid().as_raw();
-        let listener = bind_socket(path, args.peer_uid.unwrap_or(own_uid), own_uid)?;
-        *lock(&PREBOUND) = Some(listener);
+        listener = Some(bind_socket(
+            path,
+            args.peer_uid.unwrap_or(own_uid),
+            own_uid,
+        )?);
     }
     if args.no_prestart {
         iii_shell_executor::prestarted::disable();
@@ -106,7 +117,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Option<Config>, i32> {
                 capabilities = ?report.caps.effective,
                 "executor hardened"
             );
-            Ok(pinned)
+            Ok(Hardened { pinned, listener })
         }
         Err(e) => {
             tracing::error!("refusing to start: {e}; run `iii-shell doctor` to see which layer this kernel lacks, or set confinement.mode: best_effort in the pinned envelope");
@@ -133,9 +144,18 @@ pub fn load_envelope(path: &std::path::Path) -> Result<Config, String> {
     Config::from_yaml(&text).map_err(|e| e.0)
 }
 
-pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
+/// Serves as the executor; `log_relay` is the relay the process's log layer fills.
+pub async fn run(
+    args: ExecutorArgs,
+    hardened: Hardened,
+    log_relay: iii_shell_executor::log_relay::Relay,
+) -> i32 {
+    let Hardened { pinned, listener } = hardened;
     spawn_orphan_reaper();
-    let exec = Arc::new(Executor::with_envelope(pinned));
+    let exec = Arc::new(Executor {
+        log_relay,
+        ..Executor::with_envelope(pinned)
+    });
     if args.fd.is_some() {
         // Started by `serve` (or `call`) over an inherited socket: its parent is part of the
         // worker, and counts in its memory and CPU gauges.
@@ -177,8 +197,7 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     }
 
     let Some(path) = args.socket else { return 2 };
-    let prebound = lock(&PREBOUND).take();
-    let listener = match prebound.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
+    let listener = match listener.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -212,10 +231,6 @@ pub async fn run(args: ExecutorArgs, pinned: Option<Config>) -> i32 {
     let _ = std::fs::remove_file(&path);
     code
 }
-
-/// The `--socket` listener, bound by [`harden`] while the process may still chown it.
-static PREBOUND: std::sync::Mutex<Option<std::os::unix::net::UnixListener>> =
-    std::sync::Mutex::new(None);
 
 /// Binds the executor socket; only the named peer may connect: owner = peer uid, mode 0600.
 fn bind_socket(

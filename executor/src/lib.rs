@@ -72,6 +72,9 @@ pub struct Executor {
     /// What the policy in force is warned about, so a policy pushed again (every
     /// `iii-shell call --socket`, every reload) does not repeat it.
     pub warnings: warnings::Standing,
+    /// The WARN and ERROR events for the broker (the relay the process's `RelayLayer` fills;
+    /// a default one, which nothing fills, otherwise).
+    pub log_relay: log_relay::Relay,
 }
 
 impl Default for Executor {
@@ -98,6 +101,7 @@ impl Executor {
             envelope,
             supervisor: std::sync::OnceLock::new(),
             warnings: Default::default(),
+            log_relay: Default::default(),
         }
     }
 
