@@ -7,7 +7,7 @@
 //! `cargo test` runs a short pass (`FUZZ_CASES`, default 128). A long run:
 //!
 //! ```text
-//! FUZZ_CASES=10000000 cargo test --release -p iii-shell --test fuzz_requests -- --test-threads=1
+//! FUZZ_CASES=10000000 cargo test --release -p iii-shell --test fuzz -- fuzz_requests:: --test-threads=1
 //! ```
 
 use std::collections::BTreeSet;

@@ -15,7 +15,7 @@
 //! `cargo test` runs a short pass (`FUZZ_CASES`, default 256). A long run:
 //!
 //! ```text
-//! FUZZ_CASES=10000000 nice -n 15 cargo test --release -p iii-shell-broker --test fuzz_validate -- --test-threads=1
+//! FUZZ_CASES=10000000 nice -n 15 cargo test --release -p iii-shell --test fuzz -- fuzz_validate:: --test-threads=1
 //! ```
 
 use std::collections::BTreeMap;

@@ -13,8 +13,8 @@
 //! memory exporter) and read back through `engine::traces::list`/`tree`,
 //! `engine::logs::list` and `engine::workers::info`. All are `#[ignore]`d, so that an ordinary run (and CI, which has no
 //! engine binary) lists them as ignored instead of passing them unrun; run them with
-//! `III_ENGINE_BIN=/path/to/iii cargo test -p iii-shell --test interop_real_engine --
-//! --ignored`. Run that way without the variable, they fail and say why.
+//! `III_ENGINE_BIN=/path/to/iii cargo test -p iii-shell --test suite -- --ignored
+//! interop_real_engine::`. Run that way without the variable, they fail and say why.
 //!
 //! The engine configuration used (engine `config.yaml` format, a `workers:` list):
 //! `iii-worker-manager` listens on `127.0.0.1:<port>`; the `configuration` worker's `fs`

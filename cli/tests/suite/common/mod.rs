@@ -1,5 +1,6 @@
-//! The one helper tree of this crate's tests. Every suite says `mod common;` and
-//! `use common::*;` (the escape suite adds `use common::escape::*;`).
+//! The one helper tree of the system tests (`cli/tests/suite/`, one binary). Every module
+//! that needs it says `use crate::common;` and `use common::*;` (the escape suite adds
+//! `use common::escape::*;`).
 //!
 //! - [`basics`]: paths as payload strings, temp dirs, polling, reading a file tree back.
 //! - [`procs`]: `/proc` reads (command lines, children, zombies), unique markers for test
@@ -11,7 +12,7 @@
 //! - [`engine`]: `Worker`, the real `iii-shell serve` against the in-process test engine.
 //! - [`escape`]: the escape suite's command runners, syscall probes and pinned executors.
 //!
-//! Each test binary compiles this tree on its own and uses only part of it, hence the
+//! The pty bench compiles this tree on its own too and uses only part of it, hence the
 //! `dead_code` and `unused_imports` allowances.
 #![allow(dead_code)]
 
