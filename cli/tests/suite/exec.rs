@@ -172,10 +172,16 @@ async fn stdin_env_and_base_env() {
     assert!(out.contains("PATH="), "{out}");
     assert!(!out.contains("HOME="), "{out}");
     let ours: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
-    assert!(ours.len() > 1, "this process has no variable but PATH: {ours:?}");
+    assert!(
+        ours.len() > 1,
+        "this process has no variable but PATH: {ours:?}"
+    );
     for k in ours.iter().filter(|k| *k != "PATH") {
         let line = format!("{k}=");
-        assert!(!out.lines().any(|l| l.starts_with(&line)), "{k} forwarded: {out}");
+        assert!(
+            !out.lines().any(|l| l.starts_with(&line)),
+            "{k} forwarded: {out}"
+        );
     }
 }
 
