@@ -21,6 +21,9 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 /// A layer beside the stderr log (what ships events to the engine).
 pub type Extra = Box<dyn Layer<Registry> + Send + Sync>;
 
+/// The filter this process's subscriber was set up with. Process-global because the
+/// subscriber is (tracing allows one per process, set in `main`), and the spawns that pass
+/// it on to a child (`spawn_executor`, `serve`'s broker) run far from `main`. Set once.
 static DEFAULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// The filter chosen at start-up (passed on to a spawned executor).

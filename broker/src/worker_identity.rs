@@ -59,6 +59,9 @@ pub fn config_id(explicit: Option<&str>, namespace: Option<&str>) -> Result<Stri
     }
 }
 
+/// The process's working directory when it started. Process-global because it is a fact of
+/// the process, read once in `main` before anything runs, and needed deep in the
+/// configuration lifecycle (every reload resolves relative paths against it). Set once.
 static START_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// Records the working directory. Call first thing in `main`, before anything can change it;

@@ -26,7 +26,7 @@
 //! push and per delivery with its answer time) and `PTY_BENCH_LOG_COPY` (where to copy the
 //! worker's log before its temporary directory goes).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/suite/common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;

@@ -20,9 +20,13 @@ use iii_shell_protocol::config::Config;
 /// Everything the broker does before its async runtime exists: find the executor, read the
 /// seed, drop to the unprivileged user if still root, and confine itself (Landlock applies
 /// to the calling thread and the threads it creates later, so this must come first).
-pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, ExecutorSource), i32> {
+/// Also returns the broker's own `/proc/self` files, opened while it still may.
+pub fn prepare(
+    serve: &mut ServeArgs,
+    args: &BrokerArgs,
+) -> Result<(Config, ExecutorSource, Option<OwnStat>), i32> {
     // The worker's memory and CPU gauges read this; Landlock allows no open later.
-    iii_shell_broker::telemetry::usage::open_self_stat();
+    let own_stat = iii_shell_broker::telemetry::usage::open_self_stat();
     // The telemetry SDK's batching threads allocate little and rarely: one malloc arena for
     // the whole broker, instead of one per thread, each keeping its freed memory.
     #[cfg(target_env = "gnu")]
@@ -88,7 +92,7 @@ pub fn prepare(serve: &mut ServeArgs, args: &BrokerArgs) -> Result<(Config, Exec
             return Err(1);
         }
     }
-    Ok((seed, source))
+    Ok((seed, source, own_stat))
 }
 
 /// What `serve` hands the broker through `--seed-fd`.
@@ -122,7 +126,15 @@ unsafe fn read_start_up(fd: i32) -> Result<StartUpConfig, String> {
     Ok(StartUpConfig { seed, url: s.url })
 }
 
-pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
+/// The broker's own `/proc/self/stat` and `statm`, for its gauges.
+pub type OwnStat = iii_shell_confine::proc_stat::Files;
+
+pub async fn run(
+    args: ServeArgs,
+    seed: Config,
+    source: ExecutorSource,
+    own_stat: Option<OwnStat>,
+) -> i32 {
     let under_supervisor = matches!(
         source,
         ExecutorSource::Inherited {
@@ -199,6 +211,7 @@ pub async fn run(args: ServeArgs, seed: Config, source: ExecutorSource) -> i32 {
         hub,
         services.clone(),
         link.clone(),
+        own_stat,
     ));
     link.set_trigger_provider(Arc::new(iii_shell_broker::changed::Provider(
         services.clone(),

@@ -9,7 +9,6 @@ use iii_shell_executor::{prepare_process, spawn_orphan_reaper, Executor};
 use iii_shell_launch::{Launcher, Settings};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
-use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
 
 use crate::cli::ExecutorArgs;
@@ -37,10 +36,14 @@ pub fn resolve_peer_user(args: &mut ExecutorArgs) -> Result<(), i32> {
     }
 }
 
-/// What [`harden`] leaves for [`run`]: the pinned envelope, if any, and the launcher that
-/// starts every command (made before the capabilities go: its cgroup base is made then).
+/// What [`harden`] set up for [`run`].
 pub struct Hardened {
+    /// The pinned envelope (`--pin-config`).
     pub pinned: Option<Config>,
+    /// The `--socket` listener, bound while the process could still chown it.
+    pub listener: Option<std::os::unix::net::UnixListener>,
+    /// What starts every command (made before the capabilities go: its cgroup base is made
+    /// then).
     pub launcher: Arc<Launcher>,
 }
 
@@ -56,10 +59,14 @@ pub fn harden(args: &ExecutorArgs) -> Result<Hardened, i32> {
     }
     // Bind the socket and hand it to the peer uid now: chown needs CAP_CHOWN, which the
     // hardening below drops.
+    let mut listener = None;
     if let Some(path) = &args.socket {
         let own_uid = nix::unistd::getuid().as_raw();
-        let listener = bind_socket(path, args.peer_uid.unwrap_or(own_uid), own_uid)?;
-        *lock(&PREBOUND) = Some(listener);
+        listener = Some(bind_socket(
+            path,
+            args.peer_uid.unwrap_or(own_uid),
+            own_uid,
+        )?);
     }
     if args.no_prestart {
         launcher.disable_prestart();
@@ -115,7 +122,11 @@ pub fn harden(args: &ExecutorArgs) -> Result<Hardened, i32> {
                 capabilities = ?report.caps.effective,
                 "executor hardened"
             );
-            Ok(Hardened { pinned, launcher })
+            Ok(Hardened {
+                pinned,
+                listener,
+                launcher,
+            })
         }
         Err(e) => {
             tracing::error!("refusing to start: {e}; run `iii-shell doctor` to see which layer this kernel lacks, or set confinement.mode: best_effort in the pinned envelope");
@@ -142,9 +153,22 @@ pub fn load_envelope(path: &std::path::Path) -> Result<Config, String> {
     Config::from_yaml(&text).map_err(|e| e.0)
 }
 
-pub async fn run(args: ExecutorArgs, hardened: Hardened) -> i32 {
+/// Serves as the executor; `log_relay` is the relay the process's log layer fills.
+pub async fn run(
+    args: ExecutorArgs,
+    hardened: Hardened,
+    log_relay: iii_shell_executor::log_relay::Relay,
+) -> i32 {
+    let Hardened {
+        pinned,
+        listener,
+        launcher,
+    } = hardened;
     spawn_orphan_reaper();
-    let exec = Arc::new(Executor::with_launcher(hardened.pinned, hardened.launcher));
+    let exec = Arc::new(Executor {
+        log_relay,
+        ..Executor::with_launcher(pinned, launcher)
+    });
     if args.fd.is_some() {
         // Started by `serve` (or `call`) over an inherited socket: its parent is part of the
         // worker, and counts in its memory and CPU gauges.
@@ -186,8 +210,7 @@ pub async fn run(args: ExecutorArgs, hardened: Hardened) -> i32 {
     }
 
     let Some(path) = args.socket else { return 2 };
-    let prebound = lock(&PREBOUND).take();
-    let listener = match prebound.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
+    let listener = match listener.map_or_else(|| bind_socket(&path, expected, own_uid), Ok) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -221,10 +244,6 @@ pub async fn run(args: ExecutorArgs, hardened: Hardened) -> i32 {
     let _ = std::fs::remove_file(&path);
     code
 }
-
-/// The `--socket` listener, bound by [`harden`] while the process may still chown it.
-static PREBOUND: std::sync::Mutex<Option<std::os::unix::net::UnixListener>> =
-    std::sync::Mutex::new(None);
 
 /// Binds the executor socket; only the named peer may connect: owner = peer uid, mode 0600.
 fn bind_socket(

@@ -16,14 +16,14 @@ fn main() {
         Some(Command::Probe { args }) => iii_shell::cmd_probe::run(&args),
         Some(Command::Executor(mut args)) => {
             // Its WARN and ERROR events also go to the broker, which ships them.
-            logging::init_with(
-                "info",
-                Some(Box::new(iii_shell_executor::log_relay::RelayLayer)),
-            );
+            let (layer, relay) = iii_shell_executor::log_relay::RelayLayer::new();
+            logging::init_with("info", Some(Box::new(layer)));
             match cmd_executor::resolve_peer_user(&mut args)
                 .and_then(|()| cmd_executor::harden(&args))
             {
-                Ok(pinned) => executor_runtime().block_on(cmd_executor::run(args, pinned)),
+                Ok(hardened) => {
+                    executor_runtime().block_on(cmd_executor::run(args, hardened, relay))
+                }
                 Err(code) => code,
             }
         }
@@ -38,9 +38,8 @@ fn main() {
                 Some(Box::new(iii_shell_broker::telemetry::log_layer::ShipLayer)),
             );
             match cmd_broker::prepare(&mut cli.serve, &args) {
-                Ok((seed, source)) => {
-                    current_thread_runtime().block_on(cmd_broker::run(cli.serve, seed, source))
-                }
+                Ok((seed, source, own_stat)) => current_thread_runtime()
+                    .block_on(cmd_broker::run(cli.serve, seed, source, own_stat)),
                 Err(code) => code,
             }
         }

@@ -14,12 +14,13 @@ use std::sync::{Arc, Mutex};
 use iii_shell_protocol::trace::{AttrValue, SpanRecord, TraceContext};
 
 tokio::task_local! {
+    /// The recorder of the request being handled. Not process-global state: the key is
+    /// immutable, and each value lives in the scope that set it ([`scope`] for the request's
+    /// task, [`in_blocking`] for its blocking work), so every request and every executor in
+    /// a process sees its own. It stays a task-local, not an argument, because the spans and
+    /// log events it collects are opened deep below the request handler (`fs.walk`, the log
+    /// relay's layer), where threading a value through every call would touch every module.
     static CURRENT: Arc<Recorder>;
-}
-
-thread_local! {
-    /// The recorder of the request a blocking-pool thread is working for.
-    static BLOCKING: std::cell::RefCell<Option<Arc<Recorder>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// At most this many spans are kept per request (a walk over a huge tree still records one
@@ -194,26 +195,16 @@ pub async fn scope<F: std::future::Future>(rec: Option<Arc<Recorder>>, f: F) -> 
 
 /// The current request's recorder (in its task, or in blocking work run by [`in_blocking`]).
 pub fn current() -> Option<Arc<Recorder>> {
-    CURRENT
-        .try_with(|r| r.clone())
-        .ok()
-        .or_else(|| BLOCKING.with(|b| b.borrow().clone()))
+    CURRENT.try_with(|r| r.clone()).ok()
 }
 
-/// Runs blocking work `f` for the request `rec` records (its spans and log events join it).
+/// Runs blocking work `f` for the request `rec` records (its spans and log events join it):
+/// the recorder is in scope on this thread for the duration of `f` only.
 pub fn in_blocking<T>(rec: Option<Arc<Recorder>>, f: impl FnOnce() -> T) -> T {
-    if rec.is_none() {
-        return f();
+    match rec {
+        Some(r) => CURRENT.sync_scope(r, f),
+        None => f(),
     }
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            BLOCKING.with(|b| b.borrow_mut().take());
-        }
-    }
-    BLOCKING.with(|b| *b.borrow_mut() = rec);
-    let _reset = Reset;
-    f()
 }
 
 /// Opens a child of the current request's span.
@@ -292,5 +283,28 @@ mod tests {
             drop(start_in(&t.recorder, "fs.walk"));
         }
         assert_eq!(t.recorder.take().len(), MAX_SPANS);
+    }
+
+    /// Blocking work joins its request's trace on the pool thread, and leaves the thread
+    /// without it: the next blocking task there records nothing.
+    #[tokio::test]
+    async fn blocking_work_joins_its_request_and_leaves_the_thread_clean() {
+        let t = begin(Some(ctx()), "fs").unwrap();
+        let rec = t.recorder.clone();
+        let inner = rec.clone();
+        let seen = tokio::task::spawn_blocking(move || {
+            let during = in_blocking(Some(inner), || {
+                drop(start("fs.walk").expect("a span inside the request's blocking work"));
+                current().is_some()
+            });
+            (during, current().is_none(), start("fs.walk").is_none())
+        })
+        .await
+        .unwrap();
+        assert_eq!(seen, (true, true, true));
+        let spans = rec.take();
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].name, "fs.walk");
+        assert_eq!(spans[0].parent_span_id, t.span.id);
     }
 }

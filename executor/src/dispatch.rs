@@ -113,7 +113,7 @@ impl Executor {
                     home = p.home.path.as_deref().unwrap_or("(none)"),
                     "policy accepted"
                 );
-                crate::log_relay::apply(&p.config.telemetry);
+                self.log_relay.apply(&p.config.telemetry);
                 let standing: Vec<String> =
                     doctor::terminal_gap(&p.config.confinement.capabilities)
                         .into_iter()

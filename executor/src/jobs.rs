@@ -29,9 +29,6 @@ struct JobState {
     finished_seq: Option<u64>,
 }
 
-/// Orders job ends for eviction.
-static FINISHED_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 struct Job {
     id: String,
     argv: Vec<String>,
@@ -136,6 +133,8 @@ pub struct Jobs {
     /// Serialises the running-count check with the spawn, so the cap cannot be overshot.
     spawn_lock: tokio::sync::Mutex<()>,
     events: broadcast::Sender<Event>,
+    /// Orders job ends for eviction: the last value handed to a finished job.
+    finished_seq: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Jobs {
@@ -145,6 +144,7 @@ impl Jobs {
             evicted: Default::default(),
             spawn_lock: tokio::sync::Mutex::new(()),
             events,
+            finished_seq: Default::default(),
         }
     }
 
@@ -269,6 +269,7 @@ impl Jobs {
             hard_cap_ms,
             done_tx,
             self.events.clone(),
+            self.finished_seq.clone(),
         ));
         Ok(ExecBgResponse {
             job_id: id,
@@ -393,6 +394,7 @@ async fn supervise(
     hard_cap_ms: u64,
     done: watch::Sender<bool>,
     events: broadcast::Sender<Event>,
+    finished_seq: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let status = if hard_cap_ms > 0 {
         tokio::select! {
@@ -429,7 +431,7 @@ async fn supervise(
     let (final_status, exit_code) = {
         let mut st = lock(&job.state);
         st.finished_at_ms = Some(now_ms());
-        st.finished_seq = Some(FINISHED_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+        st.finished_seq = Some(finished_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
         if st.kill_reason.is_some() {
             st.status = JobStatus::Killed;
             st.exit_code = None;

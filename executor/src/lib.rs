@@ -72,6 +72,9 @@ pub struct Executor {
     /// What starts every command, job and terminal: job cgroups, pre-started processes, the
     /// command user. Each accepted policy is handed it.
     pub launcher: Arc<Launcher>,
+    /// The WARN and ERROR events for the broker (the relay the process's `RelayLayer` fills;
+    /// a default one, which nothing fills, otherwise).
+    pub log_relay: log_relay::Relay,
 }
 
 impl Default for Executor {
@@ -110,6 +113,7 @@ impl Executor {
             supervisor: std::sync::OnceLock::new(),
             warnings: Default::default(),
             launcher,
+            log_relay: Default::default(),
         }
     }
 

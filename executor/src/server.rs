@@ -157,13 +157,14 @@ pub async fn serve_connection_limited(
     let (tx, mut rx) = mpsc::channel::<ServerFrame>(256);
     let mut events = exec.events.subscribe();
     let writer_half = wr.clone();
+    let relay = exec.log_relay.clone();
     let writer = tokio::spawn(async move {
         loop {
             let frame = tokio::select! {
                 f = rx.recv() => match f { Some(f) => f, None => break },
                 // The executor's WARN and ERROR events, for the broker to ship (telemetry on).
-                _ = crate::log_relay::ready() => {
-                    let logs = crate::log_relay::take();
+                _ = relay.ready() => {
+                    let logs = relay.take();
                     if logs.is_empty() {
                         continue;
                     }

@@ -1,7 +1,7 @@
 //! The fs operations (`fs::ops`, `fs::workspace`) on a real temp tree, called directly: a
 //! symlink that leads out of the jail is S215 for every operation, however it is reached, and
 //! nothing is created, changed or read beyond it. (The broker's path for the same calls is
-//! `cli/tests/fs_host.rs`.)
+//! `cli/tests/suite/fs_host.rs`.)
 
 mod common;
 
@@ -30,7 +30,7 @@ fn write(policy: &Policy, path: String, parents: bool) -> Result<(), ExecError> 
 }
 
 /// Every operation that takes a path, each named as its function is, with the arguments
-/// `cli/tests/fs_host.rs` sends it through the broker.
+/// `cli/tests/suite/fs_host.rs` sends it through the broker.
 const OPS: &[(&str, Op)] = &[
     ("stat", |p, link| {
         ops::stat(p, &format!("{link}/secret.txt")).map(drop)

@@ -1,5 +1,5 @@
 // The browser test's driver: headless Chromium (Debian's) through playwright-core, against the
-// test host page, the test engine and `iii-shell serve`. Run by cli/tests/console_page.rs:
+// test host page, the test engine and `iii-shell serve`. Run by cli/tests/suite/console_page.rs:
 //   node host/drive.mjs <host url> <workspace dir> <screenshot dir>
 // Prints one line per step and `DRIVE OK` at the end; any failure exits 1 with a screenshot.
 import { chromium } from "playwright-core";

@@ -66,6 +66,12 @@ pub struct Hub {
     pub identity: Identity,
 }
 
+/// The process's hub. Process-global because its first reader is: the tracing subscriber
+/// is installed once per process (in `main`, before the hub can exist: the hub needs the
+/// engine URL and identity), and its [`log_layer::ShipLayer`] must find the hub from any
+/// thread that logs. Set once ([`install_hub`]), never replaced; a test builds its own
+/// [`Hub`] value instead of installing one. To remove it: a `ShipLayer` that owns a slot
+/// filled by `install`, and the hub carried by `Services` to the call paths that read it.
 static HUB: OnceLock<Hub> = OnceLock::new();
 
 fn level_code(l: TelemetryLogLevel) -> u8 {

@@ -6,7 +6,7 @@
 //! memory gauge counts the three processes' own pages and their shared file-backed pages once
 //! ([`iii_shell_confine::proc_stat::combined_rss`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iii_shell_protocol::messages::{Reply, Request};
@@ -19,19 +19,16 @@ use crate::services::Services;
 
 use iii_shell_confine::proc_stat::{combined_rss, Files, Sample};
 
-static SELF_STAT: OnceLock<Files> = OnceLock::new();
-
-/// Opens `/proc/self/stat` and `statm` for later reads. Call it before
-/// [`crate::confine::confine_self`].
-pub fn open_self_stat() {
-    if let Some(f) = Files::open(None) {
-        let _ = SELF_STAT.set(f);
-    }
+/// Opens `/proc/self/stat` and `statm` for later reads (hand them to [`run`]). Call it
+/// before [`crate::confine::confine_self`].
+pub fn open_self_stat() -> Option<Files> {
+    Files::open(None)
 }
 
-/// The broker's own memory and CPU time.
-pub fn broker_sample() -> Option<Sample> {
-    match SELF_STAT.get() {
+/// The broker's own memory and CPU time: through `own` (from [`open_self_stat`]), else by
+/// opening `/proc/self` now.
+pub fn broker_sample(own: Option<&Files>) -> Option<Sample> {
+    match own {
         Some(f) => f.read(),
         None => iii_shell_confine::proc_stat::read_pid(None),
     }
@@ -94,8 +91,9 @@ fn cpu_total(
         })
 }
 
-/// Runs the sampler until the process ends.
-pub async fn run(hub: &'static Hub, services: Arc<Services>, link: EngineLink) {
+/// Runs the sampler until the process ends; `own` are the broker's `/proc/self` files
+/// ([`open_self_stat`]).
+pub async fn run(hub: &'static Hub, services: Arc<Services>, link: EngineLink, own: Option<Files>) {
     let started = Instant::now();
     let mut prev: Option<(u64, Instant)> = None;
     // The first sample soon after the engine gave us an id, then one per interval.
@@ -120,7 +118,7 @@ pub async fn run(hub: &'static Hub, services: Arc<Services>, link: EngineLink) {
             Ok(Ok(Reply::Usage(u))) => Some(u),
             _ => None,
         };
-        let broker = broker_sample();
+        let broker = broker_sample(own.as_ref());
         let total = cpu_total(broker, executor.as_ref());
         let now = Instant::now();
         let pct = prev.map_or(0.0, |(p, at)| cpu_percent(p, total, now - at));

@@ -1,0 +1,1438 @@
+//! Terminal sessions end to end: the real `iii-shell serve` against the test engine, a real
+//! shell on a real PTY, and a consumer function on another engine connection standing in
+//! for the console page that receives the output.
+
+use crate::common;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::*;
+use iii_test_engine::{TestClient, TestEngine};
+use serde_json::{json, Value};
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A console page: an output function that records every payload it is sent.
+struct Page {
+    id: String,
+    got: Arc<Mutex<Vec<Value>>>,
+    _client: TestClient,
+}
+
+impl Page {
+    async fn new(engine: &TestEngine, ui: &str) -> Page {
+        Self::with_delay(engine, ui, Duration::ZERO).await
+    }
+
+    /// A page whose handler takes `delay` per frame (a slow consumer).
+    async fn with_delay(engine: &TestEngine, ui: &str, delay: Duration) -> Page {
+        let id = format!("iii::{ui}-ui::pty-output::console-{}", uuid::Uuid::new_v4());
+        Self::registering(engine, id, delay).await
+    }
+
+    /// A page that answers small deliveries at once and never answers (sleeps 25 s on) the
+    /// first larger than `small` bytes, and every one after it.
+    async fn stalling_past(engine: &TestEngine, ui: &str, small: usize) -> Page {
+        let id = format!("iii::{ui}-ui::pty-output::console-{}", uuid::Uuid::new_v4());
+        let client = engine.client().await;
+        let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let sink = got.clone();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        client
+            .register_function(&id, move |data, _| {
+                let (sink, stalled) = (sink.clone(), stalled.clone());
+                async move {
+                    let len = data["data"]
+                        .as_str()
+                        .map(|d| B64.decode(d).unwrap().len())
+                        .unwrap_or(0);
+                    if len > small {
+                        stalled.store(true, Ordering::SeqCst);
+                    }
+                    if stalled.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_secs(25)).await;
+                    }
+                    sink.lock().unwrap().push(data);
+                    Ok(json!({}))
+                }
+            })
+            .await
+            .expect("register the output function");
+        Page {
+            id,
+            got,
+            _client: client,
+        }
+    }
+
+    /// A page whose output function is `id`.
+    async fn registering(engine: &TestEngine, id: String, delay: Duration) -> Page {
+        let client = engine.client().await;
+        let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let sink = got.clone();
+        client
+            .register_function(&id, move |data, _| {
+                let sink = sink.clone();
+                async move {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    sink.lock().unwrap().push(data);
+                    Ok(json!({}))
+                }
+            })
+            .await
+            .expect("register the output function");
+        Page {
+            id,
+            got,
+            _client: client,
+        }
+    }
+
+    fn payloads(&self) -> Vec<Value> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Whether the `eof` delivery of `session` arrived (without copying every payload).
+    fn has_eof(&self, session: &str) -> bool {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p["session_id"] == session && p["eof"] == true)
+    }
+
+    /// Everything delivered so far for `session`, in order.
+    fn bytes(&self, session: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in self.payloads() {
+            if p["session_id"] == session {
+                if let Some(d) = p["data"].as_str() {
+                    out.extend(B64.decode(d).expect("data is base64"));
+                }
+            }
+        }
+        out
+    }
+
+    fn text(&self, session: &str) -> String {
+        String::from_utf8_lossy(&self.bytes(session)).into_owned()
+    }
+
+    async fn wait_text(&self, session: &str, needle: &str) {
+        let ok = eventually(WAIT, || self.text(session).contains(needle)).await;
+        assert!(ok, "{needle:?} never arrived; got {:?}", self.text(session));
+    }
+
+    /// The last sequence delivered for `session`.
+    fn last_sequence(&self, session: &str) -> u64 {
+        self.payloads()
+            .iter()
+            .filter(|p| p["session_id"] == session)
+            .filter_map(|p| p["sequence"].as_u64())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+struct Session {
+    id: String,
+    key: String,
+    token: String,
+    pid: i32,
+}
+
+fn session_of(r: &Value) -> Session {
+    Session {
+        id: r["session_id"].as_str().unwrap().to_string(),
+        key: r["access_key"].as_str().unwrap().to_string(),
+        token: r["reconnect_token"].as_str().unwrap().to_string(),
+        pid: r["pid"].as_i64().unwrap_or(0) as i32,
+    }
+}
+
+async fn open(caller: &TestClient, page: &Page, extra: Value) -> Session {
+    let mut req = json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                         "program": "sh"});
+    for (k, v) in extra.as_object().unwrap() {
+        req[k] = v.clone();
+    }
+    let r = caller
+        .call("shell::pty::open", req)
+        .await
+        .expect("shell::pty::open");
+    session_of(&r)
+}
+
+async fn write(caller: &TestClient, s: &Session, text: &str) -> Value {
+    caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": B64.encode(text)}),
+        )
+        .await
+        .expect("shell::pty::write")
+}
+
+async fn summary(caller: &TestClient, id: &str) -> Option<Value> {
+    let r = caller
+        .call("shell::pty::sessions", json!({}))
+        .await
+        .unwrap();
+    r["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == id)
+        .cloned()
+}
+
+async fn wait_exited(caller: &TestClient, id: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = summary(caller, id).await.expect("session listed");
+        if s["status"].get("exited").is_some() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "never exited: {s}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn decode_frames(frames: &Value) -> Vec<u8> {
+    frames
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| B64.decode(f["data"].as_str().unwrap()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_input_is_echoed_and_resize_changes_stty_size() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+
+    let w = write(&caller, &s, "echo hel''lo-from-pty\n").await;
+    assert_eq!(w["written"], 22);
+    page.wait_text(&s.id, "hello-from-pty").await;
+
+    write(&caller, &s, "stty size\n").await;
+    page.wait_text(&s.id, "24 80").await;
+    let r = caller
+        .call(
+            "shell::pty::resize",
+            json!({"session_id": s.id, "access_key": s.key, "cols": 132, "rows": 43}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"cols": 132, "rows": 43}));
+    write(&caller, &s, "stty size\n").await;
+    page.wait_text(&s.id, "43 132").await;
+
+    // Every payload carries a strictly increasing sequence.
+    let seqs: Vec<u64> = page
+        .payloads()
+        .iter()
+        .map(|p| p["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    // A wrong key is refused, like an unknown session.
+    let bad = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": "0".repeat(64), "data": "eA=="}),
+        )
+        .await;
+    assert_code(&bad, "S211");
+    let unknown = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": "nope", "access_key": s.key, "data": "eA=="}),
+        )
+        .await;
+    assert_code(&unknown, "S211");
+    assert_eq!(
+        bad.unwrap_err().message.replace(&s.id, "nope"),
+        unknown.unwrap_err().message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detach_then_attach_replays_what_was_missed_byte_for_byte() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo before-$((40+2))\n").await;
+    // The output and root's prompt after it: the shell is idle, nothing more is on its way.
+    page.wait_text(&s.id, "before-42\r\n# ").await;
+    let seen = page.last_sequence(&s.id);
+    let live_before = page.bytes(&s.id);
+
+    let d = caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d, json!({"status": "detached"}));
+    let listed = summary(&caller, &s.id).await.unwrap();
+    assert_eq!(listed["status"], "detached");
+    assert_eq!(listed["output_function_id"], Value::Null);
+    assert_eq!(listed["ui"], "shell");
+
+    let before_bytes = summary(&caller, &s.id).await.unwrap()["frame_bytes"]
+        .as_u64()
+        .unwrap();
+    write(&caller, &s, "for i in 1 2 3; do echo while-away-$i; done\n").await;
+    // Wait until the program is done producing it (the ring stops growing).
+    let deadline = Instant::now() + WAIT;
+    let mut last = (0, 0);
+    let mut stable = 0;
+    while stable < 4 {
+        assert!(Instant::now() < deadline, "output never settled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = summary(&caller, &s.id).await.unwrap();
+        let cur = (
+            now["frame_bytes"].as_u64().unwrap(),
+            now["sequence"].as_u64().unwrap(),
+        );
+        // The echo of the typed line alone is 45 bytes; the three output lines add 42 more,
+        // so past 85 the last line has arrived (settling on the echo alone raced under load).
+        if cur == last && cur.0 > before_bytes + 85 {
+            stable += 1;
+        } else {
+            stable = 0;
+            last = cur;
+        }
+    }
+    let replay = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&decode_frames(&replay["frames"])).contains("while-away-3\r\n"));
+    // Nothing was delivered live while detached.
+    assert_eq!(page.bytes(&s.id), live_before);
+    assert!(!String::from_utf8_lossy(&live_before).contains("while-away"));
+    assert_eq!(replay["truncated"], false);
+    assert_eq!(replay["status"], "attached");
+    assert_eq!(
+        replay["access_key"],
+        s.key.as_str(),
+        "attach does not rotate"
+    );
+    let full = decode_frames(&replay["frames"]);
+
+    // From what the page had seen: exactly the rest, no gap, no duplicate.
+    let rest = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": seen,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    let rest_bytes = decode_frames(&rest["frames"]);
+    let mut joined = live_before.clone();
+    joined.extend_from_slice(&rest_bytes);
+    assert_eq!(joined, full, "live + replay after {seen} == full replay");
+    assert!(rest["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["sequence"].as_u64().unwrap() > seen));
+    let next = rest["next_sequence"].as_u64().unwrap();
+
+    // Live output resumes after the replay, starting at next_sequence.
+    write(&caller, &s, "echo after-attach\n").await;
+    page.wait_text(&s.id, "after-attach").await;
+    let live_after: Vec<u64> = page
+        .payloads()
+        .iter()
+        .filter_map(|p| p["sequence"].as_u64())
+        .filter(|&q| q > seen)
+        .collect();
+    assert!(
+        live_after.iter().all(|&q| q >= next),
+        "{live_after:?} vs {next}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopt_rotates_credentials_and_keeps_to_its_rules() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "claude").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo one\n").await;
+    page.wait_text(&s.id, "one").await;
+
+    let other_browser = Page::new(&engine, "claude").await;
+    let other_page = Page::new(&engine, "pi").await;
+    let adopt = |target: &str| json!({"session_id": s.id, "output_function_id": target, "cols": 80, "rows": 24});
+    // Someone is attached: refused.
+    let r = caller
+        .call("shell::pty::adopt", adopt(&other_browser.id))
+        .await;
+    assert_code(&r, "S210");
+    assert!(r.unwrap_err().message.contains("attached"));
+
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    // Another page family: refused.
+    let r = caller
+        .call("shell::pty::adopt", adopt(&other_page.id))
+        .await;
+    assert_code(&r, "S210");
+    // The same page from another browser: adopted, with fresh credentials and the replay.
+    let a = caller
+        .call("shell::pty::adopt", adopt(&other_browser.id))
+        .await
+        .unwrap();
+    assert_ne!(a["access_key"], s.key.as_str());
+    assert_ne!(a["reconnect_token"], s.token.as_str());
+    assert_eq!(a["access_key"].as_str().unwrap().len(), 64);
+    assert!(String::from_utf8_lossy(&decode_frames(&a["frames"])).contains("one"));
+    assert_eq!(a["status"], "attached");
+
+    // The old credentials stop working at once; the new ones work.
+    let old_write = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": "eA=="}),
+        )
+        .await;
+    assert_code(&old_write, "S211");
+    let old_attach = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&old_attach, "S211");
+    let new = Session {
+        id: s.id.clone(),
+        key: a["access_key"].as_str().unwrap().into(),
+        token: a["reconnect_token"].as_str().unwrap().into(),
+        pid: s.pid,
+    };
+    write(&caller, &new, "echo two\n").await;
+    other_browser.wait_text(&s.id, "two").await;
+    assert!(
+        !page.text(&s.id).contains("two"),
+        "the old page gets nothing"
+    );
+
+    // `sessions` shows the page family, never a credential.
+    let listing = caller
+        .call("shell::pty::sessions", json!({}))
+        .await
+        .unwrap()
+        .to_string();
+    for secret in [&s.key, &s.token, &new.key, &new.token] {
+        assert!(!listing.contains(secret.as_str()), "{listing}");
+    }
+    let mine = summary(&caller, &s.id).await.unwrap();
+    assert_eq!(mine["ui"], "claude");
+    assert_eq!(mine["output_function_id"], other_browser.id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_status_after_exit_3_and_after_kill_9() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo bye; exit 3\n").await;
+    let listed = wait_exited(&caller, &s.id).await;
+    assert_eq!(
+        listed["status"],
+        json!({"exited": {"exit_code": 3, "signal": null, "error": null}})
+    );
+    // The exit is delivered after the output, as the last event.
+    assert!(
+        eventually(WAIT, || page
+            .payloads()
+            .iter()
+            .any(|p| p["session_id"] == s.id && p["eof"] == true))
+        .await
+    );
+    let last = page
+        .payloads()
+        .into_iter()
+        .rfind(|p| p["session_id"] == s.id)
+        .unwrap();
+    assert_eq!(last["eof"], true);
+    assert_eq!(last["exit_code"], 3);
+    assert!(page.text(&s.id).contains("bye"));
+    // Still replayable after the exit.
+    let r = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&decode_frames(&r["frames"])).contains("bye"));
+    assert_eq!(r["status"]["exited"]["exit_code"], 3);
+
+    let k = open(&caller, &page, json!({})).await;
+    assert!(k.pid > 0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(k.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let listed = wait_exited(&caller, &k.id).await;
+    assert_eq!(
+        listed["status"],
+        json!({"exited": {"exit_code": null, "signal": "SIGKILL", "error": null}})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_leaves_no_process_behind() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    let m = w.marker(600);
+    // A background child and a child that left the session (setsid).
+    write(
+        &caller,
+        &s,
+        &format!("sleep {m} & setsid sleep {m} & echo started\n"),
+    )
+    .await;
+    page.wait_text(&s.id, "started").await;
+    let needle = format!("sleep {m}");
+    assert!(eventually(WAIT, || procs_with(&needle).len() == 2).await);
+    let r = caller
+        .call(
+            "shell::pty::close",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"closed": true}));
+    assert!(!alive(s.pid), "the shell is still there");
+    assert!(
+        eventually(Duration::from_secs(5), || procs_with(&needle).is_empty()).await,
+        "left behind: {:?}",
+        procs_with(&needle)
+    );
+    assert!(summary(&caller, &s.id).await.is_none());
+    let again = caller
+        .call(
+            "shell::pty::close",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await;
+    assert_code(&again, "S211");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_targets_of_the_wrong_shape_are_refused() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    for bad in [
+        "shell::exec",
+        "iii::shell-ui::pty-output::console-",
+        "iii::shell::pty-output::console-abc",
+        "iii::shell-ui::pty-output::console-a::b",
+    ] {
+        let r = caller
+            .call(
+                "shell::pty::open",
+                json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": bad}),
+            )
+            .await;
+        assert_code(&r, "S210");
+        assert!(r
+            .unwrap_err()
+            .message
+            .contains("iii::<name>-ui::pty-output::console-<browser-id>"));
+    }
+    let s = open(&caller, &page, json!({})).await;
+    let r = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": "shell::exec"}),
+        )
+        .await;
+    assert_code(&r, "S210");
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    let r = caller
+        .call(
+            "shell::pty::adopt",
+            json!({"session_id": s.id, "output_function_id": "engine::functions::list",
+                   "cols": 80, "rows": 24}),
+        )
+        .await;
+    assert_code(&r, "S210");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_is_deny_only_and_the_default_is_a_login_shell() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    for (key, code) in [
+        ("PATH", "S210"),
+        ("PATH=/tmp/evil", "S210"),
+        ("LD_PRELOAD", "S210"),
+    ] {
+        let r = caller
+            .call(
+                "shell::pty::open",
+                json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                       "env": {key: "x"}}),
+            )
+            .await;
+        assert_code(&r, code);
+    }
+    let s = open(
+        &caller,
+        &page,
+        json!({"program": "sh", "args": ["-c", "echo foo=$FOO term=$TERM; sleep 30"], "env": {"FOO": "bar"}}),
+    )
+    .await;
+    page.wait_text(&s.id, "foo=bar term=").await;
+
+    // No program: the login shell, told so by a leading '-' in argv[0].
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "args": ["ignored"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["program"], Value::Null);
+    let pid = r["pid"].as_i64().unwrap() as i32;
+    // The spawn returns once the exec has begun (the vfork is released when the new image
+    // replaces the old), but the kernel sets the new command line up a moment later: read
+    // it once it is there.
+    assert!(
+        eventually(WAIT, || cmdline(pid).is_some_and(|c| !c.is_empty())).await,
+        "the session's process never showed a command line"
+    );
+    assert!(
+        cmdline(pid).is_some_and(|c| c.starts_with('-') && !c.contains("ignored")),
+        "{:?}",
+        cmdline(pid)
+    );
+    // cwd goes through the jail: a missing directory reads as missing.
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/nonexistent/dir", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "S211");
+}
+
+/// `sh -c` that waits for a line, then writes `n` copies of `c` and `\nEND\n`, and exits.
+fn flood(n: usize, c: char) -> Value {
+    json!({"program": "sh", "args": ["-c", format!("read x; head -c {n} /dev/zero | tr '\\0' {c}; printf '\\nEND\\n'")]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_ring_replays_its_tail_and_says_truncated() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, flood(3_000_000, 'x')).await;
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .unwrap();
+    write(&caller, &s, "\n").await;
+    let listed = wait_exited(&caller, &s.id).await;
+    assert_eq!(listed["status"]["exited"]["exit_code"], 0);
+    assert_eq!(listed["truncated"], true);
+    let attach = |after: u64| {
+        json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": after,
+               "cols": 80, "rows": 24, "output_function_id": page.id})
+    };
+    let r = caller.call("shell::pty::attach", attach(0)).await.unwrap();
+    assert_eq!(r["truncated"], true);
+    let data = decode_frames(&r["frames"]);
+    assert_eq!(data.len() as u64, listed["frame_bytes"].as_u64().unwrap());
+    assert!(data.len() <= 2 * 1024 * 1024 && data.len() > 2 * 1024 * 1024 - 70 * 1024);
+    let body = data.strip_suffix(b"\r\nEND\r\n").expect("ends with END");
+    assert!(body.iter().all(|&b| b == b'x'), "only the flood's tail");
+    // From just before the oldest frame held, nothing is missing; from earlier, it is.
+    let first = r["frames"][0]["sequence"].as_u64().unwrap();
+    assert!(first >= 2);
+    let r2 = caller
+        .call("shell::pty::attach", attach(first - 1))
+        .await
+        .unwrap();
+    assert_eq!(r2["truncated"], false);
+    assert_eq!(decode_frames(&r2["frames"]), data);
+    let r3 = caller
+        .call("shell::pty::attach", attach(first - 2))
+        .await
+        .unwrap();
+    assert_eq!(r3["truncated"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_loses_nothing_the_ring_holds_and_never_stalls_the_program() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::with_delay(&engine, "shell", Duration::from_millis(300)).await;
+    let n = 1_500_000;
+    let s = open(&caller, &page, flood(n, 'y')).await;
+    write(&caller, &s, "\n").await;
+    wait_exited(&caller, &s.id).await;
+    let mut expected = b"\r\n".to_vec();
+    expected.extend(std::iter::repeat_n(b'y', n));
+    expected.extend_from_slice(b"\r\nEND\r\n");
+    assert!(
+        page.bytes(&s.id).len() < expected.len(),
+        "the program finished before the consumer had it all"
+    );
+    assert!(
+        eventually(WAIT, || page
+            .payloads()
+            .iter()
+            .any(|p| p["session_id"] == s.id && p["eof"] == true))
+        .await
+    );
+    let got = page.bytes(&s.id);
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        got == expected,
+        "delivered bytes differ from the program's output"
+    );
+    let payloads = page.payloads();
+    assert!(payloads.iter().all(|p| p["truncated"] == false));
+    let seqs: Vec<u64> = payloads
+        .iter()
+        .map(|p| p["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    // Coalesced: far fewer invocations than reads.
+    assert!(payloads.len() < 20, "{} invocations", payloads.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_flood_of_several_mib_is_delivered_in_order_and_truncation_is_reported() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let n = 6 * 1024 * 1024;
+    let s = open(&caller, &page, flood(n, 'z')).await;
+    write(&caller, &s, "\n").await;
+    assert!(
+        eventually(Duration::from_secs(60), || page
+            .payloads()
+            .iter()
+            .any(|p| p["session_id"] == s.id && p["eof"] == true))
+        .await
+    );
+    let got = page.bytes(&s.id);
+    let body = got.strip_suffix(b"\r\nEND\r\n").expect("ends with END");
+    let body = body.strip_prefix(b"\r\n").unwrap_or(body);
+    assert!(body.iter().all(|&b| b == b'z'));
+    let truncated = page.payloads().iter().any(|p| p["truncated"] == true);
+    if truncated {
+        assert!(body.len() < n, "a gap was reported but nothing is missing");
+    } else {
+        assert_eq!(body.len(), n, "bytes lost without a gap being reported");
+    }
+}
+
+/// A consumer that keeps up gets all of a flood many times the ring, byte for byte and in
+/// order, without a gap: while it acknowledges, the reader waits for room instead of evicting
+/// output it was about to be sent (the program blocks in `write`, as on any terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_many_times_the_ring_reaches_a_consumer_that_keeps_up_whole() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let n = 16 * 1024 * 1024;
+    let s = open(&caller, &page, flood(n, 'w')).await;
+    write(&caller, &s, "\n").await;
+    assert!(
+        eventually(Duration::from_secs(120), || page.has_eof(&s.id)).await,
+        "the flood never ended"
+    );
+    let payloads: Vec<Value> = page
+        .payloads()
+        .into_iter()
+        .filter(|p| p["session_id"] == s.id)
+        .collect();
+    let gaps = payloads.iter().filter(|p| p["truncated"] == true).count();
+    assert_eq!(
+        gaps,
+        0,
+        "{gaps} of {} deliveries reported a gap",
+        payloads.len()
+    );
+    assert!(payloads.iter().all(|p| p["repeat"] == false));
+    let seqs: Vec<u64> = payloads
+        .iter()
+        .map(|p| p["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "out of order: {seqs:?}"
+    );
+    let got = page.bytes(&s.id);
+    let mut expected = b"\r\n".to_vec();
+    expected.extend(std::iter::repeat_n(b'w', n));
+    expected.extend_from_slice(b"\r\nEND\r\n");
+    assert_eq!(got.len(), expected.len(), "bytes delivered");
+    assert!(
+        got == expected,
+        "delivered bytes differ from the program's output"
+    );
+    // Each delivery carries at most DELIVERY_BYTES.
+    let most = payloads
+        .iter()
+        .filter_map(|p| p["data"].as_str())
+        .map(|d| B64.decode(d).unwrap().len())
+        .max()
+        .unwrap();
+    assert!(most <= iii_shell_protocol::pty::DELIVERY_BYTES, "{most}");
+}
+
+/// The wait for a consumer is bounded: one that stops answering holds the program up once,
+/// for at most the pacing limit (250 ms), and from then on the program runs free (what the
+/// ring cannot keep is a gap, as before), until that consumer has caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_stops_answering_holds_the_program_up_once_at_most() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::with_delay(&engine, "shell", Duration::from_secs(25)).await;
+    let n = 12 * 1024 * 1024;
+    let s = open(&caller, &page, flood(n, 'v')).await;
+    let t = Instant::now();
+    write(&caller, &s, "\n").await;
+    let listed = wait_exited(&caller, &s.id).await;
+    let took = t.elapsed();
+    assert_eq!(listed["status"]["exited"]["exit_code"], 0);
+    assert!(
+        took < Duration::from_secs(10),
+        "the program took {took:?}: it was held up by a consumer that does not answer"
+    );
+    assert!(
+        page.got.lock().unwrap().is_empty(),
+        "the consumer answered something"
+    );
+    // The ring kept the tail; what it dropped is reported.
+    assert_eq!(listed["truncated"], true);
+}
+
+/// Floods in several sessions take turns through the engine (so an echo never waits behind
+/// more than one delivery), but a page that stops answering gives its turn back after a
+/// moment: another session's flood to a page that answers still arrives whole, in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_stops_answering_does_not_hold_up_another_sessions_output() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let stuck = Page::stalling_past(&engine, "shell", 16 * 1024).await;
+    let page = Page::new(&engine, "shell").await;
+    let a = open(&caller, &stuck, flood(8 * 1024 * 1024, 'a')).await;
+    write(&caller, &a, "\n").await;
+    // The stuck page holds a large delivery (it answered only the small ones before it).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = 4 * 1024 * 1024;
+    let b = open(&caller, &page, flood(n, 'b')).await;
+    let t = Instant::now();
+    write(&caller, &b, "\n").await;
+    assert!(
+        eventually(Duration::from_secs(15), || page.has_eof(&b.id)).await,
+        "the other session's flood was held up behind the stuck page ({:?}, {} bytes arrived)",
+        t.elapsed(),
+        page.bytes(&b.id).len()
+    );
+    let got = page.bytes(&b.id);
+    assert_eq!(got.len(), 2 + n + 7, "bytes delivered");
+    assert!(page.payloads().iter().all(|p| p["truncated"] == false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_survive_an_engine_reconnect() {
+    let engine = TestEngine::start().await;
+    let w = Worker::builder().engine(&engine).fast_keepalive().start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo first\n").await;
+    page.wait_text(&s.id, "first").await;
+    let before = w.connections(&engine).len();
+    engine.drop_connections().await;
+    assert!(
+        eventually(WAIT, || w.connections(&engine).len() > before
+            && w.info(&engine).is_some_and(|i| i.connected))
+        .await
+    );
+    engine
+        .wait_for_function("shell::pty::write", WAIT)
+        .await
+        .expect("re-registered");
+    // The page's own connection was dropped too: it registers again.
+    let page2 = Page::new(&engine, "shell").await;
+    let caller = engine.client().await;
+    let r = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                   "cols": 80, "rows": 24, "output_function_id": page2.id}),
+        )
+        .await
+        .expect("the session outlived the reconnect");
+    assert!(String::from_utf8_lossy(&decode_frames(&r["frames"])).contains("first"));
+    write(&caller, &s, "echo second\n").await;
+    page2.wait_text(&s.id, "second").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_configuration_keys() {
+    let engine = TestEngine::start().await;
+    let mut cfg = iii_shell_protocol::config::Config::builtin_default();
+    cfg.pty.max_sessions = 1;
+    cfg.pty.exited_retention_secs = 1;
+    let w = Worker::builder().engine(&engine).seed(&cfg).start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "invocation_failed");
+    assert!(r.unwrap_err().message.contains("max pty sessions reached"));
+    // An exited session is dropped once its retention ran out, which frees the slot.
+    write(&caller, &s, "exit 0\n").await;
+    wait_exited(&caller, &s.id).await;
+    let deadline = Instant::now() + WAIT;
+    while summary(&caller, &s.id).await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the exited session was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    open(&caller, &page, json!({})).await;
+}
+
+/// A child process killed (with its session) on drop.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_in(dir: &std::path::Path, args: &[&str], engine: &TestEngine, log: &str) -> Proc {
+    let child = std::process::Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env("III_URL", engine.url())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env_remove("III_WORKER_NAME")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join(log)).unwrap())
+        .spawn()
+        .expect("spawn iii-shell");
+    Proc(child)
+}
+
+/// Two-unit deployment: the broker is killed and a new one started while the executor stays
+/// up. The session is still there, and its output reaches the page through the new broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_survive_a_broker_restart_while_the_executor_stays_up() {
+    if !is_root() {
+        panic!(
+            "this test needs root (the broker drops to `nobody`, the executor hands it the socket)"
+        );
+    }
+    let engine = TestEngine::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("executor.sock");
+    let sock_s = sock.to_string_lossy().into_owned();
+    let _executor = spawn_in(
+        dir.path(),
+        &["executor", "--socket", &sock_s, "--peer-uid", "65534"],
+        &engine,
+        "executor.log",
+    );
+    assert!(
+        eventually(WAIT, || sock.exists()).await,
+        "executor never listened"
+    );
+    let mut broker = spawn_in(
+        dir.path(),
+        &["broker", "--executor-socket", &sock_s],
+        &engine,
+        "broker1.log",
+    );
+    let log = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    assert!(
+        engine
+            .wait_for_function("shell::pty::open", WAIT)
+            .await
+            .is_some(),
+        "broker never registered; log:\n{}",
+        log("broker1.log")
+    );
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo first-$((40+2))\n").await;
+    page.wait_text(&s.id, "first-42").await;
+
+    // The broker dies; output the program produces meanwhile waits in the ring.
+    let _ = broker.0.kill();
+    let _ = broker.0.wait();
+    assert!(
+        engine
+            .wait_until(WAIT, |e| e.function("shell::pty::write").is_none())
+            .await
+    );
+    drop(broker);
+    let _broker2 = spawn_in(
+        dir.path(),
+        &["broker", "--executor-socket", &sock_s],
+        &engine,
+        "broker2.log",
+    );
+    assert!(
+        engine
+            .wait_for_function("shell::pty::write", WAIT)
+            .await
+            .is_some(),
+        "the new broker never registered; log:\n{}",
+        log("broker2.log")
+    );
+    let listed = summary(&caller, &s.id)
+        .await
+        .expect("the session outlived its broker");
+    assert_eq!(listed["status"], "attached");
+    write(&caller, &s, "echo second-$((40+2))\n").await;
+    page.wait_text(&s.id, "second-42").await;
+    // What the dead broker had delivered but not acknowledged comes again, flagged, with
+    // the bounds the executor pushed it with, never merged with new output: dropping every
+    // delivery whose sequence is not above the last one leaves each byte exactly once. The
+    // dead broker may have coalesced several pushes into one delivery, so a repeat's bounds
+    // need not be a delivery's: its bytes are those that ended at or before the first
+    // delivery whose sequence reached the repeat's.
+    let mut applied = Vec::new();
+    let mut end_at: Vec<(u64, usize)> = Vec::new();
+    let mut top = 0;
+    for p in page.payloads().iter().filter(|p| p["session_id"] == s.id) {
+        let seq = p["sequence"].as_u64().unwrap();
+        let data = p["data"]
+            .as_str()
+            .map(|d| B64.decode(d).unwrap())
+            .unwrap_or_default();
+        if seq <= top {
+            assert_eq!(
+                p["repeat"], true,
+                "an old sequence not flagged as a repeat: {p}"
+            );
+            let &(reached, end) = end_at
+                .iter()
+                .find(|(t, _)| *t >= seq)
+                .expect("a delivery reached every sequence up to the top");
+            let before = &applied[..end];
+            let matches = if reached == seq {
+                before.ends_with(&data)
+            } else {
+                before
+                    .windows(data.len().max(1))
+                    .any(|w| w == data.as_slice())
+                    || data.is_empty()
+            };
+            assert!(matches, "a repeat with bytes never delivered: {p}");
+            continue;
+        }
+        top = seq;
+        applied.extend(data);
+        end_at.push((seq, applied.len()));
+    }
+    let text = String::from_utf8_lossy(&applied).into_owned();
+    // The typed line is echoed once and its output appears once (the shell computes the
+    // marker, so the echo does not contain it).
+    for (typed, output) in [
+        ("echo first-$((40+2))\r\n", "first-42\r\n"),
+        ("echo second-$((40+2))\r\n", "second-42\r\n"),
+    ] {
+        assert_eq!(text.matches(typed).count(), 1, "echo once: {text:?}");
+        assert_eq!(text.matches(output).count(), 1, "output once: {text:?}");
+    }
+}
+
+/// A page that went away (its output function is gone) leaves the session unattached, its
+/// output waiting in the ring, so the same page from another browser can adopt it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_output_function_detaches_the_session_and_its_output_waits() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "pi").await;
+    let s = open(&caller, &page, json!({})).await;
+    write(&caller, &s, "echo one-$((40+2))\n").await;
+    page.wait_text(&s.id, "one-42").await;
+    page._client.unregister_function(&page.id);
+    assert!(
+        engine
+            .wait_until(WAIT, |e| e.function(&page.id).is_none())
+            .await
+    );
+    write(&caller, &s, "echo two-while-gone\n").await;
+    let deadline = Instant::now() + WAIT;
+    while summary(&caller, &s.id).await.unwrap()["status"] != "detached" {
+        assert!(Instant::now() < deadline, "never detached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other = Page::new(&engine, "pi").await;
+    let a = caller
+        .call(
+            "shell::pty::adopt",
+            json!({"session_id": s.id, "output_function_id": other.id, "cols": 80, "rows": 24,
+                   "after_sequence": page.last_sequence(&s.id)}),
+        )
+        .await
+        .unwrap();
+    let replay = String::from_utf8_lossy(&decode_frames(&a["frames"])).into_owned();
+    assert!(replay.contains("two-while-gone\r\n"), "{replay:?}");
+    assert!(
+        !replay.contains("one-42"),
+        "only what the page missed: {replay:?}"
+    );
+}
+
+/// A session is confined like a command: jailed `cwd` (relative to the primary root, escapes
+/// refused), the command Landlock domain (no writes outside the roots and scratch paths),
+/// its own job cgroup and no_new_privs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_jailed_and_confined_like_commands() {
+    let engine = TestEngine::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::fs::create_dir(root_path.join("sub")).unwrap();
+    let w = Worker::builder()
+        .engine(&engine)
+        .seed(&jailed(&root_path))
+        .start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+
+    for cwd in ["/etc", "sub/../.."] {
+        let payload = json!({"cwd": cwd, "cols": 80, "rows": 24, "output_function_id": page.id});
+        expect_engine_code(&caller, "shell::pty::open", payload, "S215").await;
+    }
+
+    let outside = format!("/root/iii-pty-probe-{}", uuid::Uuid::new_v4());
+    let script = format!(
+        "pwd; echo x > {outside}; echo write-rc=$?; grep NoNewPrivs /proc/self/status; cat /proc/self/cgroup; echo done-probing"
+    );
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "sub", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "program": "sh", "args": ["-c", script]}),
+        )
+        .await
+        .unwrap();
+    let expected_cwd = root_path.join("sub").to_string_lossy().into_owned();
+    assert_eq!(r["cwd"], expected_cwd.as_str(), "the canonical cwd");
+    let s = session_of(&r);
+    page.wait_text(&s.id, "done-probing").await;
+    let text = page.text(&s.id);
+    assert!(text.contains(&format!("{expected_cwd}\r\n")), "{text}");
+    assert!(
+        !text.contains("write-rc=0"),
+        "wrote outside the jail: {text}"
+    );
+    assert!(!std::path::Path::new(&outside).exists());
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    assert!(text.contains("/job-"), "not in a job cgroup: {text}");
+}
+
+/// Sessions act as the command user (`confinement.run_as`), exactly like commands: a root
+/// worker jailed with `run_as: 4242:4242` starts the login shell as uid/gid 4242 with no
+/// other group, and it cannot change the mode of a root-owned file outside the jail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_as_the_command_user() {
+    if !is_root() {
+        panic!("this test needs root (the executor switches to confinement.run_as)");
+    }
+    let engine = TestEngine::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::os::unix::fs::chown(&root_path, Some(4242), Some(4242)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("root-owned");
+    std::fs::write(&victim, "x").unwrap();
+    std::fs::set_permissions(
+        outside.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let mut config = jailed(&root_path);
+    config.confinement.run_as = Some("4242:4242".into());
+    let w = Worker::builder().engine(&engine).seed(&config).start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let script = format!(
+        "grep -E '^(Uid|Gid|Groups):' /proc/self/status; chmod 4755 {v}; echo chmod-rc=$?; echo done-probing",
+        v = victim.display()
+    );
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": ".", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "program": "sh", "args": ["-c", script]}),
+        )
+        .await
+        .unwrap();
+    let s = session_of(&r);
+    page.wait_text(&s.id, "done-probing").await;
+    let text = page.text(&s.id);
+    assert!(text.contains("Uid:\t4242\t4242\t4242\t4242"), "{text}");
+    assert!(text.contains("Gid:\t4242\t4242\t4242\t4242"), "{text}");
+    assert!(
+        text.contains("Groups:\t4242 \r\n"),
+        "only the gid, no root group: {text}"
+    );
+    assert!(!text.contains("chmod-rc=0"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777,
+        0o644
+    );
+}
+
+/// A program that never reads its input cannot wedge a write: the call returns what went in.
+/// Oversized and malformed writes are refused before they reach the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_does_not_read_cannot_wedge_a_write() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    // Raw mode: the line discipline keeps what it cannot hand on, until it is full.
+    let s = open(
+        &caller,
+        &page,
+        json!({"program": "sh", "args": ["-c", "stty raw -echo; echo raw-now; sleep 60"]}),
+    )
+    .await;
+    page.wait_text(&s.id, "raw-now").await;
+    let big = vec![b'q'; 1024 * 1024];
+    let t = Instant::now();
+    let r = caller
+        .call(
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": B64.encode(&big)}),
+        )
+        .await
+        .unwrap();
+    let written = r["written"].as_u64().unwrap();
+    assert!(written < big.len() as u64, "{written}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    for (function, payload, code) in [
+        (
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key,
+                   "data": B64.encode(vec![0u8; 1024 * 1024 + 1])}),
+            "S218",
+        ),
+        (
+            "shell::pty::write",
+            json!({"session_id": s.id, "access_key": s.key, "data": "%%%"}),
+            "S210",
+        ),
+        (
+            "shell::pty::resize",
+            json!({"session_id": s.id, "access_key": s.key, "cols": 0, "rows": 10}),
+            "S210",
+        ),
+    ] {
+        expect_engine_code(&caller, function, payload, code).await;
+    }
+}
+
+/// Issue 13: a command can reach only the terminals it creates itself. An operator's session
+/// (`shell::pty::open`) lives in the executor's devpts instance, where commands also allocate
+/// theirs; a command that opens the session's `/dev/pts/N` by path, to write fake output or
+/// to read what is typed there, is refused (EACCES), and the session still works (its shell
+/// got its pty from the master and `tty` names it). Unjailed as root, and jailed as a
+/// `run_as` user (root only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_open_a_session_pty_by_path() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::fs::set_permissions(
+        &root_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut configs = vec![(
+        "unjailed",
+        iii_shell_protocol::config::Config::builtin_default(),
+        None,
+    )];
+    if is_root() {
+        let mut c = jailed(&root_path);
+        c.confinement.run_as = Some("4242:4242".into());
+        configs.push(("jailed run_as 4242", c, Some(".")));
+    }
+    for (what, config, cwd) in configs {
+        let engine = TestEngine::start().await;
+        let w = Worker::builder().engine(&engine).seed(&config).start();
+        wait_ready(&engine, &w).await;
+        let caller = engine.client().await;
+        let page = Page::new(&engine, "shell").await;
+        let extra = match cwd {
+            Some(c) => json!({"cwd": c}),
+            None => json!({}),
+        };
+        let s = open(&caller, &page, extra).await;
+        // The marker is computed by the shell, so the terminal's echo of the typed line
+        // (`tty-$((40+2))`) never matches it before the output arrives.
+        write(&caller, &s, "tty; echo tty-$((40+2))\n").await;
+        page.wait_text(&s.id, "tty-42\r\n").await;
+        let text = page.text(&s.id);
+        let at = text
+            .rfind("/dev/pts/")
+            .unwrap_or_else(|| panic!("{what}: the session has no tty: {text:?}"));
+        let pts: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '/')
+            .collect();
+        for script in [
+            format!("echo FAKE-OUTPUT > {pts}"),
+            format!("head -c1 {pts}"),
+            format!("chmod 666 {pts}"),
+        ] {
+            let mut req = json!({"command": "sh", "args": ["-c", script], "timeout_ms": 10000});
+            if let Some(c) = cwd {
+                req["cwd"] = json!(c);
+            }
+            let r = caller.call("shell::exec", req).await.expect("shell::exec");
+            assert_ne!(r["exit_code"], 0, "{what}: {script}: {r}");
+            let stderr = r["stderr"].as_str().unwrap_or_default();
+            assert!(
+                stderr.contains("Permission denied") || stderr.contains("Operation not permitted"),
+                "{what}: {script}: {r}"
+            );
+        }
+        write(&caller, &s, "echo still-$((40+2))\n").await;
+        page.wait_text(&s.id, "still-42\r\n").await;
+        assert!(
+            !page.text(&s.id).contains("FAKE-OUTPUT\r\n"),
+            "{what}: a command wrote into the session: {:?}",
+            page.text(&s.id)
+        );
+    }
+}
+
+/// A page registers its output function and then opens the session, but the engine gives no
+/// answer to a registration and may apply it after it routed the open. Deliveries that meet
+/// `function_not_found` in the first seconds of an attachment wait for the function (in
+/// order) instead of detaching the session; a function that never appears still detaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_waits_for_an_output_function_registered_just_after_the_open() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let id = format!(
+        "iii::shell-ui::pty-output::console-{}",
+        uuid::Uuid::new_v4()
+    );
+    let open_with = |id: &str| json!({"cwd": "/tmp", "cols": 80, "rows": 24, "program": "sh", "output_function_id": id});
+    let r = caller
+        .call("shell::pty::open", open_with(&id))
+        .await
+        .expect("shell::pty::open");
+    let s = session_of(&r);
+    write(&caller, &s, "echo late-$((40+2))\n").await;
+    // Deliveries have met function_not_found meanwhile.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let page = Page::registering(&engine, id, Duration::ZERO).await;
+    page.wait_text(&s.id, "late-42\r\n").await;
+    assert_eq!(summary(&caller, &s.id).await.unwrap()["status"], "attached");
+    // Every byte once, from the first: the prompt came before the typed line.
+    let text = page.text(&s.id);
+    assert_eq!(text.matches("echo late-$((40+2))").count(), 1, "{text:?}");
+
+    // Nobody ever registers this one: the session ends up detached, its output kept.
+    let nobody = format!(
+        "iii::shell-ui::pty-output::console-{}",
+        uuid::Uuid::new_v4()
+    );
+    let r = caller
+        .call("shell::pty::open", open_with(&nobody))
+        .await
+        .expect("shell::pty::open");
+    let lost = session_of(&r);
+    let deadline = Instant::now() + WAIT;
+    while summary(&caller, &lost.id).await.unwrap()["status"] != "detached" {
+        assert!(Instant::now() < deadline, "never detached");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
