@@ -171,7 +171,7 @@ fn attach_response(a: Attached) -> AttachResponse {
 fn release_after_answer(services: &Arc<Services>, session_id: &str, epoch: u64) {
     services.pty.started(session_id, epoch);
     send(
-        services,
+        &services.executor,
         PtyOp::Release {
             session_id: session_id.to_string(),
             epoch,
