@@ -231,11 +231,7 @@ impl ChangedFeed {
 
     fn fire_all_overflow(&self) {
         let Ok(link) = self.engine.get() else { return };
-        let bound: Vec<Bound> = lock(&self.state)
-            .bound
-            .values()
-            .cloned()
-            .collect();
+        let bound: Vec<Bound> = lock(&self.state).bound.values().cloned().collect();
         for b in bound {
             let c = Change {
                 path: ".".into(),

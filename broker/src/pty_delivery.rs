@@ -307,11 +307,7 @@ fn next_batch(lane: &Mutex<LaneState>, last: bool) -> Option<Batch> {
 /// Delivers a lane's output, one invocation at a time and in order, until nothing is pending.
 /// While one is in flight the next is taken and encoded, so the engine never waits for us
 /// between two deliveries; what arrives after that is coalesced into the one after.
-async fn run_lane(
-    delivery: Arc<Delivery>,
-    session_id: String,
-    lane: Arc<Mutex<LaneState>>,
-) {
+async fn run_lane(delivery: Arc<Delivery>, session_id: String, lane: Arc<Mutex<LaneState>>) {
     let mut ready: Option<(Batch, PreparedCall)> = None;
     loop {
         let (batch, call) = match ready.take() {
