@@ -458,7 +458,7 @@ pub fn subscribe(delivery: &Arc<Delivery>, client: &ExecutorClient) {
     let delivery = delivery.clone();
     let client = client.clone();
     tokio::spawn(async move {
-        match client.call(Request::Pty(PtyOp::Subscribe)).await {
+        match client.call(Request::PtySubscribe).await {
             Ok(Reply::Pty(_)) => {}
             Ok(_) => {
                 tracing::error!("the executor does not serve terminal sessions (unexpected reply to subscribe); restart it from the same iii-shell release");

@@ -257,11 +257,17 @@ mod tests {
         use serde_json::json;
         let hook = |v: Value| parse_request::<HookInput>(&v).map(|_| ());
         let event = |v: Value| parse_request::<TurnEvent>(&v).map(|_| ());
-        assert_eq!(hook(json!({"call": {"function_id": "shell::exec"}})), Ok(()));
+        assert_eq!(
+            hook(json!({"call": {"function_id": "shell::exec"}})),
+            Ok(())
+        );
         assert_eq!(event(json!({"session_id": null, "extra": 1})), Ok(()));
         assert_eq!(
             hook(json!({"session_id": 5})),
-            Err("malformed payload: session_id: invalid type: integer `5`, expected a string".into())
+            Err(
+                "malformed payload: session_id: invalid type: integer `5`, expected a string"
+                    .into()
+            )
         );
         assert_eq!(
             hook(json!({"session_id": "s", "call": {"arguments": {}}})),
@@ -269,11 +275,17 @@ mod tests {
         );
         assert_eq!(
             hook(json!({"call": {"function_id": 7}})),
-            Err("malformed payload: call.function_id: invalid type: integer `7`, expected a string".into())
+            Err(
+                "malformed payload: call.function_id: invalid type: integer `7`, expected a string"
+                    .into()
+            )
         );
         assert_eq!(
             event(json!({"parent": {"turn_id": []}})),
-            Err("malformed payload: parent.turn_id: invalid type: sequence, expected a string".into())
+            Err(
+                "malformed payload: parent.turn_id: invalid type: sequence, expected a string"
+                    .into()
+            )
         );
         assert_eq!(
             event(json!([1])),
