@@ -19,6 +19,7 @@ pub mod doctor;
 pub mod exec;
 pub mod frame;
 pub mod fs;
+pub mod functions;
 pub mod messages;
 pub mod pty;
 pub mod sink;
