@@ -15,7 +15,7 @@ use std::sync::Arc;
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
-use iii_shell_protocol::functions::{self, Family, FUNCTIONS};
+use iii_shell_protocol::functions::{self, Family};
 
 use crate::services::Services;
 
@@ -30,7 +30,7 @@ pub struct FunctionDef {
 }
 
 /// Every function this build serves, in registration order: the definitions of each family
-/// of [`FUNCTIONS`] (the tests below check they are the table's ids, in its order).
+/// of [`functions::FUNCTIONS`] (the tests below check they are the table's ids, in its order).
 pub fn catalogue() -> Vec<FunctionDef> {
     let mut v = exec::definitions();
     v.extend(config_status::definitions());
@@ -50,7 +50,7 @@ pub struct CallMeta {
     pub metadata: Option<Value>,
 }
 
-/// Runs the handler of `function_id`: found in the function table ([`FUNCTIONS`]; an id
+/// Runs the handler of `function_id`: found in the function table ([`functions::FUNCTIONS`]; an id
 /// not in it is S210 `unknown function`), then the handlers of its family.
 pub async fn dispatch(
     services: &Arc<Services>,
@@ -111,6 +111,7 @@ pub fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iii_shell_protocol::functions::FUNCTIONS;
 
     /// What is registered is the table, in its order: no function is registered that the
     /// table (and so the dispatch) does not know, and none of the table is left unregistered.
