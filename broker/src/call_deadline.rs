@@ -14,7 +14,6 @@
 use std::time::Duration;
 
 use iii_shell_protocol::messages::Request;
-use iii_shell_protocol::pty::PtyOp;
 use iii_shell_protocol::{Code, WireError};
 
 /// The deadlines of broker → executor calls.
@@ -40,7 +39,7 @@ impl CallBounds {
     pub fn deadline(&self, request: &Request) -> Option<Duration> {
         match request {
             Request::Exec(spec) => Some(Duration::from_millis(spec.timeout_ms) + self.margin),
-            Request::Pty(PtyOp::Subscribe) => None,
+            Request::PtySubscribe => None,
             _ => Some(self.fixed),
         }
     }
@@ -70,6 +69,7 @@ mod tests {
     use super::*;
     use iii_shell_protocol::fs::FsOp;
     use iii_shell_protocol::messages::ExecSpec;
+    use iii_shell_protocol::pty::PtyOp;
 
     fn exec(timeout_ms: u64) -> Request {
         Request::Exec(ExecSpec {
@@ -95,7 +95,7 @@ mod tests {
             b.deadline(&Request::Pty(PtyOp::Sessions)),
             Some(Duration::from_secs(60))
         );
-        assert_eq!(b.deadline(&Request::Pty(PtyOp::Subscribe)), None);
+        assert_eq!(b.deadline(&Request::PtySubscribe), None);
         // A background job's timeout is the job's, not the call's: its start is bounded.
         let Request::Exec(spec) = exec(3_600_000) else {
             unreachable!()

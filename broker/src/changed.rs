@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use crate::engine::frames::ErrorBody;
 use crate::engine::{OfferedBinding, TriggerProvider};
 use crate::executor_client::ExecutorClient;
-use crate::services::Services;
+use crate::slots::{EngineSlot, ExecutorSlot};
 
 /// The trigger type id.
 pub const TRIGGER_TYPE: &str = "shell::changed";
@@ -107,10 +107,12 @@ struct FeedState {
     next_offer: u64,
 }
 
-/// The broker's registry of `shell::changed` bindings.
-#[derive(Default)]
+/// The broker's registry of `shell::changed` bindings. It reaches the executor and the engine
+/// through their slots; services tell it of each new executor ([`ChangedFeed::attach`]).
 pub struct ChangedFeed {
     state: Mutex<FeedState>,
+    executor: Arc<ExecutorSlot>,
+    engine: Arc<EngineSlot>,
 }
 
 fn refused(message: impl Into<String>) -> ErrorBody {
@@ -118,6 +120,15 @@ fn refused(message: impl Into<String>) -> ErrorBody {
 }
 
 impl ChangedFeed {
+    /// A feed with no bindings, watching through `executor`, firing through `engine`.
+    pub fn new(executor: Arc<ExecutorSlot>, engine: Arc<EngineSlot>) -> Arc<ChangedFeed> {
+        Arc::new(ChangedFeed {
+            state: Mutex::default(),
+            executor,
+            engine,
+        })
+    }
+
     /// Binding ids served now.
     pub fn binding_ids(&self) -> Vec<String> {
         let mut v: Vec<String> = lock(&self.state).bound.keys().cloned().collect();
@@ -125,8 +136,7 @@ impl ChangedFeed {
         v
     }
 
-    async fn register(services: &Services, offer: OfferedBinding) -> Result<(), ErrorBody> {
-        let feed = &services.changed;
+    async fn register(feed: &ChangedFeed, offer: OfferedBinding) -> Result<(), ErrorBody> {
         let config = parse_config(&offer.config).map_err(refused)?;
         let number = {
             let mut st = lock(&feed.state);
@@ -135,8 +145,8 @@ impl ChangedFeed {
             st.offers.insert(offer.id.clone(), n);
             n
         };
-        let epoch = services.engine().map(|l| l.connection_epoch()).unwrap_or(0);
-        let reply = services
+        let epoch = feed.engine.get().map(|l| l.connection_epoch()).unwrap_or(0);
+        let reply = feed
             .executor
             .call(Request::Watch(WatchOp::Start {
                 binding_id: offer.id.clone(),
@@ -170,7 +180,7 @@ impl ChangedFeed {
         };
         // Unregistered while the executor was starting it.
         if let Some(id) = stale {
-            let _ = services
+            let _ = feed
                 .executor
                 .call(Request::Watch(WatchOp::Stop { binding_id: id }))
                 .await;
@@ -178,17 +188,16 @@ impl ChangedFeed {
         Ok(())
     }
 
-    fn unregister(services: &Arc<Services>, id: &str) {
+    fn unregister(&self, id: &str) {
         let existed = {
-            let mut st = lock(&services.changed.state);
+            let mut st = lock(&self.state);
             st.offers.remove(id);
             st.bound.remove(id).is_some()
         };
-        let services = services.clone();
+        let executor = self.executor.clone();
         let id = id.to_string();
         tokio::spawn(async move {
-            let _ = services
-                .executor
+            let _ = executor
                 .call(Request::Watch(WatchOp::Stop {
                     binding_id: id.clone(),
                 }))
@@ -200,14 +209,14 @@ impl ChangedFeed {
     }
 
     /// After a reconnect: drop the bindings the engine did not replay within the grace.
-    fn sweep_after(services: &Arc<Services>, epoch: u64) {
-        let weak = Arc::downgrade(services);
+    fn sweep_after(self: &Arc<Self>, epoch: u64) {
+        let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             tokio::time::sleep(REPLAY_GRACE).await;
-            let Some(services) = weak.upgrade() else {
+            let Some(feed) = weak.upgrade() else {
                 return;
             };
-            let gone: Vec<String> = lock(&services.changed.state)
+            let gone: Vec<String> = lock(&feed.state)
                 .bound
                 .values()
                 .filter(|b| b.epoch < epoch)
@@ -215,18 +224,14 @@ impl ChangedFeed {
                 .collect();
             for id in gone {
                 tracing::info!(binding = %id, "shell::changed binding not replayed after a reconnect; stopping its watcher");
-                ChangedFeed::unregister(&services, &id);
+                feed.unregister(&id);
             }
         });
     }
 
-    fn fire_all_overflow(services: &Services) {
-        let Ok(link) = services.engine() else { return };
-        let bound: Vec<Bound> = lock(&services.changed.state)
-            .bound
-            .values()
-            .cloned()
-            .collect();
+    fn fire_all_overflow(&self) {
+        let Ok(link) = self.engine.get() else { return };
+        let bound: Vec<Bound> = lock(&self.state).bound.values().cloned().collect();
         for b in bound {
             let c = Change {
                 path: ".".into(),
@@ -243,9 +248,9 @@ impl ChangedFeed {
         }
     }
 
-    fn deliver(services: &Services, binding_id: &str, changes: &[Change]) {
-        let Ok(link) = services.engine() else { return };
-        let Some(b) = lock(&services.changed.state).bound.get(binding_id).cloned() else {
+    fn deliver(&self, binding_id: &str, changes: &[Change]) {
+        let Ok(link) = self.engine.get() else { return };
+        let Some(b) = lock(&self.state).bound.get(binding_id).cloned() else {
             return;
         };
         for c in changes {
@@ -259,40 +264,36 @@ impl ChangedFeed {
     }
 
     /// A new executor connection: pump its events, then start every binding on it again.
-    pub fn attach(services: &Arc<Services>, client: &ExecutorClient) {
+    pub fn attach(self: &Arc<Self>, client: &ExecutorClient) {
         let mut rx = client.events();
-        let weak: Weak<Services> = Arc::downgrade(services);
+        let weak: Weak<ChangedFeed> = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
                 let ev = rx.recv().await;
-                let Some(services) = weak.upgrade() else {
+                let Some(feed) = weak.upgrade() else {
                     return;
                 };
                 match ev {
                     Ok(Event::Changed {
                         binding_id,
                         changes,
-                    }) => ChangedFeed::deliver(&services, &binding_id, &changes),
-                    Ok(Event::EventsLost { .. }) => ChangedFeed::fire_all_overflow(&services),
+                    }) => feed.deliver(&binding_id, &changes),
+                    Ok(Event::EventsLost { .. }) => feed.fire_all_overflow(),
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         tracing::error!(lost = n, "executor events fell behind in the broker; change-feed subscribers get an overflow signal");
-                        ChangedFeed::fire_all_overflow(&services);
+                        feed.fire_all_overflow();
                     }
                     Err(_) => return,
                 }
             }
         });
-        let bound: Vec<Bound> = lock(&services.changed.state)
-            .bound
-            .values()
-            .cloned()
-            .collect();
+        let bound: Vec<Bound> = lock(&self.state).bound.values().cloned().collect();
         if bound.is_empty() {
             return;
         }
         let client = client.clone();
-        let services = services.clone();
+        let feed = self.clone();
         tokio::spawn(async move {
             for b in &bound {
                 let r = client
@@ -306,13 +307,13 @@ impl ChangedFeed {
                     tracing::error!(binding = %b.offer.id, "the new executor refused a shell::changed watcher ({}); the binding gets no more events until it is bound again", e.message);
                 }
             }
-            ChangedFeed::fire_all_overflow(&services);
+            feed.fire_all_overflow();
         });
     }
 }
 
 /// The link's view of the feed.
-pub struct Provider(pub Arc<Services>);
+pub struct Provider(pub Arc<ChangedFeed>);
 
 impl TriggerProvider for Provider {
     fn provides(&self, trigger_type: &str) -> bool {
@@ -323,17 +324,17 @@ impl TriggerProvider for Provider {
         &self,
         binding: OfferedBinding,
     ) -> Pin<Box<dyn Future<Output = Result<(), ErrorBody>> + Send>> {
-        let services = self.0.clone();
-        Box::pin(async move { ChangedFeed::register(&services, binding).await })
+        let feed = self.0.clone();
+        Box::pin(async move { ChangedFeed::register(&feed, binding).await })
     }
 
     fn unregister(&self, id: &str) {
-        ChangedFeed::unregister(&self.0, id);
+        self.0.unregister(id);
     }
 
     fn connected(&self, epoch: u64) {
         if epoch > 1 {
-            ChangedFeed::sweep_after(&self.0, epoch);
+            self.0.sweep_after(epoch);
         }
     }
 }

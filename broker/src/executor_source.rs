@@ -42,7 +42,7 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 /// Installs `client`, then hands it the newest policy.
 async fn install(services: &Arc<Services>, client: ExecutorClient) {
     services.install_executor(client.clone());
-    crate::pty_delivery::subscribe(services, &client);
+    crate::pty_delivery::subscribe(&services.pty, &client);
     if let Some(rt) = services.snapshots.get() {
         if let Err(e) = client
             .call(Request::SetPolicy {
@@ -55,7 +55,7 @@ async fn install(services: &Arc<Services>, client: ExecutorClient) {
         }
     }
     // The change feed's watchers live in the executor: start them on this one.
-    crate::changed::ChangedFeed::attach(services, &client);
+    services.executor_ready(&client);
     tracing::info!(pid = client.pid, "executor running");
 }
 

@@ -18,6 +18,7 @@ pub mod pty_delivery;
 pub mod sandbox_jobs;
 pub mod schema;
 pub mod services;
+pub mod slots;
 pub mod snapshot;
 pub mod spawn_executor;
 pub mod telemetry;

@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::engine::{EngineLink, PreparedCall};
 use crate::executor_client::ExecutorClient;
-use crate::services::Services;
+use crate::slots::{EngineSlot, ExecutorSlot};
 
 /// Deliveries of one session in flight at once. Not more: the engine runs every invocation in
 /// a task of its own, so two in flight can reach the page out of order, and a page drops a
@@ -103,14 +103,15 @@ pub struct Delivery {
     lanes: Mutex<HashMap<String, Arc<Mutex<LaneState>>>>,
     /// Bytes of bulk output in flight to consumers, over all sessions ([`BULK_IN_FLIGHT`]).
     bulk: tokio::sync::Semaphore,
+    /// Where acknowledgements go.
+    executor: Arc<ExecutorSlot>,
+    /// Where output goes.
+    engine: Arc<EngineSlot>,
 }
 
 impl Default for Delivery {
     fn default() -> Self {
-        Delivery {
-            lanes: Mutex::default(),
-            bulk: tokio::sync::Semaphore::new(BULK_IN_FLIGHT),
-        }
+        Delivery::new(Arc::default(), Arc::default())
     }
 }
 
@@ -192,6 +193,16 @@ fn prepare(session_id: &str, batch: &Batch) -> PreparedCall {
 const LANES_BEFORE_PRUNING: usize = 256;
 
 impl Delivery {
+    /// A delivery that sends output through `engine` and acknowledgements to `executor`.
+    pub fn new(executor: Arc<ExecutorSlot>, engine: Arc<EngineSlot>) -> Delivery {
+        Delivery {
+            lanes: Mutex::default(),
+            bulk: tokio::sync::Semaphore::new(BULK_IN_FLIGHT),
+            executor,
+            engine,
+        }
+    }
+
     fn lane(&self, id: &str) -> Arc<Mutex<LaneState>> {
         let mut lanes = lock(&self.lanes);
         if let Some(lane) = lanes.get(id) {
@@ -226,7 +237,7 @@ impl Delivery {
         }
     }
 
-    fn on_event(self: &Arc<Self>, services: &Arc<Services>, ev: PtyEvent) {
+    fn on_event(self: &Arc<Self>, ev: PtyEvent) {
         let PtyEvent::Output {
             session_id,
             epoch,
@@ -272,7 +283,7 @@ impl Delivery {
             !std::mem::replace(&mut l.running, true)
         };
         if spawn {
-            tokio::spawn(run_lane(services.clone(), self.clone(), session_id, lane));
+            tokio::spawn(run_lane(self.clone(), session_id, lane));
         }
     }
 }
@@ -296,12 +307,7 @@ fn next_batch(lane: &Mutex<LaneState>, last: bool) -> Option<Batch> {
 /// Delivers a lane's output, one invocation at a time and in order, until nothing is pending.
 /// While one is in flight the next is taken and encoded, so the engine never waits for us
 /// between two deliveries; what arrives after that is coalesced into the one after.
-async fn run_lane(
-    services: Arc<Services>,
-    delivery: Arc<Delivery>,
-    session_id: String,
-    lane: Arc<Mutex<LaneState>>,
-) {
+async fn run_lane(delivery: Arc<Delivery>, session_id: String, lane: Arc<Mutex<LaneState>>) {
     let mut ready: Option<(Batch, PreparedCall)> = None;
     loop {
         let (batch, call) = match ready.take() {
@@ -325,7 +331,7 @@ async fn run_lane(
             continue;
         }
         let sent = loop {
-            match services.engine() {
+            match delivery.engine.get() {
                 Ok(link) => match link.send_prepared(&call) {
                     Some(sent) => break sent,
                     None => {
@@ -379,7 +385,7 @@ async fn run_lane(
                     l.pending.retain(|p| p.epoch >= floor);
                 }
                 send(
-                    &services,
+                    &delivery.executor,
                     PtyOp::TargetGone {
                         session_id: session_id.clone(),
                         epoch: batch.epoch,
@@ -399,7 +405,7 @@ async fn run_lane(
             }
         }
         send(
-            &services,
+            &delivery.executor,
             PtyOp::Ack {
                 session_id: session_id.clone(),
                 epoch: batch.epoch,
@@ -437,22 +443,22 @@ fn requeue(lane: &Mutex<LaneState>, mut batch: Batch) {
 }
 
 /// Sends a session operation whose answer nobody waits for.
-pub fn send(services: &Arc<Services>, op: PtyOp) {
-    let services = services.clone();
+pub fn send(executor: &Arc<ExecutorSlot>, op: PtyOp) {
+    let executor = executor.clone();
     tokio::spawn(async move {
-        if let Err(e) = services.executor.call(Request::Pty(op)).await {
+        if let Err(e) = executor.call(Request::Pty(op)).await {
             tracing::debug!(code = %e.code, "pty notice to the executor failed: {}", e.message);
         }
     });
 }
 
 /// Makes `client` push session output to us, and delivers it.
-pub fn subscribe(services: &Arc<Services>, client: &ExecutorClient) {
+pub fn subscribe(delivery: &Arc<Delivery>, client: &ExecutorClient) {
     let mut rx = client.pty_events();
-    let services = services.clone();
+    let delivery = delivery.clone();
     let client = client.clone();
     tokio::spawn(async move {
-        match client.call(Request::Pty(PtyOp::Subscribe)).await {
+        match client.call(Request::PtySubscribe).await {
             Ok(Reply::Pty(_)) => {}
             Ok(_) => {
                 tracing::error!("the executor does not serve terminal sessions (unexpected reply to subscribe); restart it from the same iii-shell release");
@@ -463,9 +469,8 @@ pub fn subscribe(services: &Arc<Services>, client: &ExecutorClient) {
                 return;
             }
         }
-        let delivery = services.pty.clone();
         while let Some(ev) = rx.recv().await {
-            delivery.on_event(&services, ev);
+            delivery.on_event(ev);
         }
     });
 }

@@ -1,63 +1,20 @@
 //! What every handler can reach: the live configuration snapshot and the executor.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use iii_shell_protocol::messages::{Reply, Request};
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::messages::Request;
 use iii_shell_protocol::{Code, WireError};
 
 use crate::call_deadline::CallBounds;
 use crate::engine::EngineLink;
-use crate::executor_client::{executor_lost, ExecutorClient, OutputStream};
+use crate::executor_client::ExecutorClient;
 use crate::sandbox_jobs::SandboxJobs;
+pub use crate::slots::{EngineSlot, ExecutorSlot};
 use crate::snapshot::SnapshotCell;
 
-/// The executor connection in use; replaced when a respawned executor comes up.
-#[derive(Default)]
-pub struct ExecutorSlot {
-    client: RwLock<Option<ExecutorClient>>,
-}
-
-impl ExecutorSlot {
-    pub fn set(&self, c: ExecutorClient) {
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(c);
-    }
-
-    pub fn clear(&self) {
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    pub fn get(&self) -> Option<ExecutorClient> {
-        self.client.read().ok().and_then(|g| g.clone())
-    }
-
-    pub async fn call(&self, request: Request) -> Result<Reply, WireError> {
-        match self.get() {
-            Some(c) if !c.is_closed() => c.call(request).await,
-            _ => Err(executor_lost()),
-        }
-    }
-
-    pub async fn call_with_output(
-        &self,
-        request: Request,
-    ) -> Result<(Reply, OutputStream), WireError> {
-        match self.get() {
-            Some(c) if !c.is_closed() => c.call_with_output(request).await,
-            _ => Err(executor_lost()),
-        }
-    }
-
-    pub async fn call_with_input(
-        &self,
-        request: Request,
-        input: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
-    ) -> Result<Reply, WireError> {
-        match self.get() {
-            Some(c) if !c.is_closed() => c.call_with_input(request, input).await,
-            _ => Err(executor_lost()),
-        }
-    }
-}
+/// Told of every executor once it is installed and holds the policy in force.
+pub type ExecutorListener = Box<dyn Fn(&ExecutorClient) + Send + Sync>;
 
 pub struct Services {
     pub snapshots: Arc<SnapshotCell>,
@@ -66,12 +23,13 @@ pub struct Services {
     pub sandbox_jobs: SandboxJobs,
     /// The broker's record of the host jobs it started, which outlives their executor.
     pub job_book: Arc<crate::job_book::JobBook>,
-    /// Delivery of terminal-session output to output functions.
+    /// Delivery of terminal-session output to output functions (the pty functions record
+    /// attachments in it). It holds the slots, not these services.
     pub pty: Arc<crate::pty_delivery::Delivery>,
-    /// The `shell::changed` bindings this worker serves.
-    pub changed: crate::changed::ChangedFeed,
     /// The engine connection, when serving (channels and sandbox forwarding need it).
-    engine: RwLock<Option<EngineLink>>,
+    pub engine: Arc<EngineSlot>,
+    /// What to tell of each executor installed (the change feed restarts its watchers).
+    executor_listeners: Mutex<Vec<ExecutorListener>>,
     /// The deadlines of calls to the executors installed from now on.
     call_bounds: RwLock<CallBounds>,
     /// Executors installed so far (every one after the first is a respawn).
@@ -80,14 +38,19 @@ pub struct Services {
 
 impl Services {
     pub fn new() -> Arc<Services> {
+        let executor: Arc<ExecutorSlot> = Arc::default();
+        let engine: Arc<EngineSlot> = Arc::default();
         Arc::new(Services {
             snapshots: Arc::default(),
-            executor: Arc::default(),
+            pty: Arc::new(crate::pty_delivery::Delivery::new(
+                executor.clone(),
+                engine.clone(),
+            )),
+            executor,
             sandbox_jobs: SandboxJobs::default(),
             job_book: Default::default(),
-            pty: Arc::default(),
-            changed: Default::default(),
-            engine: RwLock::new(None),
+            engine,
+            executor_listeners: Mutex::default(),
             call_bounds: RwLock::new(CallBounds::DEFAULT),
             executors_installed: Default::default(),
         })
@@ -99,7 +62,19 @@ impl Services {
     }
 
     pub fn set_engine(&self, link: EngineLink) {
-        *self.engine.write().unwrap_or_else(|p| p.into_inner()) = Some(link);
+        self.engine.set(link);
+    }
+
+    /// Calls `listener` with every executor installed from now on, once it holds the policy.
+    pub fn on_executor_ready(&self, listener: ExecutorListener) {
+        lock(&self.executor_listeners).push(listener);
+    }
+
+    /// `client` is installed and holds the policy in force: tells the listeners.
+    pub fn executor_ready(&self, client: &ExecutorClient) {
+        for listener in lock(&self.executor_listeners).iter() {
+            listener(client);
+        }
     }
 
     /// Shakes hands with the executor on `stream`, gives it the configuration in force and
@@ -164,11 +139,7 @@ impl Services {
 
     /// The engine link, or S216 when running without one (`iii-shell call`).
     pub fn engine(&self) -> Result<EngineLink, WireError> {
-        self.engine
-            .read()
-            .ok()
-            .and_then(|g| g.clone())
-            .ok_or_else(|| WireError::new(Code::S216, "this needs an engine connection (data channels and sandbox targets go through the engine); run under `iii-shell serve`"))
+        self.engine.get()
     }
 }
 

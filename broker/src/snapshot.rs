@@ -5,8 +5,10 @@
 
 use std::sync::{Arc, Mutex, RwLock};
 
+use iii_shell_policy::denylist::Denylist;
 use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::Config;
+use iii_shell_protocol::{Code, WireError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -14,9 +16,28 @@ use serde::{Deserialize, Serialize};
 pub struct ConfigSnapshot {
     pub generation: u64,
     pub config: Config,
+    /// `config.denylist_patterns` compiled once per snapshot (about a millisecond), or why
+    /// they do not compile (every command is then refused with S216).
+    pub denylist: Result<Arc<Denylist>, String>,
 }
 
 impl ConfigSnapshot {
+    pub fn new(generation: u64, config: Config) -> ConfigSnapshot {
+        let denylist = Denylist::compile(&config.denylist_patterns).map(Arc::new);
+        ConfigSnapshot {
+            generation,
+            config,
+            denylist,
+        }
+    }
+
+    /// The compiled denylist, or S216 naming the pattern that does not compile.
+    pub fn denylist(&self) -> Result<&Denylist, WireError> {
+        self.denylist
+            .as_deref()
+            .map_err(|e| WireError::new(Code::S216, e.clone()))
+    }
+
     /// The document sent to the executor.
     pub fn config_json(&self) -> String {
         serde_json::to_string(&self.config).unwrap_or_else(|_| "null".into())
@@ -93,7 +114,7 @@ impl SnapshotCell {
         // The telemetry switch and cadence follow the configuration in force.
         crate::telemetry::apply(&config.telemetry);
         let mut g = self.current.write().unwrap_or_else(|p| p.into_inner());
-        let rt = Arc::new(ConfigSnapshot { generation, config });
+        let rt = Arc::new(ConfigSnapshot::new(generation, config));
         *g = Some(rt.clone());
         drop(g);
         let mut s = lock(&self.status);

@@ -1,12 +1,11 @@
 //! Turning a JSON payload into a typed, checked request. Nothing reaches the executor before
 //! it has passed through here.
 //!
-//! Order (the seed's): malformed payload → host-only fields → argv → denylist → env → spawn.
+//! Order (the seed's): malformed payload → host-only fields → argv → denylist → env → cwd →
+//! spawn; the command's part is `policy::command::check_command`, which the executor re-runs.
 
-use iii_shell_policy::argv::check_argv;
-use iii_shell_policy::denylist::{denied_message, Denylist};
-use iii_shell_policy::env_policy;
-use iii_shell_policy::sync::lock;
+use iii_shell_policy::command::{self, check_command, CommandCheck, CommandError};
+use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::exec::{ExecRequest, Target};
 use iii_shell_protocol::messages::ExecSpec;
@@ -39,8 +38,22 @@ pub struct CheckedExec {
     pub spec: Option<ExecSpec>,
 }
 
-/// Validates a `shell::exec` / `shell::exec_bg` payload against the configuration.
+/// Validates a `shell::exec` / `shell::exec_bg` payload against the configuration, compiling
+/// its denylist for this one call (the handlers use the snapshot's, [`exec_request_with`]).
 pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireError> {
+    let denylist =
+        Denylist::compile(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
+    exec_request_with(value, config, &denylist)
+}
+
+/// Validates a `shell::exec` / `shell::exec_bg` payload against the configuration and its
+/// compiled `denylist`. Order: malformed payload → host-only fields → the command validator
+/// (`policy::command`: argv → denylist → env keys → env values → cwd) → timeout.
+pub fn exec_request_with(
+    value: &Value,
+    config: &Config,
+    denylist: &Denylist,
+) -> Result<CheckedExec, WireError> {
     let obj = value
         .as_object()
         .ok_or_else(|| malformed("expected an object"))?;
@@ -100,16 +113,30 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
     }
 
     let argv = build_argv(&request.command, request.args.as_deref())?;
-    let denylist =
-        compiled_denylist(&config.denylist_patterns).map_err(|e| WireError::new(Code::S216, e))?;
-    if let Some(p) = denylist.matches(&argv) {
-        // For the operator: which pattern stopped which call (its trace shows the caller);
-        // never the command line itself, which can hold secrets.
-        tracing::warn!(
-            pattern = %p,
-            "a command was refused by the denylist; if it should run, remove or narrow that entry of denylist_patterns"
-        );
-        return Err(WireError::plain(denied_message(p)));
+    let env: Vec<(String, String)> = request
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    // The one command validator; the executor runs it again (`prepare::check`).
+    let cmd = CommandCheck {
+        argv: Some(&argv),
+        env: &env,
+        cwd: request.cwd.as_deref(),
+    };
+    match check_command(&cmd, denylist, !config.fs.host_roots.is_empty()) {
+        Ok(()) => {}
+        Err(CommandError::Denied { pattern }) => {
+            // For the operator: which pattern stopped which call (its trace shows the
+            // caller); never the command line itself, which can hold secrets.
+            tracing::warn!(
+                pattern = %pattern,
+                "a command was refused by the denylist; if it should run, remove or narrow that entry of denylist_patterns"
+            );
+            return Err(CommandError::Denied { pattern }.to_wire());
+        }
+        Err(e) => return Err(e.to_wire()),
     }
     if request.target != Target::Host {
         return Ok(CheckedExec {
@@ -117,33 +144,6 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
             argv,
             spec: None,
         });
-    }
-
-    let env: Vec<(String, String)> = request
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    env_policy::check_overrides(env.iter().map(|(k, _)| k.as_str())).map_err(|e| e.to_wire())?;
-    // The executor refuses these too (`command::check`); the broker answers first, with the
-    // same S210 and wording (found by `tests/fuzz_validate.rs`).
-    if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
-        return Err(WireError::new(
-            Code::S210,
-            format!("env value of '{k}' contains a NUL byte"),
-        ));
-    }
-    if let Some(cwd) = &request.cwd {
-        if cwd.is_empty() {
-            return Err(WireError::new(Code::S210, "cwd is empty"));
-        }
-        if config.fs.host_roots.is_empty() && !cwd.starts_with('/') {
-            return Err(WireError::new(
-                Code::S210,
-                format!("path must be absolute when unjailed (fs.host_roots is empty; `~` is not expanded): {cwd}"),
-            ));
-        }
     }
     let timeout_ms = resolve_timeout(request.timeout_ms, config);
     let spec = ExecSpec {
@@ -160,26 +160,9 @@ pub fn exec_request(value: &Value, config: &Config) -> Result<CheckedExec, WireE
     })
 }
 
-/// The compiled denylist of the configuration in force. Compiling the patterns costs about a
-/// millisecond, so it is done once per distinct pattern list, not per call.
-fn compiled_denylist(patterns: &[String]) -> Result<std::sync::Arc<Denylist>, String> {
-    type Cache = Option<(Vec<String>, std::sync::Arc<Denylist>)>;
-    static CACHE: std::sync::Mutex<Cache> = std::sync::Mutex::new(None);
-    let mut cache = lock(&CACHE);
-    if let Some((p, d)) = cache.as_ref() {
-        if p.as_slice() == patterns {
-            return Ok(d.clone());
-        }
-    }
-    let d = std::sync::Arc::new(Denylist::compile(patterns)?);
-    *cache = Some((patterns.to_vec(), d.clone()));
-    Ok(d)
-}
-
 /// `None` → `default_timeout_ms`; otherwise clamped to `max_timeout_ms`.
 pub fn resolve_timeout(t: Option<u64>, config: &Config) -> u64 {
-    t.unwrap_or(config.default_timeout_ms)
-        .min(config.max_timeout_ms)
+    command::resolve_timeout(t, config.default_timeout_ms, config.max_timeout_ms)
 }
 
 /// `args` absent or null: shell-words tokenization of `command`. Present (even empty):
@@ -200,7 +183,7 @@ pub fn build_argv(command: &str, args: Option<&[String]>) -> Result<Vec<String>,
             v
         }
     };
-    check_argv(&argv).map_err(|e| e.to_wire())?;
+    // Its rules (`check_argv`) are the command validator's first step.
     Ok(argv)
 }
 

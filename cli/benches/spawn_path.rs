@@ -26,7 +26,7 @@ use iii_shell_broker::services::Services;
 use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_broker::telemetry;
 use iii_shell_broker::telemetry::propagation::Carrier;
-use iii_shell_broker::validate::exec_request;
+use iii_shell_broker::validate::exec_request_with;
 use iii_shell_executor::denylist::Denylist;
 use iii_shell_executor::policy::Policy;
 use iii_shell_executor::prepare::prepare;
@@ -902,6 +902,8 @@ async fn stages(
             .expect("policy")
             .with_launcher(launcher.clone()),
     );
+    // As the broker's configuration snapshot holds it: compiled once.
+    let denylist = Denylist::compile(&config.denylist_patterns).expect("denylist");
     let spec = ExecSpec {
         argv: vec![TRUE.into()],
         cwd: None,
@@ -932,7 +934,9 @@ async fn stages(
         t[0] = Some(raw.run());
         t[1] = Some(iii_exec(services, payload).await);
         t[2] = Some(time(|| {
-            exec_request(payload, config).map(|_| ()).expect("validate")
+            exec_request_with(payload, config, &denylist)
+                .map(|_| ())
+                .expect("validate")
         }));
         t[3] = Some(time(|| {
             drop(Denylist::compile(&config.denylist_patterns).expect("denylist"))

@@ -157,6 +157,15 @@ pub async fn run(
     spawn_probe(&url);
 
     let services = Services::new();
+    // The change feed restarts its watchers on every executor, the first one included.
+    let changed = iii_shell_broker::changed::ChangedFeed::new(
+        services.executor.clone(),
+        services.engine.clone(),
+    );
+    {
+        let feed = changed.clone();
+        services.on_executor_ready(Box::new(move |client| feed.attach(client)));
+    }
     let executors = match source.start(services.clone()).await {
         Ok(s) => s,
         Err(e) => {
@@ -213,9 +222,7 @@ pub async fn run(
         link.clone(),
         own_stat,
     ));
-    link.set_trigger_provider(Arc::new(iii_shell_broker::changed::Provider(
-        services.clone(),
-    )));
+    link.set_trigger_provider(Arc::new(iii_shell_broker::changed::Provider(changed)));
     services.set_engine(link.clone());
     let lifecycle = Lifecycle::new(link.clone(), services.clone(), seed, config_id);
     let _ = lifecycle_slot.set(lifecycle.clone());

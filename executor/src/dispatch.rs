@@ -8,6 +8,7 @@ use iii_shell_protocol::coder::CoderCall;
 use iii_shell_protocol::exec::StatusResponse;
 use iii_shell_protocol::fs::FsOp;
 use iii_shell_protocol::messages::{ExecSpec, Reply, Request};
+use iii_shell_protocol::pty::PtyReply;
 use iii_shell_protocol::turns::TurnsCall;
 use iii_shell_protocol::ui_state::UiStateOp;
 use iii_shell_protocol::watch::WatchOp;
@@ -68,7 +69,11 @@ impl Executor {
             }
             Request::Ping => (Ok(Reply::Pong), None),
             Request::Coder(call) => (self.coder(*call).await, None),
-            Request::Pty(op) => pty::handle(self, op, cancel, io).await,
+            Request::Pty(op) => pty::handle(self, op).await,
+            Request::PtySubscribe => {
+                let cont = self.pty.subscribe(io, cancel);
+                (Ok(Reply::Pty(PtyReply::Subscribed)), Some(cont))
+            }
             Request::Watch(op) => done(self.watch(op)),
             Request::Turns(call) => done(self.turns_call(call).await),
             Request::UiState(op) => done(self.ui_state_call(op).await),

@@ -75,3 +75,13 @@ impl From<iii_shell_policy::PolicyError> for ExecError {
         }
     }
 }
+
+impl From<iii_shell_policy::command::CommandError> for ExecError {
+    fn from(e: iii_shell_policy::command::CommandError) -> Self {
+        use iii_shell_policy::command::CommandError;
+        match e {
+            CommandError::Rule(p) => p.into(),
+            denied @ CommandError::Denied { .. } => ExecError::Plain(denied.to_string()),
+        }
+    }
+}

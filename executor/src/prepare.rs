@@ -8,8 +8,7 @@ use std::path::Path;
 
 use iii_shell_protocol::messages::ExecSpec;
 
-use crate::denylist::denied_message;
-use crate::env_policy;
+use iii_shell_policy::command::{check_command, CommandCheck};
 
 use crate::cgroups::JobCgroup;
 use crate::error::ExecError;
@@ -32,21 +31,19 @@ pub struct Prepared {
     pub launcher: std::sync::Arc<iii_shell_launch::Launcher>,
 }
 
-/// Checks argv, the denylist and env, then resolves cwd (the validation order of the seed).
+/// The broker's command validator run again (`policy::command`: argv, the denylist, env keys
+/// and values, cwd, in that order); the jail resolves the cwd afterwards.
 pub fn check(policy: &Policy, spec: &ExecSpec) -> Result<(), ExecError> {
-    check_argv(&spec.argv)?;
-    if let Some(p) = policy.denylist.matches(&spec.argv) {
-        return Err(ExecError::Plain(denied_message(p)));
-    }
-    env_policy::check_overrides(spec.env.iter().map(|(k, _)| k.as_str()))?;
-    for (k, v) in &spec.env {
-        if v.contains('\0') {
-            return Err(ExecError::Invalid(format!(
-                "env value of '{k}' contains a NUL byte"
-            )));
-        }
-    }
-    Ok(())
+    let cmd = CommandCheck {
+        argv: Some(&spec.argv),
+        env: &spec.env,
+        cwd: spec.cwd.as_deref(),
+    };
+    Ok(check_command(
+        &cmd,
+        &policy.denylist,
+        policy.jail.is_jailed(),
+    )?)
 }
 
 pub use iii_shell_policy::argv::{check_argv, EMPTY_COMMAND};

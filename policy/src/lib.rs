@@ -11,12 +11,14 @@
 //! * [`env_policy`]: the dangerous-environment gate and the forwarded base environment.
 //! * [`home`]: which `HOME` commands get, and where a command without a `cwd` starts.
 //! * [`argv`]: argv rules.
+//! * [`command`]: the one command validator (argv, denylist, env, cwd, timeouts).
 //! * [`mode`]: file-mode and owner rules of the fs surface.
 //! * [`capture`]: bounded output capture and its truncation at a character boundary.
 //! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
 pub mod capture;
+pub mod command;
 pub mod config;
 pub mod denylist;
 pub mod env_policy;

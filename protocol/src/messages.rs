@@ -144,6 +144,12 @@ pub enum Request {
     /// Memory and CPU of the executor (and its supervisor), running jobs and terminal
     /// sessions, for the worker's gauges (added in protocol version 6).
     Usage,
+    /// Makes this connection the one live terminal output is pushed to (as
+    /// [`crate::pty::PtyEvent::Output`]); the request stays open until the connection ends. A
+    /// newer subscription replaces it, and everything not yet acknowledged is pushed again to
+    /// the new one. (Version 7: a request of its own, no longer a `PtyOp`, so the session
+    /// operations have no arm for it.)
+    PtySubscribe,
 }
 
 impl Request {
@@ -165,6 +171,7 @@ impl Request {
             Request::Turns(_) => "turns",
             Request::UiState(_) => "ui_state",
             Request::Usage => "usage",
+            Request::PtySubscribe => "pty_subscribe",
         }
     }
 }

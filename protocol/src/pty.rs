@@ -312,10 +312,6 @@ pub enum PtyOp {
         access_key: String,
     },
     Sessions,
-    /// Makes this connection the one live output is pushed to (as [`PtyEvent::Output`]);
-    /// the request stays open until the connection ends. A newer subscription replaces it,
-    /// and everything not yet acknowledged is pushed again to the new one.
-    Subscribe,
     /// The broker delivered everything of `session_id` through `sequence` (and the exit,
     /// when `exit`) for the attachment `epoch`.
     Ack {
@@ -349,7 +345,6 @@ impl PtyOp {
             PtyOp::Detach { .. } => "pty_detach",
             PtyOp::Close { .. } => "pty_close",
             PtyOp::Sessions => "pty_sessions",
-            PtyOp::Subscribe => "pty_subscribe",
             PtyOp::Ack { .. } => "pty_ack",
             PtyOp::Release { .. } => "pty_release",
             PtyOp::TargetGone { .. } => "pty_target_gone",

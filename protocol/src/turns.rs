@@ -6,6 +6,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// `Request::Turns`: `function` is the full function id (`shell::turns::list`, …).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +19,104 @@ pub struct TurnsCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnsReply {
     pub json: String,
+}
+
+// ---- The harness hook targets' typed requests (the seed's `TurnEvent` and `HookInput`).
+//
+// Parsed by the broker before it forwards them and again by the executor, with
+// [`parse_request`]: a field of the wrong type, or a `call` without its `function_id`, is
+// S210 naming the field, never an empty event.
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ParentRef {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+
+/// `TurnEvent` (every field optional, unknown fields ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TurnEvent {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub message_preview: Option<String>,
+    #[serde(default)]
+    pub parent: Option<ParentRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HookCall {
+    pub function_id: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// `HookInput`. `result` is read only as `{is_error}`; any other JSON is "not failed".
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HookInput {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub call: Option<HookCall>,
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+impl HookInput {
+    pub fn is_error(&self) -> bool {
+        self.result
+            .as_ref()
+            .and_then(|r| r.get("is_error"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    fn meta_str(&self, pointer: &str) -> Option<String> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.pointer(pointer))
+            .and_then(Value::as_str)
+            .map(String::from)
+    }
+
+    /// `metadata.fs_scope.root`.
+    pub fn scope_root(&self) -> Option<String> {
+        self.meta_str("/fs_scope/root")
+    }
+
+    pub fn parent(&self) -> Option<(String, Option<String>)> {
+        self.meta_str("/parent_session_id")
+            .map(|s| (s, self.meta_str("/parent_turn_id")))
+    }
+
+    pub fn agent_name(&self) -> Option<String> {
+        self.meta_str("/subagent_display/name")
+    }
+}
+
+/// The typed request of a turns function: `Err` is the S210 message, naming the field that
+/// did not fit (`malformed payload: call: missing field `function_id``). A payload that is not
+/// an object is refused too (serde would take an array for a struct, field by field).
+pub fn parse_request<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
+    if !v.is_object() {
+        return Err("the request must be an object".into());
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("malformed payload: {}", e.inner())
+        } else {
+            format!("malformed payload: {path}: {}", e.inner())
+        }
+    })
 }
 
 // ---- `shell::turns::sessions`: the sessions that have recorded turns, newest first.
@@ -151,6 +250,48 @@ pub fn sessions_page(r: &SessionsRequest) -> Result<SessionsPage, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A malformed hook event is refused with the field it names, never read as an empty one.
+    #[test]
+    fn malformed_hook_requests_name_their_field() {
+        use serde_json::json;
+        let hook = |v: Value| parse_request::<HookInput>(&v).map(|_| ());
+        let event = |v: Value| parse_request::<TurnEvent>(&v).map(|_| ());
+        assert_eq!(
+            hook(json!({"call": {"function_id": "shell::exec"}})),
+            Ok(())
+        );
+        assert_eq!(event(json!({"session_id": null, "extra": 1})), Ok(()));
+        assert_eq!(
+            hook(json!({"session_id": 5})),
+            Err(
+                "malformed payload: session_id: invalid type: integer `5`, expected a string"
+                    .into()
+            )
+        );
+        assert_eq!(
+            hook(json!({"session_id": "s", "call": {"arguments": {}}})),
+            Err("malformed payload: call: missing field `function_id`".into())
+        );
+        assert_eq!(
+            hook(json!({"call": {"function_id": 7}})),
+            Err(
+                "malformed payload: call.function_id: invalid type: integer `7`, expected a string"
+                    .into()
+            )
+        );
+        assert_eq!(
+            event(json!({"parent": {"turn_id": []}})),
+            Err(
+                "malformed payload: parent.turn_id: invalid type: sequence, expected a string"
+                    .into()
+            )
+        );
+        assert_eq!(
+            event(json!([1])),
+            Err("the request must be an object".into())
+        );
+    }
 
     #[test]
     fn cursors_round_trip_and_refuse_anything_else() {

@@ -14,7 +14,7 @@ use super::{meta, sandbox, to_value, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
 use crate::snapshot::ConfigSnapshot;
-use crate::validate::{exec_request, parse, CheckedExec};
+use crate::validate::{exec_request_with, parse, CheckedExec};
 
 pub fn definitions() -> Vec<FunctionDef> {
     vec![
@@ -64,7 +64,7 @@ fn snapshot(services: &Services) -> Result<Arc<ConfigSnapshot>, WireError> {
 }
 
 fn checked(rt: &ConfigSnapshot, payload: &Value) -> Result<CheckedExec, WireError> {
-    exec_request(payload, &rt.config)
+    exec_request_with(payload, &rt.config, rt.denylist()?)
 }
 
 pub async fn exec(services: &Arc<Services>, payload: Value) -> Result<Value, WireError> {

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
+use iii_shell_protocol::functions::{self, Family};
+
 use crate::services::Services;
 
 /// What the engine is told about a function.
@@ -27,7 +29,8 @@ pub struct FunctionDef {
     pub response_format: Value,
 }
 
-/// Every function this build serves, in registration order.
+/// Every function this build serves, in registration order: the definitions of each family
+/// of [`functions::FUNCTIONS`] (the tests below check they are the table's ids, in its order).
 pub fn catalogue() -> Vec<FunctionDef> {
     let mut v = exec::definitions();
     v.extend(config_status::definitions());
@@ -47,34 +50,40 @@ pub struct CallMeta {
     pub metadata: Option<Value>,
 }
 
-/// Runs the handler of `function_id`.
+/// Runs the handler of `function_id`: found in the function table ([`functions::FUNCTIONS`]; an id
+/// not in it is S210 `unknown function`), then the handlers of its family.
 pub async fn dispatch(
     services: &Arc<Services>,
     function_id: &str,
     payload: Value,
     meta: CallMeta,
 ) -> Result<Value, WireError> {
-    match function_id {
-        "shell::exec" => exec::exec(services, payload).await,
-        "shell::exec_bg" => exec::exec_bg(services, payload).await,
-        "shell::status" => exec::status(services, payload).await,
-        "shell::list" => exec::list(services).await,
-        "shell::kill" => exec::kill(services, payload).await,
-        "shell::config-status" => config_status::status(services),
-        id if id.starts_with("shell::fs::") => fs::dispatch(services, id, payload).await,
-        id if id.starts_with("shell::pty::") => pty::dispatch(services, id, payload).await,
-        id if id.starts_with("shell::turns::") => turns::dispatch(services, id, payload).await,
-        id if id == "shell::ui-content" || id.starts_with("shell::ui-state::") => {
-            ui::dispatch(services, id, payload).await
-        }
-        id if id.starts_with("shell::workspace::") => {
-            workspace::dispatch(services, id, payload).await
-        }
-        id if id.starts_with("coder::") => coder::dispatch(services, id, payload, meta).await,
-        other => Err(WireError::new(
+    let Some(entry) = functions::find(function_id) else {
+        return Err(WireError::new(
             Code::S210,
-            format!("unknown function: {other}"),
-        )),
+            format!("unknown function: {function_id}"),
+        ));
+    };
+    let id = entry.id;
+    match entry.family {
+        Family::Exec => match id {
+            "shell::exec" => exec::exec(services, payload).await,
+            "shell::exec_bg" => exec::exec_bg(services, payload).await,
+            "shell::status" => exec::status(services, payload).await,
+            "shell::kill" => exec::kill(services, payload).await,
+            "shell::list" => exec::list(services).await,
+            other => Err(WireError::new(
+                Code::S210,
+                format!("unknown function: {other}"),
+            )),
+        },
+        Family::ConfigStatus => config_status::status(services),
+        Family::Fs => fs::dispatch(services, id, payload).await,
+        Family::Workspace => workspace::dispatch(services, id, payload).await,
+        Family::Coder => coder::dispatch(services, id, payload, meta).await,
+        Family::Pty => pty::dispatch(services, id, payload).await,
+        Family::Turns => turns::dispatch(services, id, payload).await,
+        Family::Ui => ui::dispatch(services, id, payload).await,
     }
 }
 
@@ -97,4 +106,50 @@ pub fn meta(internal: bool, trace_hidden: bool, display: bool) -> Value {
 pub fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
     serde_json::to_value(v)
         .map_err(|e| WireError::new(Code::S216, format!("serialize response: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iii_shell_protocol::functions::FUNCTIONS;
+
+    /// What is registered is the table, in its order: no function is registered that the
+    /// table (and so the dispatch) does not know, and none of the table is left unregistered.
+    #[test]
+    fn the_catalogue_is_the_function_table() {
+        let registered: Vec<&str> = catalogue().iter().map(|d| d.id).collect();
+        let table: Vec<&str> = FUNCTIONS.iter().map(|e| e.id).collect();
+        assert_eq!(registered, table);
+    }
+
+    /// Every function of the table reaches a handler of its own: under the default
+    /// configuration with no executor, each answers (an error of its handler at most), never
+    /// `unknown function`; an id outside the table is `unknown function` (S210).
+    #[tokio::test]
+    async fn every_table_function_has_a_handler() {
+        let services = Services::new();
+        services
+            .snapshots
+            .install(iii_shell_protocol::config::Config::builtin_default());
+        for e in FUNCTIONS {
+            let r = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                dispatch(&services, e.id, Value::Null, CallMeta::default()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{} did not answer", e.id));
+            if let Err(err) = r {
+                assert!(
+                    !err.message.starts_with("unknown function"),
+                    "{}: {err:?}",
+                    e.id
+                );
+            }
+        }
+        let e = dispatch(&services, "shell::nope", Value::Null, CallMeta::default())
+            .await
+            .unwrap_err();
+        assert!(e.is(Code::S210), "{e:?}");
+        assert_eq!(e.message, "unknown function: shell::nope");
+    }
 }

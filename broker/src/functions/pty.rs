@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use base64::Engine as _;
+use iii_shell_policy::command::{check_command, CommandCheck};
+use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::pty::{
     bad_output_target, parse_output_target, AdoptRequest, AttachRequest, AttachResponse, Attached,
@@ -103,31 +105,28 @@ fn check_size(cols: u16, rows: u16) -> Result<(), WireError> {
     Ok(())
 }
 
-/// Checks an `open` payload and turns it into what the executor gets.
-pub fn open_spec(req: OpenRequest, unjailed: bool) -> Result<OpenSpec, WireError> {
+/// Checks an `open` payload and turns it into what the executor gets: the output target and
+/// the size, then the one command validator (`policy::command`), which the executor re-runs.
+pub fn open_spec(
+    req: OpenRequest,
+    unjailed: bool,
+    denylist: &Denylist,
+) -> Result<OpenSpec, WireError> {
     check_target(&req.output_function_id)?;
     check_size(req.cols, req.rows)?;
-    if req.cwd.is_empty() {
-        return Err(invalid("cwd is empty"));
-    }
-    if unjailed && !req.cwd.starts_with('/') {
-        return Err(invalid(format!(
-            "path must be absolute when unjailed (fs.host_roots is empty; `~` is not expanded): {}",
-            req.cwd
-        )));
-    }
     let env: Vec<(String, String)> = req.env.unwrap_or_default().into_iter().collect();
-    iii_shell_policy::env_policy::check_overrides(env.iter().map(|(k, _)| k.as_str()))
-        .map_err(|e| e.to_wire())?;
     // `args` means nothing without `program`: a login shell takes no arguments here.
     let argv = req.program.map(|p| {
         let mut argv = vec![p];
         argv.extend(req.args.unwrap_or_default());
         argv
     });
-    if let Some(argv) = &argv {
-        iii_shell_policy::argv::check_argv(argv).map_err(|e| e.to_wire())?;
-    }
+    let cmd = CommandCheck {
+        argv: argv.as_deref(),
+        env: &env,
+        cwd: Some(&req.cwd),
+    };
+    check_command(&cmd, denylist, !unjailed)?;
     Ok(OpenSpec {
         cwd: req.cwd,
         cols: req.cols,
@@ -171,7 +170,7 @@ fn attach_response(a: Attached) -> AttachResponse {
 fn release_after_answer(services: &Arc<Services>, session_id: &str, epoch: u64) {
     services.pty.started(session_id, epoch);
     send(
-        services,
+        &services.executor,
         PtyOp::Release {
             session_id: session_id.to_string(),
             epoch,
@@ -191,7 +190,7 @@ pub async fn dispatch(
                 .get()
                 .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))?;
             let req: OpenRequest = parse(&payload)?;
-            let spec = open_spec(req, rt.config.fs.host_roots.is_empty())?;
+            let spec = open_spec(req, rt.config.fs.host_roots.is_empty(), rt.denylist()?)?;
             match call(services, PtyOp::Open(spec)).await? {
                 PtyReply::Opened(r, epoch) => {
                     release_after_answer(services, &r.session_id, epoch);
@@ -347,6 +346,36 @@ mod tests {
 
     fn req(v: serde_json::Value) -> OpenRequest {
         serde_json::from_value(v).unwrap()
+    }
+
+    fn open_spec(req: OpenRequest, unjailed: bool) -> Result<OpenSpec, WireError> {
+        let patterns = iii_shell_protocol::config::default_denylist_patterns();
+        super::open_spec(req, unjailed, &Denylist::compile(&patterns).unwrap())
+    }
+
+    /// The broker refuses what the executor would (the one command validator): a denylisted
+    /// program and a NUL in an env value, with the executor's code and words.
+    #[test]
+    fn open_refuses_what_the_executor_would() {
+        let base =
+            serde_json::json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": OUT});
+        let mut denied = base.clone();
+        denied["program"] = "sudo".into();
+        denied["args"] = serde_json::json!(["shutdown", "-h", "now"]);
+        let e = open_spec(req(denied), true).unwrap_err();
+        assert_eq!(e.code, "invocation_failed");
+        assert_eq!(
+            e.message,
+            format!(
+                "command matches denylist: {}",
+                iii_shell_protocol::config::default_denylist_patterns()[4]
+            )
+        );
+        let mut nul = base.clone();
+        nul["env"] = serde_json::json!({"A": "a\u{0}b"});
+        let e = open_spec(req(nul), true).unwrap_err();
+        assert_eq!(e.code, "S210");
+        assert_eq!(e.message, "env value of 'A' contains a NUL byte");
     }
 
     const OUT: &str = "iii::shell-ui::pty-output::console-b1";

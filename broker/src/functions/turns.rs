@@ -9,19 +9,23 @@
 //! when the store fails (logged). `shell::turns::revert` also takes `force: true` (outside the
 //! seed schema, which allows extra keys) to revert files changed since the turn.
 //!
+//! A hook event or turn event that does not fit its type (`HookInput`, `TurnEvent`: a field of
+//! the wrong type, a `call` without `function_id`) is S210 naming the field; the bindings are
+//! `fail_open`, so the call it observed goes on.
+//!
 //! `shell::turns::sessions` is not in the seed (ide 0.12.9 has no function that lists
 //! sessions): the sessions with recorded turns, newest first, a page at a time, so the console
 //! page can offer them instead of asking for an id. Its schemas are generated from the
 //! protocol's types; the broker checks the request (`sessions_page`) before forwarding it and
 //! the executor checks it again.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::turns::{
-    sessions_page, SessionsRequest, SessionsResponse, TurnsCall, DEFAULT_SESSIONS_PAGE,
-    MAX_SESSIONS_PAGE,
+    parse_request, sessions_page, HookInput, SessionsRequest, SessionsResponse, TurnEvent,
+    TurnsCall,
 };
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
@@ -67,34 +71,47 @@ pub fn hook_bindings() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
-fn leak(s: &str) -> &'static str {
-    Box::leak(s.to_string().into_boxed_str())
+/// One seed entry, borrowed from [`SEED`] (its strings hold no escapes, so they borrow; the
+/// test `the_seed_gives_all_eight_functions` proves it).
+#[derive(serde::Deserialize)]
+struct SeedEntry {
+    name: &'static str,
+    description: &'static str,
+    metadata: Value,
+    request_schema: Value,
+    response_schema: Value,
 }
 
+/// What `shell::turns::sessions` is described as (`sessions_description_names_the_limits`
+/// checks the numbers against the protocol's).
+const SESSIONS_DESCRIPTION: &str = "List the harness sessions that have recorded turns, newest first (by the last change to their history), with their turn counts, the first and last turn's start and the newest turn's title: what to pass to shell::turns::list. At most 200 per call (50 by default); pass next_cursor back as cursor for older ones.";
+
 pub fn definitions() -> Vec<FunctionDef> {
-    static DEFS: OnceLock<Vec<FunctionDef>> = OnceLock::new();
-    DEFS.get_or_init(|| {
-        let seed: Vec<Value> = serde_json::from_str(SEED).unwrap_or_default();
-        let mut v: Vec<FunctionDef> = seed
-            .iter()
-            .map(|f| FunctionDef {
-                id: leak(f["name"].as_str().unwrap_or_default()),
-                description: leak(f["description"].as_str().unwrap_or_default()),
-                metadata: f["metadata"].clone(),
-                request_format: f["request_schema"].clone(),
-                response_format: f["response_schema"].clone(),
-            })
-            .collect();
-        v.push(FunctionDef {
-            id: SESSIONS,
-            description: leak(&format!("List the harness sessions that have recorded turns, newest first (by the last change to their history), with their turn counts, the first and last turn's start and the newest turn's title: what to pass to shell::turns::list. At most {MAX_SESSIONS_PAGE} per call ({DEFAULT_SESSIONS_PAGE} by default); pass next_cursor back as cursor for older ones.")),
-            metadata: meta(false, false, false),
-            request_format: schema_for::<SessionsRequest>(),
-            response_format: schema_for::<SessionsResponse>(),
-        });
-        v
-    })
-    .clone()
+    let seed: Vec<SeedEntry> = match serde_json::from_str(SEED) {
+        Ok(seed) => seed,
+        Err(e) => {
+            tracing::error!("the turns functions' seed does not parse ({e}); they are not registered. This is a build defect: report it");
+            Vec::new()
+        }
+    };
+    let mut v: Vec<FunctionDef> = seed
+        .into_iter()
+        .map(|f| FunctionDef {
+            id: f.name,
+            description: f.description,
+            metadata: f.metadata,
+            request_format: f.request_schema,
+            response_format: f.response_schema,
+        })
+        .collect();
+    v.push(FunctionDef {
+        id: SESSIONS,
+        description: SESSIONS_DESCRIPTION,
+        metadata: meta(false, false, false),
+        request_format: schema_for::<SessionsRequest>(),
+        response_format: schema_for::<SessionsResponse>(),
+    });
+    v
 }
 
 async fn forward(
@@ -145,6 +162,14 @@ pub async fn dispatch(
         }
         return forward(services, function_id, &payload).await;
     }
+    // The typed request, checked here (the executor parses it again): a malformed event is
+    // S210 naming the field, not an empty event recorded as if it were one.
+    let typed = if hook {
+        parse_request::<HookInput>(&payload).map(|_| ())
+    } else {
+        parse_request::<TurnEvent>(&payload).map(|_| ())
+    };
+    typed.map_err(|why| WireError::new(Code::S210, why))?;
     let outcome = tokio::time::timeout(HOOK_BUDGET, forward(services, function_id, &payload)).await;
     let failed = match &outcome {
         Ok(Ok(_)) => None,
@@ -164,6 +189,34 @@ pub async fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iii_shell_protocol::turns::{DEFAULT_SESSIONS_PAGE, MAX_SESSIONS_PAGE};
+
+    #[test]
+    fn the_seed_gives_all_eight_functions() {
+        let ids: Vec<&str> = definitions().iter().map(|d| d.id).collect();
+        assert_eq!(
+            ids,
+            [
+                "shell::turns::on-turn-started",
+                "shell::turns::on-turn-completed",
+                "shell::turns::on-pre-trigger",
+                "shell::turns::on-post-trigger",
+                "shell::turns::list",
+                "shell::turns::get",
+                "shell::turns::revert",
+                "shell::turns::adopt-root",
+                SESSIONS,
+            ]
+        );
+    }
+
+    #[test]
+    fn sessions_description_names_the_limits() {
+        assert_eq!(
+            SESSIONS_DESCRIPTION,
+            format!("List the harness sessions that have recorded turns, newest first (by the last change to their history), with their turn counts, the first and last turn's start and the newest turn's title: what to pass to shell::turns::list. At most {MAX_SESSIONS_PAGE} per call ({DEFAULT_SESSIONS_PAGE} by default); pass next_cursor back as cursor for older ones.")
+        );
+    }
 
     /// `shell::turns::sessions` is checked here before anything is forwarded: with no executor
     /// connected, a bad request still answers S210 at once, with the reason.

@@ -3,7 +3,8 @@
 //! `shell::fs::*` calls). A turn that creates, modifies, deletes and moves files is reverted to
 //! a byte-identical tree (every file hashed); an executor SIGKILLed mid-turn leaves a store
 //! that opens, lists and reverts; `coder::change-diff` answers from the same records (across a
-//! restart, past the blob cap, outside any turn); the hooks always continue.
+//! restart, past the blob cap, outside any turn); the hooks continue on what they cannot use,
+//! and a malformed hook event is S210 naming the field.
 
 use crate::common;
 
@@ -838,12 +839,53 @@ async fn hooks_continue_on_payloads_they_cannot_use() {
         .call("shell::turns::on-pre-trigger", json!({"garbage": true}))
         .await;
     assert_eq!(out, json!({"decision": "continue"}));
-    let out = s
-        .call("shell::turns::on-post-trigger", json!("not even an object"))
-        .await;
-    assert_eq!(out, json!({"decision": "continue"}));
     let bad = s.harness.call("shell::turns::list", json!({})).await;
     assert_code(&bad, "S210");
+}
+
+/// A hook or turn event that does not fit its type is refused with S210 naming the field
+/// (the bindings fail open, so the observed call goes on), never read as an empty event: the
+/// turn it names is not opened, and nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_hook_events_are_s210_naming_the_field() {
+    let s = setup().await;
+    for (function, payload, message) in [
+        (
+            "shell::turns::on-pre-trigger",
+            json!({"session_id": 5, "turn_id": "t1"}),
+            "malformed payload: session_id: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "shell::turns::on-post-trigger",
+            json!({"session_id": "s1", "turn_id": "t1", "call": {"arguments": {"path": "x"}}}),
+            "malformed payload: call: missing field `function_id`",
+        ),
+        (
+            "shell::turns::on-post-trigger",
+            json!("not even an object"),
+            "the request must be an object",
+        ),
+        (
+            "shell::turns::on-turn-started",
+            json!({"session_id": "bad", "turn_id": ["t1"]}),
+            "malformed payload: turn_id: invalid type: sequence, expected a string",
+        ),
+        (
+            "shell::turns::on-turn-completed",
+            json!({"session_id": "s1", "parent": "p"}),
+            "malformed payload: parent: invalid type: string \"p\", expected struct ParentRef",
+        ),
+    ] {
+        let r = s.harness.call(function, payload.clone()).await;
+        assert_code(&r, "S210");
+        let e = r.unwrap_err();
+        assert_eq!(e.message, message, "{function} {payload}");
+    }
+    // The refused turn-started opened nothing.
+    let listed = s
+        .call("shell::turns::list", json!({"session_id": "bad"}))
+        .await;
+    assert_eq!(listed["turns"], json!([]), "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

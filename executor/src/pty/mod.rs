@@ -7,7 +7,7 @@
 //!
 //! Output path: a reader task per session appends what the program writes to the session's
 //! [`ring::Ring`] and wakes the *pusher*, which runs for the connection that subscribed
-//! ([`PtyOp::Subscribe`]). The pusher sends each attached session's unsent output as one
+//! ([`Request::PtySubscribe`](iii_shell_protocol::messages::Request::PtySubscribe)). The pusher sends each attached session's unsent output as one
 //! [`PtyEvent::Output`] (coalesced), at most [`WINDOW`] bytes ahead of what the broker has
 //! acknowledged. Output past the window waits in the ring (and is coalesced further) until
 //! the broker catches up. While the consumer keeps up, the reader stops reading rather than let
@@ -393,7 +393,7 @@ impl Table {
     }
 
     /// Makes `io`'s connection the one output goes to, until `cancel` (its end).
-    fn subscribe(&self, io: &RequestIo, cancel: Arc<Notify>) -> Continuation {
+    pub(crate) fn subscribe(&self, io: &RequestIo, cancel: Arc<Notify>) -> Continuation {
         let sub = self.inner.subscription.fetch_add(1, Ordering::SeqCst) + 1;
         for s in lock(&self.inner.sessions).values() {
             let mut st = lock(&s.st);
@@ -798,7 +798,6 @@ impl Table {
                 sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
                 Ok(PtyReply::Sessions(SessionsResponse { sessions }))
             }
-            PtyOp::Subscribe => Err(ExecError::Internal("unreachable".into())),
             PtyOp::Ack {
                 session_id,
                 epoch,
@@ -856,13 +855,7 @@ impl Table {
 pub async fn handle(
     exec: &crate::Executor,
     op: PtyOp,
-    cancel: Arc<Notify>,
-    io: &mut RequestIo,
 ) -> (Result<Reply, WireError>, Option<Continuation>) {
-    if let PtyOp::Subscribe = op {
-        let cont = exec.pty.subscribe(io, cancel);
-        return (Ok(Reply::Pty(PtyReply::Subscribed)), Some(cont));
-    }
     let r = exec.pty.handle_op(exec.policy.get(), op).await;
     (r.map(Reply::Pty).map_err(|e| e.to_wire()), None)
 }

@@ -14,14 +14,13 @@ use std::path::Path;
 use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
 
 use crate::cgroups::JobCgroup;
-use crate::denylist::denied_message;
-use crate::env_policy;
 use crate::error::ExecError;
 use crate::jail::fstat;
 use crate::policy::Policy;
 use crate::prepare;
 use crate::reaper::ROOTS;
 use crate::spawn::{self, Child, SpawnPlan};
+use iii_shell_policy::command::{check_command, CommandCheck};
 
 /// A started session program.
 pub struct Started {
@@ -38,7 +37,7 @@ pub struct Started {
 pub const DEFAULT_TERM: &str = "xterm-256color";
 
 /// Checks what the executor must not trust from the broker: sizes, output target, env keys
-/// and values, argv, the denylist.
+/// and values, argv, the denylist, cwd.
 pub fn check(policy: &Policy, spec: &OpenSpec) -> Result<(), ExecError> {
     check_size(spec.cols, spec.rows)?;
     if parse_output_target(&spec.output_function_id).is_none() {
@@ -46,21 +45,17 @@ pub fn check(policy: &Policy, spec: &OpenSpec) -> Result<(), ExecError> {
             iii_shell_protocol::pty::bad_output_target(&spec.output_function_id),
         ));
     }
-    env_policy::check_overrides(spec.env.iter().map(|(k, _)| k.as_str()))?;
-    for (k, v) in &spec.env {
-        if v.contains('\0') {
-            return Err(ExecError::Invalid(format!(
-                "env value of '{k}' contains a NUL byte"
-            )));
-        }
-    }
-    if let Some(argv) = &spec.argv {
-        prepare::check_argv(argv)?;
-        if let Some(p) = policy.denylist.matches(argv) {
-            return Err(ExecError::Plain(denied_message(p)));
-        }
-    }
-    Ok(())
+    // The broker's command validator run again (`policy::command`).
+    let cmd = CommandCheck {
+        argv: spec.argv.as_deref(),
+        env: &spec.env,
+        cwd: Some(&spec.cwd),
+    };
+    Ok(check_command(
+        &cmd,
+        &policy.denylist,
+        policy.jail.is_jailed(),
+    )?)
 }
 
 pub fn check_size(cols: u16, rows: u16) -> Result<(), ExecError> {

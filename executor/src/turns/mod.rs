@@ -99,20 +99,21 @@ impl Turns {
 
     /// Serves one `shell::turns::*` function.
     pub fn call(&self, policy: &Policy, function: &str, payload: &str) -> Result<Value, ExecError> {
+        use iii_shell_protocol::turns::parse_request;
         let v: Value = serde_json::from_str(payload).map_err(invalid)?;
         match function {
             "shell::turns::on-turn-started" => {
-                let ev: TurnEvent = serde_json::from_value(v).unwrap_or_default();
+                let ev: TurnEvent = parse_request(&v).map_err(ExecError::Invalid)?;
                 self.turn_started(policy, &ev)?;
                 Ok(json!({"ok": true}))
             }
             "shell::turns::on-turn-completed" => {
-                let ev: TurnEvent = serde_json::from_value(v).unwrap_or_default();
+                let ev: TurnEvent = parse_request(&v).map_err(ExecError::Invalid)?;
                 self.turn_completed(policy, &ev)?;
                 Ok(json!({"ok": true}))
             }
             "shell::turns::on-pre-trigger" | "shell::turns::on-post-trigger" => {
-                let h: HookInput = serde_json::from_value(v).unwrap_or_default();
+                let h: HookInput = parse_request(&v).map_err(ExecError::Invalid)?;
                 let pre = function.ends_with("pre-trigger");
                 if let (Some(ctx), Some(call)) = (self.ctx(&h), h.call.as_ref()) {
                     if pre {
