@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, confine, doctor, foreground, fs, jobs, pty, run_as, turns, ui_state, Executor};
+use crate::{confine, doctor, foreground, fs, jobs, pty, run_as, turns, ui_state, Executor};
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -189,18 +189,21 @@ impl Executor {
     }
 
     /// `Coder`: checked and served on the blocking pool (its errors are C-codes). A mutation
-    /// records into the turn history, and change-diff reads it (`coder::changes::run`).
+    /// records into the turn history, and change-diff reads it (`turns::coder_calls::run`).
     async fn coder(&self, call: CoderCall) -> Result<Reply, WireError> {
         let turns = self.turns.clone();
+        let locks = self.edit_locks.clone();
         let result = match self.current() {
-            Ok(p) => tokio::task::spawn_blocking(move || coder::changes::run(&turns, &p, call))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(WireError::new(
-                        Code::C216,
-                        format!("coder task failed: {e}"),
-                    ))
-                }),
+            Ok(p) => tokio::task::spawn_blocking(move || {
+                crate::turns::coder_calls::run(&turns, &p, &locks, call)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(WireError::new(
+                    Code::C216,
+                    format!("coder task failed: {e}"),
+                ))
+            }),
             Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
         };
         result.map(|r| Reply::Coder(Box::new(r)))

@@ -62,6 +62,8 @@ pub struct Executor {
     pub watches: watch::Watches,
     /// The turn history store and its in-memory links.
     pub turns: Arc<turns::Turns>,
+    /// The per-path locks of coder writers.
+    pub edit_locks: Arc<coder::EditLocks>,
     /// The console page's per-pane state.
     pub ui_state: Arc<ui_state::UiState>,
     /// The pinned envelope: the widest policy this executor accepts.
@@ -93,6 +95,7 @@ impl Executor {
             pty: pty::Table::default(),
             watches: watch::Watches::new(events.clone()),
             turns: Arc::default(),
+            edit_locks: Arc::default(),
             ui_state: Arc::default(),
             events,
             envelope,

@@ -22,6 +22,7 @@
 
 pub mod calls;
 pub mod changes;
+pub mod coder_calls;
 pub mod model;
 pub mod sessions;
 pub mod store;
