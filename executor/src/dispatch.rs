@@ -14,9 +14,10 @@ use iii_shell_protocol::watch::WatchOp;
 use iii_shell_protocol::{Code, WireError};
 use tokio::sync::Notify;
 
-use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{confine, doctor, foreground, fs, jobs, pty, run_as, turns, ui_state, Executor};
+use crate::{confine, doctor, foreground, jobs, pty, run_as, turns, ui_state, Executor};
+use iii_shell_files::error::ExecError;
+use iii_shell_files::fs;
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -177,7 +178,7 @@ impl Executor {
             }
             _ => None,
         };
-        let out = fs::handle(p.clone(), op, io).await;
+        let out = fs::handle(p.fs.clone(), op, io).await;
         if let Some(rec) = rec {
             let t = self.turns.clone();
             let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec, &[])).await;

@@ -4,20 +4,20 @@
 //! against the policy it was given (argv rules, denylist, dangerous env keys, the path jail),
 //! and only then runs commands and background jobs. It never talks to the network.
 
-pub mod call_trace;
+pub use iii_shell_protocol::call_trace;
 pub mod capture;
 pub mod cgroups;
 pub mod child;
 pub mod clone3;
-pub mod coder;
+pub use iii_shell_files::coder;
 pub mod confine;
 mod dispatch;
 pub mod doctor;
-pub mod error;
+pub use iii_shell_files::error;
 pub mod foreground;
-pub mod fs;
-pub mod home;
-pub mod jail;
+pub use iii_shell_files::fs;
+pub use iii_shell_files::home;
+pub use iii_shell_files::jail;
 pub mod jobs;
 pub mod log_relay;
 pub mod panic_reply;
@@ -47,9 +47,9 @@ use std::sync::Arc;
 use iii_shell_protocol::messages::Event;
 use tokio::sync::broadcast;
 
-use crate::error::ExecError;
 use crate::jobs::Jobs;
 use crate::policy::{Policy, PolicyStore};
+use iii_shell_files::error::ExecError;
 
 /// Shared state of one executor process.
 pub struct Executor {

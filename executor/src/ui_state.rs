@@ -25,7 +25,7 @@ use iii_shell_protocol::ui_state::{
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
-use crate::error::ExecError;
+use iii_shell_files::error::ExecError;
 
 /// Longest stem written as an encoding; longer ones are hashed (a file name is at most 255
 /// bytes, and the temp suffix needs room).

@@ -16,12 +16,12 @@ use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
 use crate::cgroups::JobCgroup;
 use crate::denylist::denied_message;
 use crate::env_policy;
-use crate::error::ExecError;
-use crate::jail::fstat;
 use crate::policy::Policy;
 use crate::prepare;
 use crate::reaper::ROOTS;
 use crate::spawn::{self, Child, SpawnPlan};
+use iii_shell_files::error::ExecError;
+use iii_shell_files::jail::fstat;
 
 /// A started session program.
 pub struct Started {

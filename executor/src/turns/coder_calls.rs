@@ -20,9 +20,9 @@ use iii_shell_protocol::WireError;
 use super::changes::Change;
 use super::model::revision;
 use super::Turns;
-use crate::coder::recorder::{gone, ChangeRecorder};
-use crate::coder::{CErr, EditLocks};
 use crate::policy::Policy;
+use iii_shell_files::coder::recorder::{gone, ChangeRecorder};
+use iii_shell_files::coder::{CErr, EditLocks};
 
 /// The turn store as one coder call's change recorder.
 pub struct TurnRecorder<'a> {
@@ -92,7 +92,7 @@ pub fn run(
     let rec = super::calls::coder_call(policy, &call)
         .and_then(|(f, args)| turns.begin_coder(policy, f, args));
     let recorder = TurnRecorder::new(turns, policy, rec.is_some());
-    let out = crate::coder::handle(policy, call, locks, &recorder);
+    let out = iii_shell_files::coder::handle(policy, call, locks, &recorder);
     let changes = recorder.take();
     if let Some(rec) = rec {
         turns.finish(policy, rec, &changes);

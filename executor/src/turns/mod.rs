@@ -37,8 +37,8 @@ use iii_shell_policy::sync::lock;
 use iii_shell_protocol::clock::now_ms;
 use serde_json::{json, Value};
 
-use crate::error::ExecError;
 use crate::policy::Policy;
+use iii_shell_files::error::ExecError;
 use model::*;
 use store::Store;
 
@@ -306,7 +306,7 @@ impl Turns {
                     .map(|r| r.path.to_string_lossy().into_owned())
             })
             .unwrap_or_else(|| "/".into());
-        crate::jail::normalize(&Path::new(&base).join(p))
+        iii_shell_files::jail::normalize(&Path::new(&base).join(p))
             .to_string_lossy()
             .into_owned()
     }
@@ -636,7 +636,7 @@ fn read_capped(policy: &Policy, path: &str) -> Result<Option<(Vec<u8>, bool)>, (
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
         ) {
         Ok(r) => {
-            let st = crate::jail::fstat(&r.fd).map_err(|_| ())?;
+            let st = iii_shell_files::jail::fstat(&r.fd).map_err(|_| ())?;
             if st.st_mode & libc::S_IFMT != libc::S_IFREG {
                 return Err(());
             }
@@ -856,7 +856,7 @@ fn revert_one(
         if let Some(g) = guard("moved-back") {
             return g;
         }
-        let r = crate::fs::ops::mv(policy, &f.path, from, false)
+        let r = iii_shell_files::fs::ops::mv(policy, &f.path, from, false)
             .map(|_| ())
             .map_err(|e| e.to_string());
         if r.is_ok() && !before.missing && before.revision.is_some() {
@@ -876,7 +876,7 @@ fn revert_one(
         if now.is_none() {
             return ("removed", Ok(()));
         }
-        let r = crate::fs::ops::rm(policy, &f.path, false)
+        let r = iii_shell_files::fs::ops::rm(policy, &f.path, false)
             .map(|_| ())
             .map_err(|e| e.to_string());
         return ("removed", r);
@@ -904,7 +904,7 @@ fn revert_metas(policy: &Policy, metas: &[&Meta]) -> Vec<(String, String)> {
     by_depth.sort_by_key(|m| m.path.matches('/').count());
     for m in by_depth.iter().filter(|m| m.existed && m.kind == "dir") {
         if !exists(policy, &m.path) {
-            if let Err(e) = crate::fs::ops::mkdir(policy, &m.path, 0o700, true) {
+            if let Err(e) = iii_shell_files::fs::ops::mkdir(policy, &m.path, 0o700, true) {
                 failed.push((m.path.clone(), e.to_string()));
             }
         }
@@ -931,7 +931,7 @@ fn revert_metas(policy: &Policy, metas: &[&Meta]) -> Vec<(String, String)> {
         {
             continue;
         }
-        if let Err(e) = crate::fs::ops::chmod(policy, &m.path, mode, None, None, false) {
+        if let Err(e) = iii_shell_files::fs::ops::chmod(policy, &m.path, mode, None, None, false) {
             failed.push((m.path.clone(), e.to_string()));
         }
     }
@@ -942,7 +942,7 @@ fn revert_metas(policy: &Policy, metas: &[&Meta]) -> Vec<(String, String)> {
     {
         if tree::stat_one(policy, &m.path).is_some_and(|e| e.kind == "dir") {
             // Not empty: something the turn did not make is inside; leave it.
-            let _ = crate::fs::ops::rm(policy, &m.path, false);
+            let _ = iii_shell_files::fs::ops::rm(policy, &m.path, false);
         }
     }
     failed
@@ -964,11 +964,11 @@ fn symlink(policy: &Policy, path: &str, target: &str) -> Result<(), String> {
 fn write_back(policy: &Policy, path: &str, body: &[u8]) -> Result<(), String> {
     let parent = policy.jail.parent(path, true).map_err(|e| e.to_string())?;
     // A file still there keeps its owner, group, mode and ACL; a missing one comes back 0644.
-    let keep = crate::fs::keep::Replaced::of_entry(&parent)
+    let keep = iii_shell_files::fs::keep::Replaced::of_entry(&parent)
         .map_err(|e| e.to_string())?
         .map(|old| old.keep(policy.config.fs.allow_special_bits));
     let mode = keep.as_ref().map_or(0o644, |k| k.mode);
-    crate::fs::atomic::write_atomic(&parent, body, mode, keep)
+    iii_shell_files::fs::atomic::write_atomic(&parent, body, mode, keep)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

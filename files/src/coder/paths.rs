@@ -22,7 +22,7 @@ use iii_shell_protocol::{Code, WireError, VERSION};
 
 use crate::error::ExecError;
 use crate::jail::{normalize, Parent, Resolved};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// A coder failure: a C-code and a message that states the problem and the way out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,7 +82,7 @@ impl CErr {
 
 /// The policy a call runs under, with its roots and scope resolved.
 pub struct Ctx<'a> {
-    pub policy: &'a Policy,
+    pub policy: &'a FsPolicy,
     /// Canonical roots: the host roots (jailed) or the fallback roots (unjailed).
     pub bases: Vec<PathBuf>,
     /// Canonical scope root, when the call is scoped.
@@ -176,7 +176,7 @@ pub fn within(path: &Path, root: &Path) -> bool {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(policy: &'a Policy, scope: &FsScope) -> Result<Ctx<'a>, CErr> {
+    pub fn new(policy: &'a FsPolicy, scope: &FsScope) -> Result<Ctx<'a>, CErr> {
         let bases = if policy.jail.is_jailed() {
             policy.jail.roots().iter().map(|r| r.path.clone()).collect()
         } else {

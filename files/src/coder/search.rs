@@ -130,7 +130,7 @@ fn split_suffix(globs: &[String]) -> (Vec<String>, Vec<String>) {
 /// This keeps the per-file cost of the policy to the globs that can only match a file: the
 /// difference between this walk and rg's.
 struct WalkRules<'a> {
-    policy: &'a crate::policy::Policy,
+    policy: &'a crate::FsPolicy,
     /// The file globs that start with `**/`: matched once, on the absolute path (a match on
     /// a root-relative path implies one on the absolute path, which ends with it).
     file_anywhere: GlobSet,
@@ -856,8 +856,7 @@ mod tests {
             "c/private*".into(),
         ];
         config.code.default_exclude_globs = vec!["**/node_modules/**".into(), "**/*.min.js".into()];
-        let policy =
-            crate::policy::Policy::build(1, &serde_json::to_string(&config).unwrap()).unwrap();
+        let policy = crate::FsPolicy::build(config).unwrap();
         let ctx = Ctx::new(&policy, &FsScope::default()).unwrap();
         let noise = ctx.excludes();
         let files = [

@@ -52,17 +52,17 @@ use iii_shell_protocol::fs::{FsMatch, GrepResponse, GrepSpec};
 
 use crate::error::ExecError;
 use crate::jail::{fstat, open_beneath, Jail};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// Searches `spec.path` (a file or a directory tree) for `spec.pattern`.
-pub fn grep(policy: &Policy, spec: &GrepSpec) -> Result<GrepResponse, ExecError> {
+pub fn grep(policy: &FsPolicy, spec: &GrepSpec) -> Result<GrepResponse, ExecError> {
     grep_with_threads(policy, spec, 0)
 }
 
 /// [`grep`] with an explicit number of walker threads (0 = one per core, at most 12: the
 /// `ignore` crate's default, which is also ripgrep's).
 pub fn grep_with_threads(
-    policy: &Policy,
+    policy: &FsPolicy,
     spec: &GrepSpec,
     threads: usize,
 ) -> Result<GrepResponse, ExecError> {
@@ -337,7 +337,7 @@ pub(crate) enum Root {
 
 /// Resolves `input` through the jail. Missing or denied is S211, outside the jail S215,
 /// anything but a regular file or a directory S212.
-pub(crate) fn open_root(policy: &Policy, input: &str) -> Result<Root, ExecError> {
+pub(crate) fn open_root(policy: &FsPolicy, input: &str) -> Result<Root, ExecError> {
     // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below anyway).
     let r = policy
         .jail
@@ -454,7 +454,7 @@ impl Filters {
 /// excluded directories are not entered (not even listed), and `recursive: false` stops at
 /// the root's own entries. Walk errors (an unreadable directory) are skipped.
 pub(crate) fn walk<'s, M, V>(
-    policy: &'s Policy,
+    policy: &'s FsPolicy,
     root: &'s Path,
     recursive: bool,
     filters: &'s Filters,
@@ -524,7 +524,7 @@ fn rel_path(abs: &Path, root_len: usize) -> Option<&Path> {
 
 /// An owned copy of the policy's deny rules (see [`walk`]); `None` when it cannot be built
 /// (a root vanished since the policy was loaded), in which case only the visitor checks.
-fn prune_jail(policy: &Policy) -> Option<std::sync::Arc<Jail>> {
+fn prune_jail(policy: &FsPolicy) -> Option<std::sync::Arc<Jail>> {
     let c = &policy.config;
     Jail::new(
         &c.fs.host_roots,

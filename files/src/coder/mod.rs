@@ -25,7 +25,7 @@ pub mod tree;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::WireError;
 
-use crate::policy::Policy;
+use crate::FsPolicy;
 pub use edit::EditLocks;
 pub use paths::{CErr, Ctx};
 pub use recorder::{ChangeRecorder, NoRecorder};
@@ -33,7 +33,7 @@ pub use recorder::{ChangeRecorder, NoRecorder};
 /// Runs one coder call against one policy snapshot (blocking: call it off the runtime):
 /// writers take their per-path locks in `locks` and report their changes to `changes`.
 pub fn handle(
-    policy: &Policy,
+    policy: &FsPolicy,
     call: CoderCall,
     locks: &EditLocks,
     changes: &dyn ChangeRecorder,
