@@ -14,6 +14,7 @@
 pub mod coder;
 pub mod error;
 pub mod fs;
+pub mod globs;
 pub mod home;
 pub mod jail;
 

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::error::{escape_message, not_found_message};
 use iii_shell_protocol::{Code, WireError, VERSION};
@@ -139,15 +139,9 @@ impl RootedGlobs {
 }
 
 fn globset(globs: &[String]) -> GlobSet {
-    let mut b = GlobSetBuilder::new();
-    for g in globs {
-        // The configuration was validated when the policy was built; a glob that no longer
-        // compiles is skipped rather than failing every call.
-        if let Ok(g) = Glob::new(g) {
-            b.add(g);
-        }
-    }
-    b.build().unwrap_or_else(|_| GlobSet::empty())
+    // The configuration was validated when the policy was built; a glob that no longer
+    // compiles is skipped rather than failing every call.
+    crate::globs::set_lenient(globs, crate::globs::Syntax::Config)
 }
 
 /// The fallback roots of unjailed mode: the executor's working directory, then `/tmp`,
