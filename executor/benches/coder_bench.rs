@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use iii_shell_executor::coder::{edit, read, search, tree, Ctx};
+use iii_shell_executor::coder::{self, edit, read, search, tree, Ctx};
 use iii_shell_executor::policy::Policy;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::config::Config;
@@ -425,6 +425,8 @@ fn edit_bench(base: &Path, rounds: usize) {
                 path: "a.txt".into(),
                 ops: ops.clone(),
             }],
+            &coder::EditLocks::default(),
+            &coder::NoRecorder,
         );
         ours.push(t.elapsed());
         assert!(r.results[0].success, "{:?}", r.results[0].error);

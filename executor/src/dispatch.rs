@@ -15,9 +15,10 @@ use iii_shell_protocol::watch::WatchOp;
 use iii_shell_protocol::{Code, WireError};
 use tokio::sync::Notify;
 
-use crate::error::ExecError;
 use crate::policy::Policy;
-use crate::{coder, confine, doctor, foreground, fs, jobs, pty, turns, ui_state, Executor};
+use crate::{confine, doctor, foreground, jobs, pty, turns, ui_state, Executor};
+use iii_shell_files::error::ExecError;
+use iii_shell_files::fs;
 
 /// A reply, and for streaming requests the work that follows it.
 type Handled = (Result<Reply, WireError>, Option<fs::Continuation>);
@@ -183,7 +184,7 @@ impl Executor {
             }
             _ => None,
         };
-        let out = fs::handle(p.clone(), op, io).await;
+        let out = fs::handle(p.fs.clone(), op, io).await;
         if let Some(rec) = rec {
             let t = self.turns.clone();
             let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec, &[])).await;
@@ -195,18 +196,21 @@ impl Executor {
     }
 
     /// `Coder`: checked and served on the blocking pool (its errors are C-codes). A mutation
-    /// records into the turn history, and change-diff reads it (`coder::changes::run`).
+    /// records into the turn history, and change-diff reads it (`turns::coder_calls::run`).
     async fn coder(&self, call: CoderCall) -> Result<Reply, WireError> {
         let turns = self.turns.clone();
+        let locks = self.edit_locks.clone();
         let result = match self.current() {
-            Ok(p) => tokio::task::spawn_blocking(move || coder::changes::run(&turns, &p, call))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(WireError::new(
-                        Code::C216,
-                        format!("coder task failed: {e}"),
-                    ))
-                }),
+            Ok(p) => tokio::task::spawn_blocking(move || {
+                crate::turns::coder_calls::run(&turns, &p, &locks, call)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(WireError::new(
+                    Code::C216,
+                    format!("coder task failed: {e}"),
+                ))
+            }),
             Err(e) => Err(iii_shell_protocol::coder::to_coder(e.to_wire())),
         };
         result.map(|r| Reply::Coder(Box::new(r)))

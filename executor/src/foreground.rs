@@ -7,13 +7,13 @@ use iii_shell_protocol::exec::ExecResponse;
 use iii_shell_protocol::messages::ExecSpec;
 use tokio::sync::Notify;
 
-use crate::call_trace;
 use crate::capture::Collector;
-use crate::error::ExecError;
 use crate::policy::Policy;
 use crate::prepare;
 use crate::started::{release_later, start, start_in_prestarted, Running};
 use crate::tree::JobTree;
+use iii_shell_files::error::ExecError;
+use iii_shell_protocol::call_trace;
 
 /// How long output is still collected after the tree was killed, for holders outside it.
 const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);

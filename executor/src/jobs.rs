@@ -13,11 +13,11 @@ use iii_shell_protocol::messages::{Event, ExecSpec};
 use tokio::sync::{broadcast, watch};
 
 use crate::capture::{Capture, Collector};
-use crate::error::ExecError;
 use crate::policy::Policy;
 use crate::prepare;
 use crate::started::{release_later, start, Running};
 use crate::tree::JobTree;
+use iii_shell_files::error::ExecError;
 
 struct JobState {
     status: JobStatus,
@@ -226,10 +226,10 @@ impl Jobs {
                 iii_shell_protocol::config::job_cap_reached(limit),
             ));
         }
-        let prep_span = crate::call_trace::start("exec.prepare");
+        let prep_span = iii_shell_protocol::call_trace::start("exec.prepare");
         let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
         drop(prep_span);
-        let mut spawn_span = crate::call_trace::start("exec.spawn");
+        let mut spawn_span = iii_shell_protocol::call_trace::start("exec.spawn");
         let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
         if let Some(s) = spawn_span.as_mut() {
             s.attr("process.pid", running.pid());

@@ -4,17 +4,17 @@
 //! against the policy it was given (argv rules, denylist, dangerous env keys, the path jail),
 //! and only then runs commands and background jobs. It never talks to the network.
 
-pub mod call_trace;
+pub use iii_shell_protocol::call_trace;
 pub mod capture;
-pub mod coder;
+pub use iii_shell_files::coder;
 pub mod confine;
 mod dispatch;
 pub mod doctor;
-pub mod error;
+pub use iii_shell_files::error;
 pub mod foreground;
-pub mod fs;
-pub mod home;
-pub mod jail;
+pub use iii_shell_files::fs;
+pub use iii_shell_files::home;
+pub use iii_shell_files::jail;
 pub mod jobs;
 pub mod log_relay;
 pub mod panic_reply;
@@ -44,9 +44,9 @@ use tokio::sync::broadcast;
 
 use iii_shell_launch::{Launcher, Settings};
 
-use crate::error::ExecError;
 use crate::jobs::Jobs;
 use crate::policy::{Policy, PolicyStore};
+use iii_shell_files::error::ExecError;
 
 /// Shared state of one executor process.
 pub struct Executor {
@@ -59,6 +59,8 @@ pub struct Executor {
     pub watches: watch::Watches,
     /// The turn history store and its in-memory links.
     pub turns: Arc<turns::Turns>,
+    /// The per-path locks of coder writers.
+    pub edit_locks: Arc<coder::EditLocks>,
     /// The console page's per-pane state.
     pub ui_state: Arc<ui_state::UiState>,
     /// The pinned envelope: the widest policy this executor accepts.
@@ -107,6 +109,7 @@ impl Executor {
             pty: pty::Table::default(),
             watches: watch::Watches::new(events.clone()),
             turns: Arc::default(),
+            edit_locks: Arc::default(),
             ui_state: Arc::default(),
             events,
             envelope,

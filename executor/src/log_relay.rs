@@ -144,7 +144,7 @@ impl<S: Subscriber> Layer<S> for RelayLayer {
             severity,
             target: event.metadata().target().to_string(),
             body: line.0,
-            trace: crate::call_trace::current().map(|r| r.ids()),
+            trace: iii_shell_protocol::call_trace::current().map(|r| r.ids()),
         });
     }
 }

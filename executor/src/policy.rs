@@ -13,21 +13,24 @@ use crate::spawn::ChildConfinement;
 use iii_shell_launch::{Launcher, Settings};
 
 use crate::denylist::Denylist;
-use crate::jail::Jail;
+use iii_shell_files::FsPolicy;
 
+/// The policy in force. Its filesystem half (`config`, `jail`) is an [`FsPolicy`], which the
+/// files crate takes; a `Policy` derefs to it, so `policy.config` and `policy.jail` read as
+/// fields and `&Policy` passes where `&FsPolicy` is asked.
 #[derive(Debug)]
 pub struct Policy {
     pub generation: u64,
-    pub config: Config,
+    /// The configuration and the jail.
+    pub fs: Arc<FsPolicy>,
     pub denylist: Denylist,
-    pub jail: Jail,
     /// The executor's environment filtered by `env.inherit` / `env.allow`: what every command
     /// starts from before its per-call overrides.
     pub base_env: std::collections::BTreeMap<String, String>,
     /// The same, as C strings ready for execve.
     pub base_envp: Arc<crate::spawn::EnvBlock>,
     /// The `HOME` in `base_env`, and where it comes from ([`Policy::settle_home`]).
-    pub home: crate::home::Home,
+    pub home: iii_shell_files::home::Home,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
     /// What starts its commands: the executor's launcher once the executor accepted it
@@ -73,7 +76,7 @@ fn spawn_filter(
 impl CommandConfinement {
     pub fn build(
         config: &Config,
-        protected: &crate::jail::Protected,
+        protected: &iii_shell_files::jail::Protected,
     ) -> Result<CommandConfinement, String> {
         let landlock = landlock_rules::build(config, protected)?;
         let seccomp = if config.confinement.seccomp {
@@ -156,6 +159,14 @@ impl CommandConfinement {
     }
 }
 
+impl std::ops::Deref for Policy {
+    type Target = FsPolicy;
+
+    fn deref(&self) -> &FsPolicy {
+        &self.fs
+    }
+}
+
 impl Policy {
     /// The limits of each job's cgroup under this policy.
     pub fn job_limits(&self) -> crate::cgroups::JobLimits {
@@ -181,14 +192,9 @@ impl Policy {
             }
         }
         let denylist = Denylist::compile(&config.denylist_patterns)?;
-        let mut jail = Jail::new(
-            &config.fs.host_roots,
-            &config.fs.denylist_paths,
-            &config.code.non_accessible_globs,
-        )?;
-        let protected = Arc::new(jail.scan_protected());
-        jail.set_protected(protected.clone());
-        let commands = CommandConfinement::build(&config, &protected)?;
+        let fs = FsPolicy::build(config)?;
+        let config = &fs.config;
+        let commands = CommandConfinement::build(config, fs.jail.protected())?;
         let base_env = crate::env_policy::build_env(
             config.env.inherit,
             &config.env.allow,
@@ -200,12 +206,11 @@ impl Policy {
             crate::spawn::EnvBlock::new(base_env.iter().map(|(k, v)| (k.clone(), v.clone())))
                 .map_err(|e| format!("forwarded environment: {e}"))?,
         );
-        let home = crate::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
+        let home = iii_shell_files::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
         Ok(Policy {
             generation,
-            config,
+            fs: Arc::new(fs),
             denylist,
-            jail,
             base_env,
             base_envp,
             home,
@@ -222,16 +227,17 @@ impl Policy {
         self
     }
 
-    /// Gives commands the `HOME` the policy calls for (`crate::home`), creating the
+    /// Gives commands the `HOME` the policy calls for (`iii_shell_files::home`), creating the
     /// per-worker default when that is the one. Runs once the executor acts as the command
     /// user (after `run_as::apply`), so a directory it creates is that user's; not part of
     /// [`Policy::build`], which `check-config` runs and which must not touch the host.
     pub fn settle_home(&mut self) -> Result<(), String> {
-        let identity = crate::home::identity(&self.config);
+        let identity = iii_shell_files::home::identity(&self.config);
         // SAFETY: geteuid cannot fail.
         let uid = unsafe { libc::geteuid() };
         let forwarded = self.base_env.get("HOME").cloned();
-        let home = crate::home::settle(&self.config, forwarded.as_deref(), uid, &identity);
+        let home =
+            iii_shell_files::home::settle(&self.config, forwarded.as_deref(), uid, &identity);
         if home.path != forwarded {
             match &home.path {
                 Some(h) => self.base_env.insert("HOME".into(), h.clone()),

@@ -16,8 +16,8 @@ use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Notify, Semaphore};
 
-use crate::fs::stream::StreamItem;
-use crate::fs::RequestIo;
+use iii_shell_files::fs::stream::StreamItem;
+use iii_shell_files::fs::RequestIo;
 
 use crate::{panic_reply, Executor};
 
@@ -200,7 +200,7 @@ pub async fn serve_connection_limited(
     let inflight: Arc<Mutex<HashMap<u64, Arc<Notify>>>> = Arc::default();
     let streams: Arc<Mutex<Streams>> = Arc::default();
     let slots = Arc::new(Semaphore::new(max_in_flight));
-    let staging = crate::fs::staging::Staging::default();
+    let staging = iii_shell_files::fs::staging::Staging::default();
     loop {
         match read_frame::<_, ClientFrame>(&mut rd).await {
             Ok(ClientFrame::Request { id, request, trace }) => {
@@ -258,7 +258,7 @@ pub async fn serve_connection_limited(
                 );
                 let received = std::time::Instant::now();
                 // A request that carries a trace context records its spans.
-                let traced = crate::call_trace::begin(trace, request.kind());
+                let traced = iii_shell_protocol::call_trace::begin(trace, request.kind());
                 tokio::spawn(async move {
                     let kind = request.kind();
                     let coder = panic_reply::is_coder(&request);
@@ -267,7 +267,7 @@ pub async fn serve_connection_limited(
                     // below as after any reply: no caller waits for an answer that never comes.
                     let recorder = traced.as_ref().map(|t| t.recorder.clone());
                     // Inside the request's trace, so its log lines (the panic's too) join it.
-                    let (result, cont) = crate::call_trace::scope(recorder, async {
+                    let (result, cont) = iii_shell_protocol::call_trace::scope(recorder, async {
                         let handled = panic_reply::caught(async {
                             if panic_reply::injected_fault(&request) {
                                 panic!("injected test fault");
@@ -383,7 +383,7 @@ pub async fn serve_connection_limited(
         }
     }
     // Staged batches belong to this connection: their unnamed temp files go with them.
-    crate::fs::staging::clear(&staging);
+    iii_shell_files::fs::staging::clear(&staging);
     // Watchers serve the broker that asked for them; a reconnecting broker starts them again.
     exec.watches.clear();
     drop(tx);

@@ -11,13 +11,13 @@ use tokio::io::AsyncWriteExt;
 
 use crate::capture::Collector;
 use crate::cgroups::JobCgroup;
-use crate::error::ExecError;
 use crate::prepare::{spawn_error, Prepared, PreparedForPrestarted};
 use crate::prestarted::{ChildMemory, Outcome, Prestarted};
 use crate::reaper::ROOTS;
 use crate::reaper::{self, ExitStatus};
 use crate::spawn::Child;
 use crate::tree::JobTree;
+use iii_shell_files::error::ExecError;
 
 pub struct Running {
     pid: i32,

@@ -13,7 +13,7 @@
 //! other. Reads take no lock; a file that is missing, unreadable, over the cap, not JSON or not
 //! an object reads as "nothing stored". Files are opened without following symlinks.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -25,7 +25,7 @@ use iii_shell_protocol::ui_state::{
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
-use crate::error::ExecError;
+use iii_shell_files::error::ExecError;
 
 /// Longest stem written as an encoding; longer ones are hashed (a file name is at most 255
 /// bytes, and the temp suffix needs room).
@@ -162,28 +162,7 @@ fn write_pane(dir: &Path, key: &str, body: &[u8]) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let target = pane_path(dir, key);
-    let tmp = dir.join(format!(
-        "{}.json.tmp.{}",
-        file_stem(key),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(body)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &target)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    iii_shell_files::fs::atomic::replace_own_file(&pane_path(dir, key), body, 0o600)
 }
 
 use std::os::unix::fs::DirBuilderExt;

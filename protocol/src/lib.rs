@@ -13,6 +13,7 @@
 //!   `iii_shell_policy`).
 
 pub mod bytes;
+pub mod call_trace;
 pub mod clock;
 pub mod coder;
 pub mod doctor;

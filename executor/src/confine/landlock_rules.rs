@@ -3,13 +3,13 @@
 //! gets which rights, `iii_shell_confine::landlock_ruleset` turns that into a ruleset fd).
 //!
 //! Here the executor supplies what only it knows: the protected entries its jail found
-//! inside the roots ([`crate::jail::Protected::in_roots`]: the `fs.denylist_paths` entries
+//! inside the roots ([`iii_shell_files::jail::Protected::in_roots`]: the `fs.denylist_paths` entries
 //! inside a root and the entries that matched `code.non_accessible_globs` when the policy
 //! was built), the host's devices, and the gap of a protected-entry scan that stopped short.
 
 use iii_shell_protocol::config::Config;
 
-use crate::jail::Protected;
+use iii_shell_files::jail::Protected;
 
 pub use iii_shell_confine::landlock::kernel_abi;
 pub use iii_shell_confine::landlock_plan::{Devices, Plan, DEVICE_FILES};
@@ -28,7 +28,7 @@ pub fn protected_gaps(protected: &Protected) -> Vec<String> {
     }
     vec![format!(
         "the scan for protected entries in the roots stopped at {} entries: protected files past it are denied to the fs surface by name only, and not denied to commands",
-        crate::jail::SCAN_LIMIT
+        iii_shell_files::jail::SCAN_LIMIT
     )]
 }
 

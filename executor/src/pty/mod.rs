@@ -38,12 +38,12 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{watch, Notify};
 
-use crate::error::ExecError;
-use crate::fs::{Continuation, RequestIo};
 use crate::reaper::ROOTS;
 use crate::reaper::{self, ExitStatus};
 use crate::spawn;
 use crate::tree::JobTree;
+use iii_shell_files::error::ExecError;
+use iii_shell_files::fs::{Continuation, RequestIo};
 use pacing::Pace;
 use ring::Ring;
 

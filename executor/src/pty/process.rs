@@ -14,12 +14,12 @@ use std::path::Path;
 use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
 
 use crate::cgroups::JobCgroup;
-use crate::error::ExecError;
-use crate::jail::fstat;
 use crate::policy::Policy;
 use crate::prepare;
 use crate::reaper::ROOTS;
 use crate::spawn::{self, Child, SpawnPlan};
+use iii_shell_files::error::ExecError;
+use iii_shell_files::jail::fstat;
 use iii_shell_policy::command::{check_command, CommandCheck};
 
 /// A started session program.

@@ -69,7 +69,7 @@ pub fn pick_open<'a>(open: &'a [OpenTurn], path: Option<&str>) -> Option<&'a Ope
 
 fn anchored(base: Option<&Path>, p: &str) -> String {
     match base {
-        Some(b) if !p.starts_with('/') => crate::jail::normalize(&b.join(p))
+        Some(b) if !p.starts_with('/') => iii_shell_files::jail::normalize(&b.join(p))
             .to_string_lossy()
             .into_owned(),
         _ => p.to_string(),
@@ -123,7 +123,7 @@ pub fn coder_call(policy: &Policy, call: &CoderCall) -> Option<(&'static str, Va
         return None;
     }
     // A scope the call itself will refuse (C220) changes nothing.
-    let ctx = crate::coder::Ctx::new(policy, &call.scope).ok()?;
+    let ctx = iii_shell_files::coder::Ctx::new(policy, &call.scope).ok()?;
     let a = |p: &str| ctx.absolute(p).unwrap_or_else(|_| p.to_string());
     Some(match &call.op {
         CoderOp::Create(r) => (

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use super::model::revision;
 use super::{fold, now_ms, Turns};
-use crate::error::ExecError;
 use crate::policy::Policy;
+use iii_shell_files::error::ExecError;
 
 /// One change a coder call made to a file: its id (the revision of the bytes it left, or
 /// `deleted:<canonical path>`), the canonical path, and the revisions of the exact bytes

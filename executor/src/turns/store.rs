@@ -104,12 +104,8 @@ impl Store {
         };
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(parent)?;
-            let tmp = parent.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(data)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(parent)?.sync_all()
+            // 0o666 before the umask, as File::create made them.
+            iii_shell_files::fs::atomic::replace_own_file(&path, data, 0o666)
         };
         if let Err(e) = write() {
             tracing::error!(error = %e, dir = %self.dir.display(), "cannot keep a pre-image in the turn store; check that turns.data_dir is writable and has space");

@@ -20,9 +20,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::error::ExecError;
-use crate::fs::walk::{walk, Node, Visitor, MAX_TREE_DEPTH};
 use crate::policy::Policy;
+use iii_shell_files::error::ExecError;
+use iii_shell_files::fs::walk::{walk, Node, Visitor, MAX_TREE_DEPTH};
 
 /// Entries recorded at most from one directory tree.
 pub const MAX_TREE_ENTRIES: usize = 100_000;
@@ -108,7 +108,7 @@ pub fn scan(policy: &Policy, path: &str) -> Option<Vec<Entry>> {
         .jail
         .resolve_with(path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .ok()?;
-    let st = crate::jail::fstat(&r.fd).ok()?;
+    let st = iii_shell_files::jail::fstat(&r.fd).ok()?;
     let mut c = Collect {
         policy,
         out: vec![Entry {
@@ -132,7 +132,7 @@ pub fn scan(policy: &Policy, path: &str) -> Option<Vec<Entry>> {
 /// The entry at `path` itself (not followed), `None` when missing or unreadable.
 pub fn stat_one(policy: &Policy, path: &str) -> Option<Entry> {
     let parent = policy.jail.parent(path, false).ok()?;
-    let st = crate::fs::entry::statat(&parent.dir, &parent.c_name(), true).ok()?;
+    let st = iii_shell_files::fs::entry::statat(&parent.dir, &parent.c_name(), true).ok()?;
     let kind = kind_of(&st)?;
     Some(Entry {
         path: path.to_string(),

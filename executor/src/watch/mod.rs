@@ -36,8 +36,8 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::time::Instant;
 
-use crate::error::ExecError;
 use crate::policy::Policy;
+use iii_shell_files::error::ExecError;
 
 /// The coalescing window (TRIG-06).
 pub const WINDOW: Duration = Duration::from_millis(200);
@@ -403,7 +403,7 @@ fn list_new_dir(via: &Path, rel: &Path, cap: usize, out: &mut Vec<(PathBuf, bool
 /// True when `path` (not followed) is the directory `fd` names.
 fn same_file(fd: &OwnedFd, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let Ok(st) = crate::jail::fstat(fd) else {
+    let Ok(st) = iii_shell_files::jail::fstat(fd) else {
         return false;
     };
     path.symlink_metadata()

@@ -20,7 +20,7 @@ use iii_shell_protocol::messages::ServerFrame;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::error::ExecError;
-use crate::policy::Policy;
+use crate::FsPolicy;
 use stream::StreamItem;
 
 /// Work that continues after the reply was sent (streaming a file out).
@@ -44,11 +44,12 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ExecError> + Send + 'static,
 ) -> Result<T, ExecError> {
     // A traced request: the filesystem work (the walk, for tree operations) is a span.
-    let mut span = crate::call_trace::start(name);
-    let rec = crate::call_trace::current();
-    let r = tokio::task::spawn_blocking(move || crate::call_trace::in_blocking(rec, f))
-        .await
-        .unwrap_or_else(|e| Err(ExecError::Internal(format!("fs task failed: {e}"))));
+    let mut span = iii_shell_protocol::call_trace::start(name);
+    let rec = iii_shell_protocol::call_trace::current();
+    let r =
+        tokio::task::spawn_blocking(move || iii_shell_protocol::call_trace::in_blocking(rec, f))
+            .await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("fs task failed: {e}"))));
     if let (Some(s), Err(e)) = (span.as_mut(), &r) {
         s.fail(e.code().as_str());
     }
@@ -57,7 +58,7 @@ async fn blocking<T: Send + 'static>(
 
 /// Runs one filesystem operation against one policy snapshot.
 pub async fn handle(
-    policy: Arc<Policy>,
+    policy: Arc<FsPolicy>,
     op: FsOp,
     io: &mut RequestIo,
 ) -> Result<(FsReply, Option<Continuation>), ExecError> {

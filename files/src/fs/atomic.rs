@@ -17,6 +17,9 @@
 //! stays under the temp name until the whole batch is in; a rename that fails part-way puts
 //! every earlier target back (swapping again, or removing a file the batch created) before
 //! the error is returned.
+//!
+//! The executor's own state (the turn store's blobs, the console's pane state) is written the
+//! same way by path, outside any jail: [`replace_own_file`].
 
 use std::ffi::CString;
 use std::io::Write;
@@ -487,6 +490,41 @@ pub fn write_atomic(
     t.commit()
 }
 
+/// Replaces `target`, a file of the executor's own state (not a caller's path: it is not
+/// resolved beneath a jail), with `data`: a temp file beside it (`.<name>.iii-<32 hex>.tmp`,
+/// created new with `mode`, never following a symlink) → write → fsync → rename over the
+/// target → fsync of the directory. A failed write leaves no temp file behind.
+pub fn replace_own_file(target: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} names no file in a directory", target.display()),
+        ));
+    };
+    let tmp = dir.join(format!(
+        ".{}.iii-{}.tmp",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, target)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> ExecError {
     move |e| match e.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
@@ -586,5 +624,32 @@ mod tests {
         assert!(done.undo().is_ok());
         assert_eq!(std::fs::read(dir.path().join("old")).unwrap(), b"theirs");
         assert_eq!(names(dir.path()), ["old"]);
+    }
+
+    #[test]
+    fn an_own_file_is_replaced_whole_and_a_failed_write_leaves_no_temp_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("state.json");
+        std::fs::write(&target, "old").unwrap();
+        replace_own_file(&target, b"new", 0o600).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A directory where the file should go: the rename fails, the target stays, and no
+        // temp file is left beside it.
+        let taken = d.path().join("taken");
+        std::fs::create_dir(&taken).unwrap();
+        std::fs::write(taken.join("inside"), "x").unwrap();
+        assert!(replace_own_file(&taken, b"new", 0o600).is_err());
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["state.json", "taken"]);
+        assert!(taken.join("inside").exists());
+        let e = replace_own_file(Path::new("/"), b"x", 0o600).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     }
 }

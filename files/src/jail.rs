@@ -24,9 +24,10 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 
 use crate::error::ExecError;
+use crate::globs;
 
 #[derive(Debug)]
 pub struct Root {
@@ -164,11 +165,14 @@ impl Jail {
             }
             denylist.push(lexical);
         }
-        let mut b = GlobSetBuilder::new();
-        for g in non_accessible_globs {
-            b.add(Glob::new(g).map_err(|e| format!("glob {g}: {e}"))?);
-        }
-        let non_accessible = b.build().map_err(|e| e.to_string())?;
+        let non_accessible = globs::set(
+            non_accessible_globs.iter().map(String::as_str),
+            globs::Syntax::Config,
+        )
+        .map_err(|e| match e {
+            globs::GlobError::Bad { glob, source } => format!("glob {glob}: {source}"),
+            globs::GlobError::Set(e) => e.to_string(),
+        })?;
         let host_root = open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0)
             .map_err(|e| format!("open /: {e}"))?;
         Ok(Jail {

@@ -15,14 +15,14 @@
 
 use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::error::{escape_message, not_found_message};
 use iii_shell_protocol::{Code, WireError, VERSION};
 
 use crate::error::ExecError;
 use crate::jail::{normalize, Parent, Resolved};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// A coder failure: a C-code and a message that states the problem and the way out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,7 +82,7 @@ impl CErr {
 
 /// The policy a call runs under, with its roots and scope resolved.
 pub struct Ctx<'a> {
-    pub policy: &'a Policy,
+    pub policy: &'a FsPolicy,
     /// Canonical roots: the host roots (jailed) or the fallback roots (unjailed).
     pub bases: Vec<PathBuf>,
     /// Canonical scope root, when the call is scoped.
@@ -139,15 +139,9 @@ impl RootedGlobs {
 }
 
 fn globset(globs: &[String]) -> GlobSet {
-    let mut b = GlobSetBuilder::new();
-    for g in globs {
-        // The configuration was validated when the policy was built; a glob that no longer
-        // compiles is skipped rather than failing every call.
-        if let Ok(g) = Glob::new(g) {
-            b.add(g);
-        }
-    }
-    b.build().unwrap_or_else(|_| GlobSet::empty())
+    // The configuration was validated when the policy was built; a glob that no longer
+    // compiles is skipped rather than failing every call.
+    crate::globs::set_lenient(globs, crate::globs::Syntax::Config)
 }
 
 /// The fallback roots of unjailed mode: the executor's working directory, then `/tmp`,
@@ -176,7 +170,7 @@ pub fn within(path: &Path, root: &Path) -> bool {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(policy: &'a Policy, scope: &FsScope) -> Result<Ctx<'a>, CErr> {
+    pub fn new(policy: &'a FsPolicy, scope: &FsScope) -> Result<Ctx<'a>, CErr> {
         let bases = if policy.jail.is_jailed() {
             policy.jail.roots().iter().map(|r| r.path.clone()).collect()
         } else {

@@ -30,7 +30,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
+
+use crate::globs::{GlobError, NameOrPath};
 use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{
@@ -44,41 +46,20 @@ use super::paths::{display, CErr, Ctx, RootedGlobs};
 use crate::fs::entry::is_file;
 use crate::jail::{fstat, open_beneath, Jail};
 
-/// User globs: name globs (no `/`) and path globs.
-#[derive(Clone)]
-struct Globs {
-    name: GlobSet,
-    path: GlobSet,
-    empty: bool,
-}
-
-impl Globs {
-    fn new(globs: &[String], what: &str) -> Result<Globs, CErr> {
-        let (mut name, mut path) = (GlobSetBuilder::new(), GlobSetBuilder::new());
-        for g in globs {
-            let t = g.trim_start_matches("./");
-            let glob = GlobBuilder::new(t)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| CErr::invalid(format!("{what}: bad glob {g:?}: {e}")))?;
-            if t.contains('/') {
-                path.add(glob);
-            } else {
-                name.add(glob);
-            }
+/// User globs (`include_globs`, `exclude_globs`): name globs (no `/`) and path globs.
+fn user_globs(globs: &[String], what: &str) -> Result<NameOrPath, CErr> {
+    let trimmed: Vec<&str> = globs.iter().map(|g| g.trim_start_matches("./")).collect();
+    NameOrPath::new(trimmed.iter().copied()).map_err(|e| match e {
+        GlobError::Bad { glob, source } => {
+            let g = globs
+                .iter()
+                .zip(&trimmed)
+                .find(|(_, t)| **t == glob)
+                .map_or(glob.as_str(), |(g, _)| g.as_str());
+            CErr::invalid(format!("{what}: bad glob {g:?}: {source}"))
         }
-        let build =
-            |b: GlobSetBuilder| b.build().map_err(|e| CErr::invalid(format!("{what}: {e}")));
-        Ok(Globs {
-            name: build(name)?,
-            path: build(path)?,
-            empty: globs.is_empty(),
-        })
-    }
-
-    fn is_match(&self, rel: &Path) -> bool {
-        rel.file_name().is_some_and(|n| self.name.is_match(n)) || self.path.is_match(rel)
-    }
+        GlobError::Set(e) => CErr::invalid(format!("{what}: {e}")),
+    })
 }
 
 /// What the walker prunes before it opens a folder (`'static`: owned copies).
@@ -86,7 +67,7 @@ impl Globs {
 struct Prune {
     deny: Option<Arc<Jail>>,
     noise: Option<RootedGlobs>,
-    exclude: Globs,
+    exclude: NameOrPath,
     root_len: usize,
 }
 
@@ -130,7 +111,7 @@ fn split_suffix(globs: &[String]) -> (Vec<String>, Vec<String>) {
 /// This keeps the per-file cost of the policy to the globs that can only match a file: the
 /// difference between this walk and rg's.
 struct WalkRules<'a> {
-    policy: &'a crate::policy::Policy,
+    policy: &'a crate::FsPolicy,
     /// The file globs that start with `**/`: matched once, on the absolute path (a match on
     /// a root-relative path implies one on the absolute path, which ends with it).
     file_anywhere: GlobSet,
@@ -173,17 +154,11 @@ impl<'a> WalkRules<'a> {
         };
         let (anywhere, file_globs): (Vec<String>, Vec<String>) =
             file_globs.into_iter().partition(|g| g.starts_with("**/"));
-        let mut b = GlobSetBuilder::new();
-        let mut built = true;
-        for g in &anywhere {
-            match globset::Glob::new(g) {
-                Ok(g) => {
-                    b.add(g);
-                }
-                Err(_) => built = false,
-            }
-        }
-        let file_anywhere = b.build().ok().filter(|_| built);
+        let file_anywhere = crate::globs::set(
+            anywhere.iter().map(String::as_str),
+            crate::globs::Syntax::Config,
+        )
+        .ok();
         let file_noise = use_noise.then(|| {
             let (suffix, rest) = split_suffix(&c.code.default_exclude_globs);
             if RootedGlobs::new(&suffix, &ctx.bases).is_match_dir(w) {
@@ -564,8 +539,8 @@ pub fn search_with_threads(
     } else {
         None
     };
-    let include = Globs::new(&req.include_globs, "include_globs")?;
-    let exclude = Globs::new(&req.exclude_globs, "exclude_globs")?;
+    let include = user_globs(&req.include_globs, "include_globs")?;
+    let exclude = user_globs(&req.exclude_globs, "exclude_globs")?;
     let limit = req.max_matches.unwrap_or(SEARCH_DEFAULT_MAX_MATCHES) as usize;
     let max_line = req
         .max_line_bytes
@@ -684,12 +659,12 @@ pub fn search_with_threads(
             }
             if !is_dir
                 && (rules.file_excluded(abs)
-                    || (!exclude.empty && exclude.is_match(rel))
-                    || (!include.empty && !include.is_match(rel)))
+                    || (!exclude.is_empty() && exclude.is_match(rel))
+                    || (!include.is_empty() && !include.is_match(rel)))
             {
                 return WalkState::Continue;
             }
-            if req.search_paths && (!is_dir || include.empty || include.is_match(rel)) {
+            if req.search_paths && (!is_dir || include.is_empty() || include.is_match(rel)) {
                 let rel_s = rel.to_string_lossy();
                 let subject: &str = if is_dir && !req.fuzzy_paths {
                     abs.file_name().and_then(|n| n.to_str()).unwrap_or(&rel_s)
@@ -856,8 +831,7 @@ mod tests {
             "c/private*".into(),
         ];
         config.code.default_exclude_globs = vec!["**/node_modules/**".into(), "**/*.min.js".into()];
-        let policy =
-            crate::policy::Policy::build(1, &serde_json::to_string(&config).unwrap()).unwrap();
+        let policy = crate::FsPolicy::build(config).unwrap();
         let ctx = Ctx::new(&policy, &FsScope::default()).unwrap();
         let noise = ctx.excludes();
         let files = [

@@ -42,7 +42,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{WalkBuilder, WalkState};
@@ -51,18 +50,19 @@ use iii_shell_protocol::frame::REPLY_BUDGET_BYTES;
 use iii_shell_protocol::fs::{FsMatch, GrepResponse, GrepSpec};
 
 use crate::error::ExecError;
+use crate::globs::{GlobError, NameOrPath};
 use crate::jail::{fstat, open_beneath, Jail};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// Searches `spec.path` (a file or a directory tree) for `spec.pattern`.
-pub fn grep(policy: &Policy, spec: &GrepSpec) -> Result<GrepResponse, ExecError> {
+pub fn grep(policy: &FsPolicy, spec: &GrepSpec) -> Result<GrepResponse, ExecError> {
     grep_with_threads(policy, spec, 0)
 }
 
 /// [`grep`] with an explicit number of walker threads (0 = one per core, at most 12: the
 /// `ignore` crate's default, which is also ripgrep's).
 pub fn grep_with_threads(
-    policy: &Policy,
+    policy: &FsPolicy,
     spec: &GrepSpec,
     threads: usize,
 ) -> Result<GrepResponse, ExecError> {
@@ -337,7 +337,7 @@ pub(crate) enum Root {
 
 /// Resolves `input` through the jail. Missing or denied is S211, outside the jail S215,
 /// anything but a regular file or a directory S212.
-pub(crate) fn open_root(policy: &Policy, input: &str) -> Result<Root, ExecError> {
+pub(crate) fn open_root(policy: &FsPolicy, input: &str) -> Result<Root, ExecError> {
     // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below anyway).
     let r = policy
         .jail
@@ -376,63 +376,47 @@ pub(crate) fn open_regular(root_fd: &OwnedFd, rel: &Path) -> Option<(File, libc:
 /// Include/exclude globs, ripgrep style (see the module docs).
 #[derive(Clone)]
 pub(crate) struct Filters {
-    include: Option<Globs>,
-    exclude: Option<Globs>,
+    include: Option<NameOrPath>,
+    exclude: Option<NameOrPath>,
 }
 
 /// Globs without `/` (matched against the name) and with `/` (matched against the
-/// root-relative path).
-#[derive(Clone)]
-struct Globs {
-    name: GlobSet,
-    path: GlobSet,
-}
-
-impl Globs {
-    fn new(globs: &[String], what: &str) -> Result<Option<Globs>, ExecError> {
-        if globs.is_empty() {
-            return Ok(None);
-        }
-        let (mut name, mut path) = (GlobSetBuilder::new(), GlobSetBuilder::new());
-        for g in globs {
-            let bad = |e: globset::Error| ExecError::Invalid(format!("{what} entry {g:?}: {e}"));
-            let t = g
-                .strip_prefix("./")
-                .or_else(|| g.strip_prefix('/'))
-                .unwrap_or(g);
-            if t.is_empty() {
-                return Err(ExecError::Invalid(format!("{what} entry {g:?} is empty")));
-            }
-            let glob = GlobBuilder::new(t)
-                .literal_separator(true)
-                .build()
-                .map_err(bad)?;
-            if t.contains('/') {
-                path.add(glob);
-            } else {
-                name.add(glob);
-            }
-        }
-        let build = |b: GlobSetBuilder| {
-            b.build()
-                .map_err(|e| ExecError::Invalid(format!("{what}: {e}")))
-        };
-        Ok(Some(Globs {
-            name: build(name)?,
-            path: build(path)?,
-        }))
+/// root-relative path); `None` for none.
+fn filter_globs(globs: &[String], what: &str) -> Result<Option<NameOrPath>, ExecError> {
+    if globs.is_empty() {
+        return Ok(None);
     }
-
-    fn is_match(&self, rel: &Path) -> bool {
-        rel.file_name().is_some_and(|n| self.name.is_match(n)) || self.path.is_match(rel)
+    let mut trimmed = Vec::with_capacity(globs.len());
+    for g in globs {
+        let t = g
+            .strip_prefix("./")
+            .or_else(|| g.strip_prefix('/'))
+            .unwrap_or(g);
+        if t.is_empty() {
+            return Err(ExecError::Invalid(format!("{what} entry {g:?} is empty")));
+        }
+        trimmed.push(t);
     }
+    NameOrPath::new(trimmed.iter().copied())
+        .map(Some)
+        .map_err(|e| match e {
+            GlobError::Bad { glob, source } => {
+                let g = globs
+                    .iter()
+                    .zip(&trimmed)
+                    .find(|(_, t)| **t == glob)
+                    .map_or(glob.as_str(), |(g, _)| g.as_str());
+                ExecError::Invalid(format!("{what} entry {g:?}: {source}"))
+            }
+            GlobError::Set(e) => ExecError::Invalid(format!("{what}: {e}")),
+        })
 }
 
 impl Filters {
     pub(crate) fn new(include: &[String], exclude: &[String]) -> Result<Filters, ExecError> {
         Ok(Filters {
-            include: Globs::new(include, "include_glob")?,
-            exclude: Globs::new(exclude, "exclude_glob")?,
+            include: filter_globs(include, "include_glob")?,
+            exclude: filter_globs(exclude, "exclude_glob")?,
         })
     }
 
@@ -454,7 +438,7 @@ impl Filters {
 /// excluded directories are not entered (not even listed), and `recursive: false` stops at
 /// the root's own entries. Walk errors (an unreadable directory) are skipped.
 pub(crate) fn walk<'s, M, V>(
-    policy: &'s Policy,
+    policy: &'s FsPolicy,
     root: &'s Path,
     recursive: bool,
     filters: &'s Filters,
@@ -524,7 +508,7 @@ fn rel_path(abs: &Path, root_len: usize) -> Option<&Path> {
 
 /// An owned copy of the policy's deny rules (see [`walk`]); `None` when it cannot be built
 /// (a root vanished since the policy was loaded), in which case only the visitor checks.
-fn prune_jail(policy: &Policy) -> Option<std::sync::Arc<Jail>> {
+fn prune_jail(policy: &FsPolicy) -> Option<std::sync::Arc<Jail>> {
     let c = &policy.config;
     Jail::new(
         &c.fs.host_roots,

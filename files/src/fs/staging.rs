@@ -28,7 +28,7 @@ use super::ops::{
 };
 use super::stream::{StreamItem, STREAM_IDLE};
 use crate::error::ExecError;
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// Most entries staged at once per broker connection (each holds two descriptors).
 pub const STAGED_MAX_ENTRIES: usize = 256;
@@ -78,7 +78,7 @@ pub fn usage(s: &Staging) -> (u64, usize) {
 #[allow(clippy::too_many_arguments)]
 pub async fn stage(
     staging: &Staging,
-    policy: &Policy,
+    policy: &FsPolicy,
     batch: u64,
     index: usize,
     count: usize,

@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use iii_shell_protocol::trace::{AttrValue, SpanRecord, TraceContext};
+use crate::trace::{AttrValue, SpanRecord, TraceContext};
 
 tokio::task_local! {
     /// The recorder of the request being handled. Not process-global state: the key is

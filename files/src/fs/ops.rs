@@ -19,7 +19,7 @@ use super::keep::Replaced;
 use super::walk::{walk, Node, Visitor, MAX_TREE_DEPTH};
 use crate::error::ExecError;
 use crate::jail::{fd_path, fstat, map_errno, open_beneath, Parent};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 fn cstr(name: &std::ffi::OsStr) -> Result<CString, ExecError> {
     CString::new(name.as_encoded_bytes())
@@ -31,7 +31,7 @@ pub(crate) fn display(p: &Path) -> String {
 }
 
 /// Refuses special mode bits unless the policy allows them (the broker checked too).
-fn check_mode(policy: &Policy, mode: u32) -> Result<(), ExecError> {
+fn check_mode(policy: &FsPolicy, mode: u32) -> Result<(), ExecError> {
     if mode > 0o7777 {
         return Err(ExecError::Invalid(format!("bad octal mode {mode:o}")));
     }
@@ -44,12 +44,12 @@ fn check_mode(policy: &Policy, mode: u32) -> Result<(), ExecError> {
 }
 
 /// The metadata of the entry a symlink leads to, when it resolves inside the jail.
-fn follow(policy: &Policy, path: &Path) -> Option<libc::stat> {
+fn follow(policy: &FsPolicy, path: &Path) -> Option<libc::stat> {
     let r = policy.jail.resolve(&display(path)).ok()?;
     fstat(&r.fd).ok()
 }
 
-pub fn ls(policy: &Policy, input: &str) -> Result<LsResponse, ExecError> {
+pub fn ls(policy: &FsPolicy, input: &str) -> Result<LsResponse, ExecError> {
     let dir = policy
         .jail
         .resolve_with(input, libc::O_RDONLY | libc::O_DIRECTORY)
@@ -86,13 +86,13 @@ pub fn ls(policy: &Policy, input: &str) -> Result<LsResponse, ExecError> {
 }
 
 /// S212 when `input` exists but is not a directory, so `ls` on a file says so.
-fn not_dir_or_missing(policy: &Policy, input: &str) -> Option<ExecError> {
+fn not_dir_or_missing(policy: &FsPolicy, input: &str) -> Option<ExecError> {
     let r = policy.jail.resolve(input).ok()?;
     let st = fstat(&r.fd).ok()?;
     (!is_dir(&st)).then(|| ExecError::WrongType(format!("not a directory: {input}")))
 }
 
-pub fn stat(policy: &Policy, input: &str) -> Result<FsEntry, ExecError> {
+pub fn stat(policy: &FsPolicy, input: &str) -> Result<FsEntry, ExecError> {
     // A trailing slash asks for a directory (following a final symlink, as POSIX does).
     if input.len() > 1 && input.ends_with('/') {
         // The kernel says ENOTDIR for `file/`, which would read as missing: resolve the path
@@ -139,7 +139,7 @@ pub fn stat(policy: &Policy, input: &str) -> Result<FsEntry, ExecError> {
 }
 
 pub fn mkdir(
-    policy: &Policy,
+    policy: &FsPolicy,
     input: &str,
     mode: u32,
     parents: bool,
@@ -185,7 +185,7 @@ pub fn mkdir(
     })
 }
 
-pub fn rm(policy: &Policy, input: &str, recursive: bool) -> Result<RmResponse, ExecError> {
+pub fn rm(policy: &FsPolicy, input: &str, recursive: bool) -> Result<RmResponse, ExecError> {
     let parent = match policy.jail.parent(input, false) {
         Ok(p) => p,
         Err(ExecError::Invalid(m))
@@ -268,7 +268,7 @@ fn unlinkat(dir: &OwnedFd, name: &CStr, flags: i32) -> std::io::Result<()> {
 
 /// True when the directory still holds entries and every one of them is hidden.
 fn only_hidden(
-    policy: &Policy,
+    policy: &FsPolicy,
     dir: impl Fn() -> Result<OwnedFd, ExecError>,
     dir_path: &Path,
 ) -> bool {
@@ -288,7 +288,7 @@ fn only_hidden(
 
 /// The first pass of `rm -r`: refuses the whole tree when it holds a hidden entry.
 struct RmScan<'a> {
-    policy: &'a Policy,
+    policy: &'a FsPolicy,
     input: &'a str,
 }
 
@@ -307,7 +307,7 @@ impl Visitor for RmScan<'_> {
 /// The second pass of `rm -r`: deletes children before their directory. An entry that became
 /// hidden since the scan (a command raced it in) is kept, and the call fails like the scan.
 struct RmDelete<'a> {
-    policy: &'a Policy,
+    policy: &'a FsPolicy,
     input: &'a str,
 }
 
@@ -337,7 +337,7 @@ impl Visitor for RmDelete<'_> {
 }
 
 pub fn chmod(
-    policy: &Policy,
+    policy: &FsPolicy,
     input: &str,
     mode: u32,
     uid: Option<u32>,
@@ -523,14 +523,14 @@ pub fn keeps_access(
 /// The recursive part of `chmod`: a scan (`change: None`) or the change itself. Symlinks and
 /// hidden entries are skipped, never followed; hidden directories are not entered.
 struct ChmodTree<'a> {
-    policy: &'a Policy,
+    policy: &'a FsPolicy,
     rights: &'a OwnerRights,
     change: Option<(u32, Option<u32>, Option<u32>)>,
     changed: u64,
 }
 
 impl<'a> ChmodTree<'a> {
-    fn scan(policy: &'a Policy, rights: &'a OwnerRights) -> ChmodTree<'a> {
+    fn scan(policy: &'a FsPolicy, rights: &'a OwnerRights) -> ChmodTree<'a> {
         ChmodTree {
             policy,
             rights,
@@ -636,7 +636,7 @@ fn change(fd: &OwnedFd, mode: u32, uid: Option<u32>, gid: Option<u32>) -> std::i
 
 /// `parent()` of a path that names a jail root fails as "does not name an entry"; say what
 /// actually happened instead.
-fn mv_parent(policy: &Policy, input: &str) -> Result<Parent, ExecError> {
+fn mv_parent(policy: &FsPolicy, input: &str) -> Result<Parent, ExecError> {
     let roots_cannot_move = || {
         ExecError::Invalid(format!(
             "{input} is a jail root, and jail roots cannot be moved or replaced; move the entries inside it instead"
@@ -657,7 +657,12 @@ fn mv_parent(policy: &Policy, input: &str) -> Result<Parent, ExecError> {
     }
 }
 
-pub fn mv(policy: &Policy, src: &str, dst: &str, overwrite: bool) -> Result<MvResponse, ExecError> {
+pub fn mv(
+    policy: &FsPolicy,
+    src: &str,
+    dst: &str,
+    overwrite: bool,
+) -> Result<MvResponse, ExecError> {
     let from = mv_parent(policy, src)?;
     // Moving an ancestor of a denylisted path would expose it under a new name.
     if policy.jail.holds_denied(&from.path) {
@@ -716,7 +721,7 @@ pub fn echo_input(e: ExecError, input: &str) -> ExecError {
 }
 
 /// The cap check shared by every write form.
-pub fn check_write_cap(policy: &Policy, len: u64, path: &str) -> Result<(), ExecError> {
+pub fn check_write_cap(policy: &FsPolicy, len: u64, path: &str) -> Result<(), ExecError> {
     let cap = policy.config.fs.max_write_bytes;
     if cap > 0 && len > cap {
         return Err(ExecError::TooLarge(format!(
@@ -728,7 +733,7 @@ pub fn check_write_cap(policy: &Policy, len: u64, path: &str) -> Result<(), Exec
 
 /// Resolves a write target: its parent (created when `parents`), refusing directories.
 pub fn write_target(
-    policy: &Policy,
+    policy: &FsPolicy,
     path: &str,
     mode: u32,
     parents: bool,
@@ -789,7 +794,7 @@ pub(crate) fn batch_error(f: BatchFailure, n: usize, input: &str) -> ExecError {
 /// complete, fsynced temp file beside its target before the first rename, so a failing entry
 /// leaves every target as it was (the staged temp files are freed); and a rename that fails
 /// part-way puts the entries before it back ([`install_all`]).
-pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteResponse, ExecError> {
+pub fn write_inline(policy: &FsPolicy, files: &[WriteFile]) -> Result<WriteResponse, ExecError> {
     let n = files.len();
     for (i, f) in files.iter().enumerate() {
         check_write_cap(policy, f.data.len() as u64, &f.path)
@@ -849,7 +854,7 @@ pub fn write_inline(policy: &Policy, files: &[WriteFile]) -> Result<WriteRespons
 
 /// Opens a file for `read`/`read-bytes`: a regular file inside the jail, under the cap.
 pub fn open_for_read(
-    policy: &Policy,
+    policy: &FsPolicy,
     input: &str,
     enforce_cap: bool,
 ) -> Result<(std::fs::File, libc::stat, std::path::PathBuf), ExecError> {

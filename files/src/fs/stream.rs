@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::ops::{check_write_cap, echo_input, temp_for, write_target};
 use crate::error::ExecError;
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// Longest pause between two chunks before a stream is abandoned.
 pub const STREAM_IDLE: Duration = Duration::from_secs(30);
@@ -26,7 +26,7 @@ pub enum StreamItem {
 
 /// Receives a streamed write into a temp file and commits it atomically at the end.
 pub async fn write_stream(
-    policy: &Policy,
+    policy: &FsPolicy,
     path: &str,
     mode: u32,
     parents: bool,

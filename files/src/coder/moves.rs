@@ -17,7 +17,7 @@ use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 
 use super::edit::commit;
-use super::edit::{lock_two, read_entry};
+use super::edit::{read_entry, EditLocks};
 use super::paths::{display, CErr, Ctx};
 use crate::fs::entry::{is_dir, is_file, statat};
 use crate::fs::keep::Replaced;
@@ -25,12 +25,12 @@ use crate::jail::{fstat, normalize};
 
 type Fail = (String, String, CErr);
 
-pub fn move_files(ctx: &Ctx<'_>, req: &MoveFileInput) -> MoveFileOutput {
+pub fn move_files(ctx: &Ctx<'_>, req: &MoveFileInput, locks: &EditLocks) -> MoveFileOutput {
     MoveFileOutput {
         results: req
             .files
             .iter()
-            .map(|f| match move_one(ctx, f) {
+            .map(|f| match move_one(ctx, f, locks) {
                 Ok((from, to, moved)) => MoveFileResult {
                     from,
                     to,
@@ -73,7 +73,11 @@ fn renameat2(
     Ok(())
 }
 
-fn move_one(ctx: &Ctx<'_>, spec: &MoveFileSpec) -> Result<(String, String, bool), Fail> {
+fn move_one(
+    ctx: &Ctx<'_>,
+    spec: &MoveFileSpec,
+    locks: &EditLocks,
+) -> Result<(String, String, bool), Fail> {
     let (from, to) = (spec.from.as_str(), spec.to.as_str());
     let fail = |e: CErr| (from.to_string(), to.to_string(), e);
     for p in [from, to] {
@@ -126,7 +130,7 @@ fn move_one(ctx: &Ctx<'_>, spec: &MoveFileSpec) -> Result<(String, String, bool)
             "refusing to replace an allowed root: {to_c}"
         ))));
     }
-    let _guards = lock_two(&src.path, &dst.path);
+    let _guards = locks.lock_two(&src.path, &dst.path);
     let dname = dst.c_name();
     match statat(&dst.dir, &dname, true) {
         Ok(dst_st) if (dst_st.st_dev, dst_st.st_ino) == (st.st_dev, st.st_ino) => {

@@ -1,73 +1,83 @@
-//! `coder::change-diff` (CODER-72, 73), a view of the turn history (`crate::turns::changes`).
+//! Coder calls inside the turn recording, and `coder::change-diff` (CODER-72, 73) as a view of
+//! the turn history (`super::changes`).
 //!
-//! Every successful `create-file`, `update-file` and (file) `delete-file` entry reports the
-//! exact bytes before and after with [`record`]. The id of a change is the revision of the
-//! bytes it left (`sha256:<hex>`, the `revision` a create returns and a later `read-file`
-//! reports); a deletion's id is `deleted:<canonical path>`. [`run`] serves a coder call inside
-//! the turn recording: the call's files record into the open turn (or a one-call turn of
-//! `shell.outside-turns`), and each change becomes a `change` record of that turn, its bodies
-//! blobs of the store. [`diff`] resolves an id through those records only, so a diff is there
-//! exactly as long as the turn history holds the change and its bodies; an unknown or evicted
-//! id is C211.
-//!
-//! The store is bound for the call's thread by [`run`], so the write paths only call
-//! [`record`]; with nothing bound (a coder call outside an executor) nothing is recorded.
+//! [`run`] serves a coder call with a [`TurnRecorder`] as its `coder::ChangeRecorder`: every
+//! successful `create-file`, `update-file` and (file) `delete-file` entry reports the exact
+//! bytes before and after to it. The id of a change is the revision of the bytes it left
+//! (`sha256:<hex>`, the `revision` a create returns and a later `read-file` reports); a
+//! deletion's id is `deleted:<canonical path>`. The call's files record into the open turn (or
+//! a one-call turn of `shell.outside-turns`), and each change becomes a `change` record of
+//! that turn, its bodies blobs of the store. A diff resolves an id through those records
+//! only, so a diff is there exactly as long as the turn history holds the change and its
+//! bodies; an unknown or evicted id is C211.
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use iii_shell_policy::sync::lock;
 use iii_shell_protocol::coder::{ChangeDiffOutput, CoderCall, CoderReply};
-use iii_shell_protocol::{Code, WireError};
+use iii_shell_protocol::WireError;
 
-use super::paths::CErr;
+use super::changes::Change;
+use super::model::revision;
+use super::Turns;
 use crate::policy::Policy;
-use crate::turns::changes::Change;
-use crate::turns::model::revision;
-use crate::turns::Turns;
+use iii_shell_files::coder::recorder::{gone, ChangeRecorder};
+use iii_shell_files::coder::{CErr, EditLocks};
 
-struct Binding {
-    turns: Arc<Turns>,
-    policy: Arc<Policy>,
+/// The turn store as one coder call's change recorder.
+pub struct TurnRecorder<'a> {
+    turns: &'a Turns,
+    policy: &'a Policy,
     /// The call records into a turn: its changes are kept.
     recording: bool,
-    changes: Vec<Change>,
+    changes: Mutex<Vec<Change>>,
 }
 
-thread_local! {
-    static BOUND: RefCell<Option<Binding>> = const { RefCell::new(None) };
-}
-
-/// Unbinds on drop.
-struct Bound(());
-
-impl Bound {
-    /// The changes the call recorded so far.
-    fn take(&self) -> Vec<Change> {
-        BOUND.with(|b| {
-            b.borrow_mut()
-                .as_mut()
-                .map(|b| std::mem::take(&mut b.changes))
-                .unwrap_or_default()
-        })
-    }
-}
-
-impl Drop for Bound {
-    fn drop(&mut self) {
-        BOUND.with(|b| *b.borrow_mut() = None);
-    }
-}
-
-fn bind(turns: Arc<Turns>, policy: Arc<Policy>, recording: bool) -> Bound {
-    BOUND.with(|b| {
-        *b.borrow_mut() = Some(Binding {
+impl<'a> TurnRecorder<'a> {
+    /// A recorder into `turns`; with `recording` false (a call that records into no turn) it
+    /// keeps nothing, but still serves diffs.
+    pub fn new(turns: &'a Turns, policy: &'a Policy, recording: bool) -> Self {
+        TurnRecorder {
             turns,
             policy,
             recording,
-            changes: Vec::new(),
-        })
-    });
-    Bound(())
+            changes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The changes recorded so far.
+    pub fn take(&self) -> Vec<Change> {
+        std::mem::take(&mut *lock(&self.changes))
+    }
+}
+
+impl ChangeRecorder for TurnRecorder<'_> {
+    /// Both bodies are kept as blobs now, the change is recorded with the call's other records
+    /// once it is done (`Turns::finish`: only for a file the turn lists, so a write that left
+    /// the bytes as they were gets none). A call that records into no turn keeps nothing.
+    fn record(&self, id: String, path: String, old: &[u8], new: &[u8]) {
+        if !self.recording {
+            return;
+        }
+        let (old_rev, new_rev) = (revision(old), revision(new));
+        // A body the store cannot keep leaves its revision recorded: the diff reads as gone.
+        self.turns.keep_body(self.policy, old);
+        self.turns.keep_body(self.policy, new);
+        lock(&self.changes).push(Change {
+            id,
+            path,
+            old: old_rev,
+            new: new_rev,
+        });
+    }
+
+    fn diff(&self, id: &str) -> Result<ChangeDiffOutput, CErr> {
+        match self.turns.change_diff_by_id(self.policy, id) {
+            Ok(Some(v)) => serde_json::from_value(v).map_err(|_| gone(id)),
+            Ok(None) => Err(gone(id)),
+            Err(e) => Err(CErr::io(format!("coder::change-diff {id}: {e}"))),
+        }
+    }
 }
 
 /// Runs one coder call against `policy` with its changes recorded in `turns` (blocking: call
@@ -76,63 +86,18 @@ fn bind(turns: Arc<Turns>, policy: Arc<Policy>, recording: bool) -> Bound {
 pub fn run(
     turns: &Arc<Turns>,
     policy: &Arc<Policy>,
+    locks: &EditLocks,
     call: CoderCall,
 ) -> Result<CoderReply, WireError> {
-    let rec = crate::turns::calls::coder_call(policy, &call)
+    let rec = super::calls::coder_call(policy, &call)
         .and_then(|(f, args)| turns.begin_coder(policy, f, args));
-    let bound = bind(turns.clone(), policy.clone(), rec.is_some());
-    let out = super::handle(policy, call);
-    let changes = bound.take();
-    drop(bound);
+    let recorder = TurnRecorder::new(turns, policy, rec.is_some());
+    let out = iii_shell_files::coder::handle(policy, call, locks, &recorder);
+    let changes = recorder.take();
     if let Some(rec) = rec {
         turns.finish(policy, rec, &changes);
     }
     out
-}
-
-/// Reports a change the call made: both bodies are kept as blobs now, the change is recorded
-/// with the call's other records once it is done (`Turns::finish`: only for a file the turn
-/// lists, so a write that left the bytes as they were gets none). A call that records into no
-/// turn keeps nothing.
-pub fn record(id: String, path: String, old: &[u8], new: &[u8]) {
-    BOUND.with(|b| {
-        let mut b = b.borrow_mut();
-        let Some(b) = b.as_mut().filter(|b| b.recording) else {
-            return;
-        };
-        let (old_rev, new_rev) = (revision(old), revision(new));
-        // A body the store cannot keep leaves its revision recorded: the diff reads as gone.
-        b.turns.keep_body(&b.policy, old);
-        b.turns.keep_body(&b.policy, new);
-        b.changes.push(Change {
-            id,
-            path,
-            old: old_rev,
-            new: new_rev,
-        });
-    });
-}
-
-fn gone(id: &str) -> CErr {
-    CErr::new(
-        Code::C211,
-        format!("change diff is no longer available for {id}: no turn record holds this change id, or its bodies were evicted from the turn store (turns.max_blob_bytes)"),
-    )
-}
-
-/// The before/after of a change; an unknown or evicted id is C211.
-pub fn diff(id: &str) -> Result<ChangeDiffOutput, CErr> {
-    let bound = BOUND.with(|b| {
-        b.borrow()
-            .as_ref()
-            .map(|b| (b.turns.clone(), b.policy.clone()))
-    });
-    let (turns, policy) = bound.ok_or_else(|| gone(id))?;
-    match turns.change_diff_by_id(&policy, id) {
-        Ok(Some(v)) => serde_json::from_value(v).map_err(|_| gone(id)),
-        Ok(None) => Err(gone(id)),
-        Err(e) => Err(CErr::io(format!("coder::change-diff {id}: {e}"))),
-    }
 }
 
 #[cfg(test)]
@@ -167,7 +132,7 @@ mod tests {
     /// A coder call through [`run`] (`op` as `CoderOp` JSON); the reply as JSON, or the code.
     fn coder(t: &Arc<Turns>, p: &Arc<Policy>, op: Value) -> Result<Value, String> {
         let call: CoderCall = serde_json::from_value(json!({"scope": {}, "op": op})).unwrap();
-        run(t, p, call)
+        run(t, p, &EditLocks::default(), call)
             .map(|r| serde_json::to_value(r).unwrap())
             .map_err(|e| e.code.to_string())
     }
@@ -391,8 +356,15 @@ mod tests {
     }
 
     #[test]
-    fn nothing_bound_records_nothing() {
-        record("u".into(), "/p".into(), b"a", b"b");
-        assert_eq!(diff("u").unwrap_err().code, Code::C211);
+    fn a_recorder_of_no_turn_keeps_nothing() {
+        let s = setup(1 << 20);
+        let t = Turns::default();
+        let r = TurnRecorder::new(&t, &s.policy, false);
+        r.record("u".into(), "/p".into(), b"a", b"b");
+        assert!(r.take().is_empty());
+        assert_eq!(
+            r.diff("u").unwrap_err().code,
+            iii_shell_protocol::Code::C211
+        );
     }
 }

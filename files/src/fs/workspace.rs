@@ -14,7 +14,7 @@ use super::entry::{is_dir, statat};
 use super::ops::open_for_read;
 use crate::error::ExecError;
 use crate::jail::{fstat, map_errno, normalize};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// Default and largest page of `workspace::list`.
 pub const LIST_DEFAULT_PAGE: usize = 500;
@@ -22,7 +22,7 @@ pub const LIST_MAX_PAGE: usize = 5000;
 
 /// Jailed: the roots. Unjailed: the executor's home, its working directory and /tmp — the
 /// places an operator usually starts from — minus denied ones.
-pub fn roots(policy: &Policy) -> WorkspaceRootsResponse {
+pub fn roots(policy: &FsPolicy) -> WorkspaceRootsResponse {
     let mut roots: Vec<String> = if policy.jail.is_jailed() {
         policy
             .jail
@@ -57,7 +57,7 @@ pub fn roots(policy: &Policy) -> WorkspaceRootsResponse {
 
 /// Child directories (never files) of an existing directory, canonical, sorted, paginated.
 pub fn list(
-    policy: &Policy,
+    policy: &FsPolicy,
     input: &str,
     page_size: Option<usize>,
 ) -> Result<WorkspaceListResponse, ExecError> {
@@ -108,7 +108,7 @@ pub fn list(
     })
 }
 
-fn validate_dir(policy: &Policy, input: &str) -> Result<crate::jail::Resolved, ExecError> {
+fn validate_dir(policy: &FsPolicy, input: &str) -> Result<crate::jail::Resolved, ExecError> {
     let dir = policy
         .jail
         .resolve_with(input, libc::O_RDONLY | libc::O_NONBLOCK)?;
@@ -119,7 +119,7 @@ fn validate_dir(policy: &Policy, input: &str) -> Result<crate::jail::Resolved, E
     Ok(dir)
 }
 
-pub fn validate(policy: &Policy, input: &str) -> Result<WorkspaceValidateResponse, ExecError> {
+pub fn validate(policy: &FsPolicy, input: &str) -> Result<WorkspaceValidateResponse, ExecError> {
     let dir = validate_dir(policy, input)?;
     Ok(WorkspaceValidateResponse {
         path: dir.path.to_string_lossy().into_owned(),
@@ -138,7 +138,7 @@ fn fallback_roots() -> Vec<PathBuf> {
 /// already resolves it beneath the primary root. Unjailed, it is tried beneath each fallback
 /// root in order and the first that holds it wins; a path that climbs out of them (`..`) is
 /// S215, one that is in none of them S211.
-fn anchor_relative(policy: &Policy, input: &str) -> Result<String, ExecError> {
+fn anchor_relative(policy: &FsPolicy, input: &str) -> Result<String, ExecError> {
     if policy.jail.is_jailed() || input.starts_with('/') || input.is_empty() {
         return Ok(input.to_string());
     }
@@ -171,7 +171,7 @@ fn anchor_relative(policy: &Policy, input: &str) -> Result<String, ExecError> {
 
 /// One base64 chunk of a file, at most [`READ_BYTES_MAX_CHUNK`] raw bytes.
 pub fn read_bytes(
-    policy: &Policy,
+    policy: &FsPolicy,
     input: &str,
     offset: u64,
     length: u64,

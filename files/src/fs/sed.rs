@@ -43,10 +43,10 @@ use crate::fs::atomic::write_atomic;
 use crate::fs::grep::{open_regular, open_root, walk, Filters, Root};
 use crate::fs::keep::Replaced;
 use crate::jail::{fstat, map_errno, open_beneath, Parent};
-use crate::policy::Policy;
+use crate::FsPolicy;
 
 /// Find-and-replace across `spec.files` or the tree under `spec.path` (see the module docs).
-pub fn sed(policy: &Policy, spec: &SedSpec) -> Result<SedResponse, ExecError> {
+pub fn sed(policy: &FsPolicy, spec: &SedSpec) -> Result<SedResponse, ExecError> {
     if spec.pattern.is_empty() {
         return Err(ExecError::Invalid("pattern is empty".into()));
     }
@@ -305,7 +305,7 @@ fn same_file(parent: &Parent, st: &libc::stat, display: &str) -> Result<OwnedFd,
 }
 
 /// The `files` form: one result per entry, failures included.
-fn edit_listed(policy: &Policy, edit: &Edit<'_>, input: &str) -> FsSedFileResult {
+fn edit_listed(policy: &FsPolicy, edit: &Edit<'_>, input: &str) -> FsSedFileResult {
     let mut shown = input.to_string();
     let outcome = (|| {
         let resolved = policy.jail.resolve(input)?;
@@ -352,7 +352,7 @@ fn edit_listed(policy: &Policy, edit: &Edit<'_>, input: &str) -> FsSedFileResult
 
 /// The `path` form: edits every eligible file of the tree; lists the files that matched.
 fn edit_tree(
-    policy: &Policy,
+    policy: &FsPolicy,
     edit: &Edit<'_>,
     spec: &SedSpec,
     input: &str,

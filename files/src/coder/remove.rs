@@ -19,35 +19,42 @@ use std::path::{Path, PathBuf};
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 
-use super::changes;
-use super::edit::{lock_path, read_entry};
+use super::edit::{read_entry, EditLocks};
 use super::list::names;
 use super::paths::{display, CErr, Ctx};
+use super::recorder::ChangeRecorder;
 use crate::fs::entry::{is_dir, is_file, statat};
 use crate::jail::normalize;
 
 /// Deepest directory nesting a recursive delete walks (one descriptor per level).
 pub const MAX_DEPTH: usize = 256;
 
-pub fn delete_files(ctx: &Ctx<'_>, req: &DeleteFileInput) -> DeleteFileOutput {
+pub fn delete_files(
+    ctx: &Ctx<'_>,
+    req: &DeleteFileInput,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
+) -> DeleteFileOutput {
     DeleteFileOutput {
         results: req
             .paths
             .iter()
-            .map(|p| match delete_one(ctx, p, req.recursive) {
-                Ok((path, removed)) => DeleteFileResult {
-                    path,
-                    success: true,
-                    removed,
-                    error: None,
+            .map(
+                |p| match delete_one(ctx, p, req.recursive, locks, changes) {
+                    Ok((path, removed)) => DeleteFileResult {
+                        path,
+                        success: true,
+                        removed,
+                        error: None,
+                    },
+                    Err((path, e)) => DeleteFileResult {
+                        path,
+                        success: false,
+                        removed: false,
+                        error: Some(e.entry()),
+                    },
                 },
-                Err((path, e)) => DeleteFileResult {
-                    path,
-                    success: false,
-                    removed: false,
-                    error: Some(e.entry()),
-                },
-            })
+            )
             .collect(),
     }
 }
@@ -56,6 +63,8 @@ fn delete_one(
     ctx: &Ctx<'_>,
     input: &str,
     recursive: bool,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
 ) -> Result<(String, bool), (String, CErr)> {
     let fail = |e: CErr| (input.to_string(), e);
     let abs = ctx.absolute(input).map_err(fail)?;
@@ -78,7 +87,7 @@ fn delete_one(
     if ctx.is_non_accessible(&path) {
         return Err(failc(CErr::not_found(input)));
     }
-    let _guard = lock_path(&path);
+    let _guard = locks.lock_path(&path);
     let name = parent.c_name();
     let st = match statat(&parent.dir, &name, true) {
         Ok(st) => st,
@@ -95,7 +104,7 @@ fn delete_one(
         unlink(&parent.dir, &name, 0)
             .map_err(|e| failc(CErr::io(format!("delete {input}: {e}"))))?;
         if let Some(old) = old {
-            changes::record(format!("deleted:{canonical}"), canonical.clone(), &old, &[]);
+            changes.record(format!("deleted:{canonical}"), canonical.clone(), &old, &[]);
         }
         return Ok((canonical, true));
     }

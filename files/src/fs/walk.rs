@@ -96,7 +96,7 @@ pub fn walk(
     max_depth: usize,
     v: &mut impl Visitor,
 ) -> Result<(), ExecError> {
-    let Some(mut span) = crate::call_trace::start("fs.walk") else {
+    let Some(mut span) = iii_shell_protocol::call_trace::start("fs.walk") else {
         return walk_tree(root, root_path, display, max_depth, v);
     };
     let mut counted = Counted {

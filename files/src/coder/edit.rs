@@ -26,10 +26,10 @@ use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 use regex::bytes::{Regex, RegexBuilder};
 
-use super::changes;
 use super::lines::{count_lines, line_text, split_lines};
 use super::paths::{display, revision, CErr, Ctx};
 use super::read::open_file;
+use super::recorder::ChangeRecorder;
 use crate::fs::atomic::TempFile;
 use crate::fs::entry::{is_dir, statat};
 use crate::fs::keep::{Keep, Replaced};
@@ -38,7 +38,22 @@ use crate::jail::{fstat, Parent};
 // ---- per-path locks ----
 
 const STRIPES: usize = 64;
-static LOCKS: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+
+/// The per-path locks of coder writers: one value per executor (it holds it; a test makes
+/// its own), so two executors in one process do not share them.
+pub struct EditLocks([Mutex<()>; STRIPES]);
+
+impl Default for EditLocks {
+    fn default() -> Self {
+        EditLocks([const { Mutex::new(()) }; STRIPES])
+    }
+}
+
+impl std::fmt::Debug for EditLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EditLocks")
+    }
+}
 
 fn stripe(path: &std::path::Path) -> usize {
     use std::hash::{Hash, Hasher};
@@ -47,32 +62,35 @@ fn stripe(path: &std::path::Path) -> usize {
     (h.finish() as usize) % STRIPES
 }
 
-/// Serializes coder writers of one canonical path (striped; one stripe held at a time).
-pub fn lock_path(path: &std::path::Path) -> std::sync::MutexGuard<'static, ()> {
-    LOCKS[stripe(path)]
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
+impl EditLocks {
+    /// Serializes coder writers of one canonical path (striped; one stripe held at a time).
+    pub fn lock_path(&self, path: &std::path::Path) -> std::sync::MutexGuard<'_, ()> {
+        self.0[stripe(path)]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
 
-/// Locks two paths (a move) in stripe order, so two movers cannot deadlock.
-pub fn lock_two(
-    a: &std::path::Path,
-    b: &std::path::Path,
-) -> (
-    std::sync::MutexGuard<'static, ()>,
-    Option<std::sync::MutexGuard<'static, ()>>,
-) {
-    let (x, y) = (stripe(a), stripe(b));
-    let get = |i: usize| lock(&LOCKS[i]);
-    match x.cmp(&y) {
-        std::cmp::Ordering::Equal => (get(x), None),
-        std::cmp::Ordering::Less => {
-            let g = get(x);
-            (g, Some(get(y)))
-        }
-        std::cmp::Ordering::Greater => {
-            let g = get(y);
-            (g, Some(get(x)))
+    /// Locks two paths (a move) in stripe order, so two movers cannot deadlock.
+    pub fn lock_two(
+        &self,
+        a: &std::path::Path,
+        b: &std::path::Path,
+    ) -> (
+        std::sync::MutexGuard<'_, ()>,
+        Option<std::sync::MutexGuard<'_, ()>>,
+    ) {
+        let (x, y) = (stripe(a), stripe(b));
+        let get = |i: usize| lock(&self.0[i]);
+        match x.cmp(&y) {
+            std::cmp::Ordering::Equal => (get(x), None),
+            std::cmp::Ordering::Less => {
+                let g = get(x);
+                (g, Some(get(y)))
+            }
+            std::cmp::Ordering::Greater => {
+                let g = get(y);
+                (g, Some(get(x)))
+            }
         }
     }
 }
@@ -104,12 +122,17 @@ pub fn read_entry(parent: &Parent, limit: u64) -> Result<Option<Vec<u8>>, CErr> 
 
 // ---- create-file ----
 
-pub fn create_files(ctx: &Ctx<'_>, req: &CreateFileInput) -> CreateFileOutput {
+pub fn create_files(
+    ctx: &Ctx<'_>,
+    req: &CreateFileInput,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
+) -> CreateFileOutput {
     CreateFileOutput {
         results: req
             .files
             .iter()
-            .map(|f| match create_one(ctx, f) {
+            .map(|f| match create_one(ctx, f, locks, changes) {
                 Ok((path, bytes_written, rev)) => CreateFileResult {
                     path,
                     success: true,
@@ -132,6 +155,8 @@ pub fn create_files(ctx: &Ctx<'_>, req: &CreateFileInput) -> CreateFileOutput {
 fn create_one(
     ctx: &Ctx<'_>,
     spec: &CreateFileSpec,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
 ) -> Result<(String, u64, String), (String, CErr)> {
     let input = spec.path.as_str();
     let fail = |e: CErr| (input.to_string(), e);
@@ -156,7 +181,7 @@ fn create_one(
     let parent = ctx.parent(&target, spec.parents).map_err(fail)?;
     let canonical = display(&parent.path);
     let failc = |e: CErr| (canonical.clone(), e);
-    let _guard = lock_path(&parent.path);
+    let _guard = locks.lock_path(&parent.path);
     let limit = ctx.max_read().max(ctx.max_write());
     let (keep, old, existed) = match statat(&parent.dir, &parent.c_name(), true) {
         Ok(st) if is_dir(&st) => {
@@ -218,18 +243,23 @@ fn create_one(
     commit(&parent, data, mode, keep, !existed, input).map_err(failc)?;
     let rev = revision(data);
     if let Some(old) = old {
-        changes::record(rev.clone(), canonical.clone(), &old, data);
+        changes.record(rev.clone(), canonical.clone(), &old, data);
     }
     Ok((canonical, data.len() as u64, rev))
 }
 
 // ---- update-file ----
 
-pub fn update_files(ctx: &Ctx<'_>, specs: &[EditSpec]) -> UpdateFileOutput {
+pub fn update_files(
+    ctx: &Ctx<'_>,
+    specs: &[EditSpec],
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
+) -> UpdateFileOutput {
     UpdateFileOutput {
         results: specs
             .iter()
-            .map(|f| match update_one(ctx, f) {
+            .map(|f| match update_one(ctx, f, locks, changes) {
                 Ok((path, a)) => UpdateFileResult {
                     path,
                     success: true,
@@ -253,7 +283,12 @@ pub fn update_files(ctx: &Ctx<'_>, specs: &[EditSpec]) -> UpdateFileOutput {
     }
 }
 
-fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (String, CErr)> {
+fn update_one(
+    ctx: &Ctx<'_>,
+    spec: &EditSpec,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
+) -> Result<(String, Applied), (String, CErr)> {
     let input = spec.path.as_str();
     let fail = |e: CErr| (input.to_string(), e);
     if spec.ops.is_empty() {
@@ -263,7 +298,7 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
     }
     let canonical = open_file(ctx, input).map_err(fail)?.path;
     let failc = |e: CErr| (canonical.clone(), e);
-    let _guard = lock_path(std::path::Path::new(&canonical));
+    let _guard = locks.lock_path(std::path::Path::new(&canonical));
     // Re-open under the lock: a writer that committed meanwhile replaced the inode.
     let mut f = open_file(ctx, &canonical).map_err(failc)?;
     let parent = ctx.parent(&canonical, false).map_err(failc)?;
@@ -303,7 +338,7 @@ fn update_one(ctx: &Ctx<'_>, spec: &EditSpec) -> Result<(String, Applied), (Stri
         return Err(failc(CErr::io(msg)));
     }
     commit(&parent, &applied.body, keep.mode, Some(keep), false, input).map_err(failc)?;
-    changes::record(
+    changes.record(
         revision(&applied.body),
         canonical.clone(),
         &original,

@@ -1,0 +1,147 @@
+//! The one place globs are compiled.
+//!
+//! Two syntaxes are in use, and each list names the one it is written in:
+//! * [`Syntax::Config`] (globset's defaults, `*` crosses `/`): the configuration's
+//!   `code.non_accessible_globs` and `code.default_exclude_globs`, matched on whole paths.
+//! * [`Syntax::Filter`] (`*` stops at `/`, ripgrep style): the include/exclude globs of
+//!   `shell::fs::grep`, `shell::fs::sed` and `coder::search`, where a glob without `/` is
+//!   matched against the name and one with `/` against the root-relative path
+//!   ([`NameOrPath`]).
+//!
+//! Errors name the glob; each caller words them for its surface (S210 or C210).
+
+use std::path::Path;
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+/// How the globs of one list are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    /// globset's defaults: `*` and `?` also match `/`.
+    Config,
+    /// `*` and `?` never match `/`.
+    Filter,
+}
+
+/// A glob list that does not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum GlobError {
+    /// One glob is malformed.
+    #[error("{glob:?}: {source}")]
+    Bad {
+        glob: String,
+        source: globset::Error,
+    },
+    /// The set as a whole cannot be built (e.g. too large).
+    #[error("{0}")]
+    Set(globset::Error),
+}
+
+/// Compiles `globs` into one set.
+pub fn set<'a>(
+    globs: impl IntoIterator<Item = &'a str>,
+    syntax: Syntax,
+) -> Result<GlobSet, GlobError> {
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        let glob = GlobBuilder::new(g)
+            .literal_separator(syntax == Syntax::Filter)
+            .build()
+            .map_err(|source| GlobError::Bad {
+                glob: g.to_string(),
+                source,
+            })?;
+        b.add(glob);
+    }
+    b.build().map_err(GlobError::Set)
+}
+
+/// Compiles the globs of `globs` that compile, skipping the others (a configuration list,
+/// validated when the policy was built, that must not fail every call); empty when the set
+/// cannot be built.
+pub fn set_lenient(globs: &[String], syntax: Syntax) -> GlobSet {
+    let good = globs
+        .iter()
+        .map(String::as_str)
+        .filter(|g| set([*g], syntax).is_ok());
+    set(good, syntax).unwrap_or_else(|_| GlobSet::empty())
+}
+
+/// Include or exclude filter globs ([`Syntax::Filter`]): a glob without `/` matches a name,
+/// one with `/` the root-relative path.
+#[derive(Clone, Debug)]
+pub struct NameOrPath {
+    name: GlobSet,
+    path: GlobSet,
+    empty: bool,
+}
+
+impl NameOrPath {
+    /// Compiles `globs`, each as the caller normalized it already (leading `./` cut).
+    pub fn new<'a>(globs: impl IntoIterator<Item = &'a str>) -> Result<NameOrPath, GlobError> {
+        let (mut names, mut paths) = (Vec::new(), Vec::new());
+        for g in globs {
+            if g.contains('/') {
+                paths.push(g);
+            } else {
+                names.push(g);
+            }
+        }
+        let empty = names.is_empty() && paths.is_empty();
+        Ok(NameOrPath {
+            name: set(names, Syntax::Filter)?,
+            path: set(paths, Syntax::Filter)?,
+            empty,
+        })
+    }
+
+    /// No glob was given.
+    pub fn is_empty(&self) -> bool {
+        self.empty
+    }
+
+    /// Whether `rel` (relative to the searched root) matches: its name a name glob, or the
+    /// whole of it a path glob.
+    pub fn is_match(&self, rel: &Path) -> bool {
+        rel.file_name().is_some_and(|n| self.name.is_match(n)) || self.path.is_match(rel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_globs_cross_slashes_and_filter_globs_do_not() {
+        let c = set(["src/*.rs"], Syntax::Config).unwrap();
+        let f = set(["src/*.rs"], Syntax::Filter).unwrap();
+        assert!(c.is_match("src/a.rs") && f.is_match("src/a.rs"));
+        assert!(c.is_match("src/deep/a.rs"));
+        assert!(!f.is_match("src/deep/a.rs"));
+    }
+
+    #[test]
+    fn a_bad_glob_is_named_and_lenient_sets_skip_it() {
+        let e = set(["ok", "a[", "b"], Syntax::Config).unwrap_err();
+        assert!(
+            matches!(&e, GlobError::Bad { glob, .. } if glob == "a["),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("\"a[\": "), "{e}");
+        let s = set_lenient(&["a[".into(), "*.pem".into()], Syntax::Config);
+        assert_eq!(s.len(), 1);
+        assert!(s.is_match("k.pem"));
+    }
+
+    #[test]
+    fn name_globs_match_the_name_and_path_globs_the_whole_relative_path() {
+        let g = NameOrPath::new(["*.rs", "docs/*.md"]).unwrap();
+        assert!(!g.is_empty());
+        assert!(g.is_match(Path::new("a/b/c.rs")));
+        assert!(g.is_match(Path::new("docs/x.md")));
+        assert!(!g.is_match(Path::new("a/docs/x.md")));
+        assert!(!g.is_match(Path::new("docs/sub/x.md")));
+        assert!(NameOrPath::new([]).unwrap().is_empty());
+        assert!(!NameOrPath::new([]).unwrap().is_match(Path::new("a")));
+    }
+}

@@ -1,0 +1,44 @@
+//! Everything of iii-shell that touches the host filesystem beneath the jail.
+//!
+//! * [`jail`]: the roots as descriptors, every path resolved with `openat2` beneath one, the
+//!   denylist and the protected entries.
+//! * [`fs`]: the `shell::fs::*` operations, walks, atomic writes ([`fs::atomic`]) and what a
+//!   replaced file keeps, the grep and sed engines, staged batches and streamed transfers.
+//! * [`coder`]: the `coder::*` operations. Writers take [`coder::EditLocks`] and report their
+//!   changes to a [`coder::ChangeRecorder`] (the executor's turn store is one).
+//! * [`home`]: the `HOME` commands get, and the per-worker default directory.
+//!
+//! Its callers (the executor) hand it an [`FsPolicy`]: the configuration and the jail built
+//! from it. It never runs a program, and knows nothing of turns.
+
+pub mod coder;
+pub mod error;
+pub mod fs;
+pub mod globs;
+pub mod home;
+pub mod jail;
+
+use iii_shell_protocol::config::Config;
+
+/// The filesystem half of a policy: the configuration document and the jail compiled from
+/// it. The executor's policy holds one (and derefs to it).
+#[derive(Debug)]
+pub struct FsPolicy {
+    pub config: Config,
+    pub jail: jail::Jail,
+}
+
+impl FsPolicy {
+    /// Opens the configuration's roots and scans their protected entries (`jail::Jail::new`,
+    /// `jail::Jail::scan_protected`).
+    pub fn build(config: Config) -> Result<FsPolicy, String> {
+        let mut jail = jail::Jail::new(
+            &config.fs.host_roots,
+            &config.fs.denylist_paths,
+            &config.code.non_accessible_globs,
+        )?;
+        let protected = std::sync::Arc::new(jail.scan_protected());
+        jail.set_protected(protected);
+        Ok(FsPolicy { config, jail })
+    }
+}
