@@ -21,16 +21,6 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 /// A layer beside the stderr log (what ships events to the engine).
 pub type Extra = Box<dyn Layer<Registry> + Send + Sync>;
 
-/// The filter this process's subscriber was set up with. Process-global because the
-/// subscriber is (tracing allows one per process, set in `main`), and the spawns that pass
-/// it on to a child (`spawn_executor`, `serve`'s broker) run far from `main`. Set once.
-static DEFAULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// The filter chosen at start-up (passed on to a spawned executor).
-pub fn default_filter() -> String {
-    DEFAULT.get().cloned().unwrap_or_else(|| "info".into())
-}
-
 /// The syslog priority journald reads from a `<N>` line prefix.
 pub fn syslog_priority(level: &Level) -> u8 {
     match *level {
@@ -83,6 +73,8 @@ where
     }
 }
 
+/// Sets up the log: `RUST_LOG` when set, `default_filter` otherwise. Call it from `main`,
+/// before any other thread exists.
 pub fn init(default_filter: &str) {
     init_with(default_filter, None)
 }
@@ -90,8 +82,15 @@ pub fn init(default_filter: &str) {
 /// [`init`] with `extra` beside the stderr log. `extra` sees events up to INFO whatever
 /// `RUST_LOG` says (it decides itself what it keeps); stderr shows what `RUST_LOG` selects,
 /// exactly as without it.
+///
+/// When `RUST_LOG` is unset it is set to `default_filter`, so the processes this one starts
+/// (`serve`'s broker, a broker's or `call`'s executor) inherit the level it chose: the
+/// environment carries it, not a static of ours.
 pub fn init_with(default_filter: &str, extra: Option<Extra>) {
-    let _ = DEFAULT.set(default_filter.to_string());
+    if std::env::var_os("RUST_LOG").is_none() {
+        // Sound only while this is the one thread, which is why `main` calls it first.
+        std::env::set_var("RUST_LOG", default_filter);
+    }
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let stderr: Extra = if stderr_is_journal() {

@@ -12,7 +12,7 @@ pub fn spawn_executor(extra_args: &[String]) -> std::io::Result<(Child, UnixStre
 }
 
 /// Same, with an explicit `iii-shell` binary (tests and benches run from other binaries).
-/// The executor logs at the broker's level unless `RUST_LOG` says otherwise.
+/// The executor inherits `RUST_LOG`, which `logging::init` set to this process's level.
 pub fn spawn_executor_with(
     exe: &std::path::Path,
     extra_args: &[String],
@@ -24,9 +24,6 @@ pub fn spawn_executor_with(
     clear_cloexec(&theirs)?;
     let fd = theirs.as_raw_fd();
     let mut cmd = Command::new(exe);
-    if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", crate::logging::default_filter());
-    }
     let child = cmd
         .arg("executor")
         .arg("--fd")
@@ -51,9 +48,6 @@ pub fn spawn_executor_raw(
     let theirs: OwnedFd = theirs.into();
     clear_cloexec(&theirs)?;
     let mut cmd = Command::new(exe);
-    if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", crate::logging::default_filter());
-    }
     let child = cmd
         .arg("executor")
         .arg("--fd")

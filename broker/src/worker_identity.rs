@@ -10,8 +10,7 @@
 //!   never touches the filesystem to do so); the executor refuses a relative path, so it
 //!   never guesses one.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 
 use iii_shell_protocol::config::Config;
 
@@ -59,25 +58,12 @@ pub fn config_id(explicit: Option<&str>, namespace: Option<&str>) -> Result<Stri
     }
 }
 
-/// The process's working directory when it started. Process-global because it is a fact of
-/// the process, read once in `main` before anything runs, and needed deep in the
-/// configuration lifecycle (every reload resolves relative paths against it). Set once.
-static START_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-
-/// Records the working directory. Call first thing in `main`, before anything can change it;
-/// later calls keep the first value.
-pub fn capture_start_dir() {
-    START_DIR.get_or_init(|| std::env::current_dir().map_err(|e| e.to_string()));
-}
-
-/// The working directory recorded by [`capture_start_dir`] (captured now if it was not).
-pub fn start_dir() -> Result<&'static Path, String> {
-    capture_start_dir();
-    match START_DIR.get() {
-        Some(Ok(p)) => Ok(p.as_path()),
-        Some(Err(e)) => Err(e.clone()),
-        None => Err("not recorded".into()),
-    }
+/// The directory the worker was started in: the process's working directory, which the
+/// kernel keeps for it and nothing in the broker or the CLI changes (none of them calls
+/// `chdir`; `serve` starts its broker in its own directory). Every reload resolves relative
+/// paths against it.
+pub fn start_dir() -> Result<PathBuf, String> {
+    std::env::current_dir().map_err(|e| e.to_string())
 }
 
 /// `config` with its relative paths resolved against the start-up directory. An error only
@@ -93,7 +79,7 @@ pub fn resolve(config: &Config) -> Result<Config, String> {
              absolute"
         )
     })?;
-    Ok(config.resolved_against(dir))
+    Ok(config.resolved_against(&dir))
 }
 
 #[cfg(test)]

@@ -151,9 +151,6 @@ fn spawn_broker(
     if let Some(id) = &args.config_id {
         cmd.arg("--config-id").arg(id);
     }
-    if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", iii_shell_broker::logging::default_filter());
-    }
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let (uid, gid) = lookup_user(&seed.confinement.broker_user)?;

@@ -4,8 +4,6 @@ use iii_shell::{cmd_broker, cmd_call, cmd_executor, cmd_serve};
 use iii_shell_broker::logging;
 
 fn main() {
-    // Before anything can change it: relative configuration paths resolve against it.
-    iii_shell_broker::worker_identity::capture_start_dir();
     let mut cli = Cli::parse();
     let code = match cli.command {
         Some(Command::CheckConfig { file }) => iii_shell::cmd_check_config::run(&file),

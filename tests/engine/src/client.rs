@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,13 +34,11 @@ type Handler =
     Arc<dyn Fn(Value, Option<Value>) -> BoxFuture<Result<Value, ErrorBody>> + Send + Sync>;
 type Pending = Arc<Mutex<HashMap<Uuid, oneshot::Sender<Result<Value, ErrorBody>>>>>;
 
-static CLIENT_COUNTER: AtomicU64 = AtomicU64::new(0);
-
+/// A fresh worker name for a raw client: `test-client-` and eight hex digits of a random id
+/// (no counter shared by every engine in the process).
 pub(crate) fn next_client_name() -> String {
-    format!(
-        "test-client-{}",
-        CLIENT_COUNTER.fetch_add(1, Ordering::Relaxed) + 1
-    )
+    let id = Uuid::new_v4().simple().to_string();
+    format!("test-client-{}", &id[..8])
 }
 
 struct Inner {

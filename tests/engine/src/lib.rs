@@ -172,7 +172,7 @@ impl TestEngine {
 
     // ----- clients -------------------------------------------------------
 
-    /// A raw socket worker named `test-client-N`, already registered.
+    /// A raw socket worker named `test-client-<8 hex digits>`, already registered.
     pub async fn client(&self) -> TestClient {
         self.client_named(&client::next_client_name()).await
     }
