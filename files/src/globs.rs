@@ -44,13 +44,10 @@ pub fn set<'a>(
 ) -> Result<GlobSet, GlobError> {
     let mut b = GlobSetBuilder::new();
     for g in globs {
-        let glob = GlobBuilder::new(g)
-            .literal_separator(syntax == Syntax::Filter)
-            .build()
-            .map_err(|source| GlobError::Bad {
-                glob: g.to_string(),
-                source,
-            })?;
+        let glob = glob(g, syntax).map_err(|source| GlobError::Bad {
+            glob: g.to_string(),
+            source,
+        })?;
         b.add(glob);
     }
     b.build().map_err(GlobError::Set)
@@ -60,11 +57,20 @@ pub fn set<'a>(
 /// validated when the policy was built, that must not fail every call); empty when the set
 /// cannot be built.
 pub fn set_lenient(globs: &[String], syntax: Syntax) -> GlobSet {
-    let good = globs
-        .iter()
-        .map(String::as_str)
-        .filter(|g| set([*g], syntax).is_ok());
-    set(good, syntax).unwrap_or_else(|_| GlobSet::empty())
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        // Parsed only: a glob is compiled once, with the set.
+        if let Ok(glob) = glob(g, syntax) {
+            b.add(glob);
+        }
+    }
+    b.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+fn glob(g: &str, syntax: Syntax) -> Result<globset::Glob, globset::Error> {
+    GlobBuilder::new(g)
+        .literal_separator(syntax == Syntax::Filter)
+        .build()
 }
 
 /// Include or exclude filter globs ([`Syntax::Filter`]): a glob without `/` matches a name,

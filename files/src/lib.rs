@@ -26,6 +26,8 @@ use iii_shell_protocol::config::Config;
 pub struct FsPolicy {
     pub config: Config,
     pub jail: jail::Jail,
+    /// The configuration's coder globs, compiled once here rather than on every coder call.
+    pub coder_globs: coder::paths::CoderGlobs,
 }
 
 impl FsPolicy {
@@ -39,6 +41,11 @@ impl FsPolicy {
         )?;
         let protected = std::sync::Arc::new(jail.scan_protected());
         jail.set_protected(protected);
-        Ok(FsPolicy { config, jail })
+        let coder_globs = coder::paths::CoderGlobs::new(&config.code);
+        Ok(FsPolicy {
+            config,
+            jail,
+            coder_globs,
+        })
     }
 }

@@ -14,6 +14,7 @@
 //!   one wording.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use globset::GlobSet;
 use iii_shell_protocol::coder::*;
@@ -93,41 +94,81 @@ pub struct Ctx<'a> {
     excludes: RootedGlobs,
 }
 
+/// A glob list compiled the way [`RootedGlobs`] matches it: the globs that start with `**/`
+/// (matched the same on an absolute path as on any relative one, so once, on the absolute
+/// path) apart from the others (matched on the absolute path and relative to each root).
+/// The configuration's two lists are compiled once per policy ([`FsPolicy::build`]), not per
+/// call; the sets are shared.
+#[derive(Clone, Debug)]
+pub struct SplitGlobs {
+    anywhere: Arc<GlobSet>,
+    rooted: Arc<GlobSet>,
+}
+
+impl SplitGlobs {
+    pub fn new(globs: &[String]) -> SplitGlobs {
+        let (any, rest): (Vec<String>, Vec<String>) =
+            globs.iter().cloned().partition(|g| g.starts_with("**/"));
+        SplitGlobs {
+            anywhere: Arc::new(globset(&any)),
+            rooted: Arc::new(globset(&rest)),
+        }
+    }
+}
+
+/// The configuration's coder globs, compiled once per policy.
+#[derive(Clone, Debug)]
+pub struct CoderGlobs {
+    /// `code.non_accessible_globs`.
+    pub non_accessible: SplitGlobs,
+    /// `code.default_exclude_globs`.
+    pub excludes: SplitGlobs,
+}
+
+impl CoderGlobs {
+    pub fn new(code: &iii_shell_protocol::config::CodeConfig) -> CoderGlobs {
+        CoderGlobs {
+            non_accessible: SplitGlobs::new(&code.non_accessible_globs),
+            excludes: SplitGlobs::new(&code.default_exclude_globs),
+        }
+    }
+}
+
 /// Globs matched on an absolute path, or relative to any of the roots (CODER-06).
 #[derive(Clone)]
 pub struct RootedGlobs {
-    /// Globs that start with `**/` match the same on an absolute path as on any relative
-    /// one: they are matched once, on the absolute path.
-    anywhere: GlobSet,
-    /// The others are matched on the absolute path and on the path relative to each root.
-    rooted: GlobSet,
+    globs: SplitGlobs,
     bases: Vec<PathBuf>,
 }
 
 impl RootedGlobs {
+    /// Compiles `globs` now (a list of the call's own).
     pub fn new(globs: &[String], bases: &[PathBuf]) -> RootedGlobs {
-        let (any, rest): (Vec<String>, Vec<String>) =
-            globs.iter().cloned().partition(|g| g.starts_with("**/"));
+        RootedGlobs::with(SplitGlobs::new(globs), bases)
+    }
+
+    /// `globs`, compiled already, matched against `bases`.
+    pub fn with(globs: SplitGlobs, bases: &[PathBuf]) -> RootedGlobs {
         RootedGlobs {
-            anywhere: globset(&any),
-            rooted: globset(&rest),
+            globs,
             bases: bases.to_vec(),
         }
     }
 
     pub fn is_match(&self, path: &Path) -> bool {
-        if !self.anywhere.is_empty() && self.anywhere.is_match(path) {
+        let (anywhere, rooted) = (&self.globs.anywhere, &self.globs.rooted);
+        if !anywhere.is_empty() && anywhere.is_match(path) {
             return true;
         }
-        if self.rooted.is_empty() {
+        if rooted.is_empty() {
             return false;
         }
-        if self.rooted.is_match(path) {
+        if rooted.is_match(path) {
             return true;
         }
         self.bases.iter().any(|b| {
             path.strip_prefix(b)
-                .is_ok_and(|rel| !rel.as_os_str().is_empty() && self.rooted.is_match(rel))
+                .is_ok_and(|rel| !rel.as_os_str().is_empty() && rooted.is_match(rel))
         })
     }
 
@@ -176,9 +217,8 @@ impl<'a> Ctx<'a> {
         } else {
             fallback_roots()
         };
-        let rooted = |g: &[String]| RootedGlobs::new(g, &bases);
-        let non_accessible = rooted(&policy.config.code.non_accessible_globs);
-        let excludes = rooted(&policy.config.code.default_exclude_globs);
+        let non_accessible = RootedGlobs::with(policy.coder_globs.non_accessible.clone(), &bases);
+        let excludes = RootedGlobs::with(policy.coder_globs.excludes.clone(), &bases);
         let mut ctx = Ctx {
             policy,
             bases,
