@@ -7,7 +7,7 @@
 //! than a file name allows is `~<sha256 of the key>` instead (`~` never appears in an encoded
 //! key).
 //!
-//! Writes: a temp file `<stem>.json.tmp.<32 hex>` created exclusively (mode 0600), written,
+//! Writes: a temp file `.<stem>.json.iii-<32 hex>.tmp` created exclusively (mode 0600), written,
 //! fsynced, renamed over the pane's file and the directory fsynced, under one store-wide lock;
 //! a reader sees the old document or the new one, never a mix, and panes never clobber each
 //! other. Reads take no lock; a file that is missing, unreadable, over the cap, not JSON or not
@@ -194,6 +194,30 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(file_stem(&"x".repeat(200)), "x".repeat(200));
         assert!(file_stem(&"x".repeat(201)).starts_with('~'));
+    }
+
+    /// The longest stem that is not hashed still gets a temp file (`.<stem>.json.iii-<32
+    /// hex>.tmp`, cut to fit a file name), so such a pane is written.
+    #[test]
+    fn a_pane_with_the_longest_unhashed_stem_is_written() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("ui-state");
+        let key = "x".repeat(MAX_ENCODED_STEM);
+        let reply = UiState::default()
+            .handle(
+                &dir,
+                UiStateOp::Set {
+                    key: key.clone(),
+                    state_json: "{}".into(),
+                },
+            )
+            .unwrap();
+        assert_eq!(reply, UiStateReply::Set { key, bytes: 2 });
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [format!("{}.json", "x".repeat(MAX_ENCODED_STEM))]);
     }
 
     #[test]

@@ -51,16 +51,20 @@ pub struct TempFile {
 /// `.<name>.iii-<random>.tmp`, within NAME_MAX (255 bytes) however long the target's name
 /// is: `.` + stem + `.iii-` + 32 hex + `.tmp` leaves 213 bytes for the stem.
 fn temp_name(target: &str) -> Result<CString, ExecError> {
+    CString::new(temp_file_name(target)).map_err(|_| ExecError::Invalid("bad file name".into()))
+}
+
+/// [`temp_name`] as a plain string.
+fn temp_file_name(target: &str) -> String {
     let mut cut = target.len().min(213);
     while !target.is_char_boundary(cut) {
         cut -= 1;
     }
-    let tmp = format!(
+    format!(
         ".{}.iii-{}.tmp",
         &target[..cut],
         uuid::Uuid::new_v4().simple()
-    );
-    CString::new(tmp).map_err(|_| ExecError::Invalid("bad file name".into()))
+    )
 }
 
 const BENEATH: u64 =
@@ -491,8 +495,8 @@ pub fn write_atomic(
 }
 
 /// Replaces `target`, a file of the executor's own state (not a caller's path: it is not
-/// resolved beneath a jail), with `data`: a temp file beside it (`.<name>.iii-<32 hex>.tmp`,
-/// created new with `mode`, never following a symlink) → write → fsync → rename over the
+/// resolved beneath a jail), with `data`: a temp file beside it (named as [`temp_name`]
+/// names one, created new with `mode`, never following a symlink) → write → fsync → rename over the
 /// target → fsync of the directory. A failed write leaves no temp file behind.
 pub fn replace_own_file(target: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -502,11 +506,7 @@ pub fn replace_own_file(target: &Path, data: &[u8], mode: u32) -> std::io::Resul
             format!("{} names no file in a directory", target.display()),
         ));
     };
-    let tmp = dir.join(format!(
-        ".{}.iii-{}.tmp",
-        name.to_string_lossy(),
-        uuid::Uuid::new_v4().simple()
-    ));
+    let tmp = dir.join(temp_file_name(&name.to_string_lossy()));
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -649,6 +649,11 @@ mod tests {
         names.sort();
         assert_eq!(names, ["state.json", "taken"]);
         assert!(taken.join("inside").exists());
+        // A target name as long as a file name may be: the temp name is cut to fit.
+        let long = d.path().join("l".repeat(255));
+        replace_own_file(&long, b"long", 0o600).unwrap();
+        assert_eq!(std::fs::read(&long).unwrap(), b"long");
+        std::fs::remove_file(&long).unwrap();
         let e = replace_own_file(Path::new("/"), b"x", 0o600).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     }
