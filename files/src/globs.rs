@@ -101,6 +101,26 @@ impl NameOrPath {
         })
     }
 
+    /// Compiles a caller's `globs`, each as `trim` normalizes it; a bad one is named as the
+    /// caller wrote it, so the error echoes their input.
+    pub fn from_user<'a>(
+        globs: &'a [String],
+        trim: impl Fn(&'a str) -> &'a str,
+    ) -> Result<NameOrPath, GlobError> {
+        let trimmed: Vec<&str> = globs.iter().map(|g| trim(g)).collect();
+        NameOrPath::new(trimmed.iter().copied()).map_err(|e| match e {
+            GlobError::Bad { glob, source } => GlobError::Bad {
+                glob: globs
+                    .iter()
+                    .zip(&trimmed)
+                    .find(|(_, t)| **t == glob)
+                    .map_or(glob, |(g, _)| g.clone()),
+                source,
+            },
+            other => other,
+        })
+    }
+
     /// No glob was given.
     pub fn is_empty(&self) -> bool {
         self.empty
@@ -148,6 +168,15 @@ mod tests {
         assert!(!g.is_match(Path::new("a/docs/x.md")));
         assert!(!g.is_match(Path::new("docs/sub/x.md")));
         assert!(NameOrPath::new([]).unwrap().is_empty());
+        // A caller's glob, trimmed before it is compiled, is named as they wrote it.
+        let user = ["./ok".to_string(), "./a[".to_string()];
+        let e = NameOrPath::from_user(&user, |g| g.trim_start_matches("./")).unwrap_err();
+        assert!(
+            matches!(&e, GlobError::Bad { glob, .. } if glob == "./a["),
+            "{e}"
+        );
+        let g = NameOrPath::from_user(&user[..1], |g| g.trim_start_matches("./")).unwrap();
+        assert!(g.is_match(Path::new("x/ok")));
         assert!(!NameOrPath::new([]).unwrap().is_match(Path::new("a")));
     }
 }

@@ -48,15 +48,9 @@ use crate::jail::{fstat, open_beneath, Jail};
 
 /// User globs (`include_globs`, `exclude_globs`): name globs (no `/`) and path globs.
 fn user_globs(globs: &[String], what: &str) -> Result<NameOrPath, CErr> {
-    let trimmed: Vec<&str> = globs.iter().map(|g| g.trim_start_matches("./")).collect();
-    NameOrPath::new(trimmed.iter().copied()).map_err(|e| match e {
+    NameOrPath::from_user(globs, |g| g.trim_start_matches("./")).map_err(|e| match e {
         GlobError::Bad { glob, source } => {
-            let g = globs
-                .iter()
-                .zip(&trimmed)
-                .find(|(_, t)| **t == glob)
-                .map_or(glob.as_str(), |(g, _)| g.as_str());
-            CErr::invalid(format!("{what}: bad glob {g:?}: {source}"))
+            CErr::invalid(format!("{what}: bad glob {glob:?}: {source}"))
         }
         GlobError::Set(e) => CErr::invalid(format!("{what}: {e}")),
     })
@@ -775,6 +769,17 @@ pub fn search_with_threads(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_user_glob_is_c210_named_as_the_caller_wrote_it() {
+        let e =
+            user_globs(&["*.rs".into(), "./a[".into()], "include_globs").expect_err("a bad glob");
+        assert_eq!(e.code, iii_shell_protocol::Code::C210);
+        assert_eq!(
+            e.message,
+            "include_globs: bad glob \"./a[\": error parsing glob 'a[': unclosed character class; missing ']'"
+        );
+    }
 
     #[test]
     fn fuzzy_ranks_quick_open_style() {

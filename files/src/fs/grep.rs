@@ -382,31 +382,23 @@ pub(crate) struct Filters {
 
 /// Globs without `/` (matched against the name) and with `/` (matched against the
 /// root-relative path); `None` for none.
-fn filter_globs(globs: &[String], what: &str) -> Result<Option<NameOrPath>, ExecError> {
+fn filter_globs<'a>(globs: &'a [String], what: &str) -> Result<Option<NameOrPath>, ExecError> {
     if globs.is_empty() {
         return Ok(None);
     }
-    let mut trimmed = Vec::with_capacity(globs.len());
-    for g in globs {
-        let t = g
-            .strip_prefix("./")
+    let trim = |g: &'a str| {
+        g.strip_prefix("./")
             .or_else(|| g.strip_prefix('/'))
-            .unwrap_or(g);
-        if t.is_empty() {
-            return Err(ExecError::Invalid(format!("{what} entry {g:?} is empty")));
-        }
-        trimmed.push(t);
+            .unwrap_or(g)
+    };
+    if let Some(g) = globs.iter().find(|g| trim(g).is_empty()) {
+        return Err(ExecError::Invalid(format!("{what} entry {g:?} is empty")));
     }
-    NameOrPath::new(trimmed.iter().copied())
+    NameOrPath::from_user(globs, trim)
         .map(Some)
         .map_err(|e| match e {
             GlobError::Bad { glob, source } => {
-                let g = globs
-                    .iter()
-                    .zip(&trimmed)
-                    .find(|(_, t)| **t == glob)
-                    .map_or(glob.as_str(), |(g, _)| g.as_str());
-                ExecError::Invalid(format!("{what} entry {g:?}: {source}"))
+                ExecError::Invalid(format!("{what} entry {glob:?}: {source}"))
             }
             GlobError::Set(e) => ExecError::Invalid(format!("{what}: {e}")),
         })
@@ -522,6 +514,23 @@ fn prune_jail(policy: &FsPolicy) -> Option<std::sync::Arc<Jail>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_or_empty_filter_glob_is_s210_named_as_the_caller_wrote_it() {
+        let bad = |inc: &[&str], exc: &[&str]| {
+            let s = |v: &[&str]| v.iter().map(|g| g.to_string()).collect::<Vec<_>>();
+            match Filters::new(&s(inc), &s(exc)) {
+                Err(ExecError::Invalid(m)) => m,
+                other => panic!("{:?}", other.map(|_| ())),
+            }
+        };
+        assert_eq!(
+            bad(&["*.rs", "./a["], &[]),
+            "include_glob entry \"./a[\": error parsing glob 'a[': unclosed character class; missing ']'"
+        );
+        assert_eq!(bad(&[], &["/"]), "exclude_glob entry \"/\" is empty");
+        assert!(Filters::new(&["./src/*.rs".into()], &[]).is_ok());
+    }
 
     #[test]
     fn cut_on_char_boundary() {
