@@ -11,6 +11,7 @@
 //! Errors name the glob; each caller words them for its surface (S210 or C210).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -130,6 +131,50 @@ impl NameOrPath {
     /// whole of it a path glob.
     pub fn is_match(&self, rel: &Path) -> bool {
         rel.file_name().is_some_and(|n| self.name.is_match(n)) || self.path.is_match(rel)
+    }
+}
+
+/// A glob list compiled the way `coder::paths::RootedGlobs` matches it: the globs that start with `**/`
+/// (matched the same on an absolute path as on any relative one, so once, on the absolute
+/// path) apart from the others (matched on the absolute path and relative to each root).
+/// The configuration's two lists are compiled once per policy (`FsPolicy::build`), not per
+/// call; the sets are shared.
+#[derive(Clone, Debug)]
+pub struct SplitGlobs {
+    /// The globs that start with `**/`.
+    pub anywhere: Arc<GlobSet>,
+    /// The others.
+    pub rooted: Arc<GlobSet>,
+}
+
+impl SplitGlobs {
+    pub fn new(globs: &[String]) -> SplitGlobs {
+        let (any, rest): (Vec<String>, Vec<String>) =
+            globs.iter().cloned().partition(|g| g.starts_with("**/"));
+        SplitGlobs {
+            // The configuration was validated when the policy was built; a glob that no
+            // longer compiles is skipped rather than failing every call.
+            anywhere: Arc::new(set_lenient(&any, Syntax::Config)),
+            rooted: Arc::new(set_lenient(&rest, Syntax::Config)),
+        }
+    }
+}
+
+/// The configuration's coder globs, compiled once per policy.
+#[derive(Clone, Debug)]
+pub struct CoderGlobs {
+    /// `code.non_accessible_globs`.
+    pub non_accessible: SplitGlobs,
+    /// `code.default_exclude_globs`.
+    pub excludes: SplitGlobs,
+}
+
+impl CoderGlobs {
+    pub fn new(code: &iii_shell_protocol::config::CodeConfig) -> CoderGlobs {
+        CoderGlobs {
+            non_accessible: SplitGlobs::new(&code.non_accessible_globs),
+            excludes: SplitGlobs::new(&code.default_exclude_globs),
+        }
     }
 }
 

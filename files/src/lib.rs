@@ -27,7 +27,7 @@ pub struct FsPolicy {
     pub config: Config,
     pub jail: jail::Jail,
     /// The configuration's coder globs, compiled once here rather than on every coder call.
-    pub coder_globs: coder::paths::CoderGlobs,
+    pub coder_globs: globs::CoderGlobs,
 }
 
 impl FsPolicy {
@@ -41,7 +41,7 @@ impl FsPolicy {
         )?;
         let protected = std::sync::Arc::new(jail.scan_protected());
         jail.set_protected(protected);
-        let coder_globs = coder::paths::CoderGlobs::new(&config.code);
+        let coder_globs = globs::CoderGlobs::new(&config.code);
         Ok(FsPolicy {
             config,
             jail,

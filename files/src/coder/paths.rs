@@ -14,14 +14,13 @@
 //!   one wording.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use globset::GlobSet;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::error::{escape_message, not_found_message};
 use iii_shell_protocol::{Code, WireError, VERSION};
 
 use crate::error::ExecError;
+use crate::globs::SplitGlobs;
 use crate::jail::{normalize, Parent, Resolved};
 use crate::FsPolicy;
 
@@ -94,46 +93,6 @@ pub struct Ctx<'a> {
     excludes: RootedGlobs,
 }
 
-/// A glob list compiled the way [`RootedGlobs`] matches it: the globs that start with `**/`
-/// (matched the same on an absolute path as on any relative one, so once, on the absolute
-/// path) apart from the others (matched on the absolute path and relative to each root).
-/// The configuration's two lists are compiled once per policy ([`FsPolicy::build`]), not per
-/// call; the sets are shared.
-#[derive(Clone, Debug)]
-pub struct SplitGlobs {
-    anywhere: Arc<GlobSet>,
-    rooted: Arc<GlobSet>,
-}
-
-impl SplitGlobs {
-    pub fn new(globs: &[String]) -> SplitGlobs {
-        let (any, rest): (Vec<String>, Vec<String>) =
-            globs.iter().cloned().partition(|g| g.starts_with("**/"));
-        SplitGlobs {
-            anywhere: Arc::new(globset(&any)),
-            rooted: Arc::new(globset(&rest)),
-        }
-    }
-}
-
-/// The configuration's coder globs, compiled once per policy.
-#[derive(Clone, Debug)]
-pub struct CoderGlobs {
-    /// `code.non_accessible_globs`.
-    pub non_accessible: SplitGlobs,
-    /// `code.default_exclude_globs`.
-    pub excludes: SplitGlobs,
-}
-
-impl CoderGlobs {
-    pub fn new(code: &iii_shell_protocol::config::CodeConfig) -> CoderGlobs {
-        CoderGlobs {
-            non_accessible: SplitGlobs::new(&code.non_accessible_globs),
-            excludes: SplitGlobs::new(&code.default_exclude_globs),
-        }
-    }
-}
-
 /// Globs matched on an absolute path, or relative to any of the roots (CODER-06).
 #[derive(Clone)]
 pub struct RootedGlobs {
@@ -177,12 +136,6 @@ impl RootedGlobs {
     pub fn is_match_dir(&self, path: &Path) -> bool {
         self.is_match(path) || self.is_match(&path.join("x"))
     }
-}
-
-fn globset(globs: &[String]) -> GlobSet {
-    // The configuration was validated when the policy was built; a glob that no longer
-    // compiles is skipped rather than failing every call.
-    crate::globs::set_lenient(globs, crate::globs::Syntax::Config)
 }
 
 /// The fallback roots of unjailed mode: the executor's working directory, then `/tmp`,
