@@ -171,7 +171,7 @@ impl Jail {
         )
         .map_err(|e| match e {
             globs::GlobError::Bad { glob, source } => format!("glob {glob}: {source}"),
-            globs::GlobError::Set(e) => e.to_string(),
+            other => other.to_string(),
         })?;
         let host_root = open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0)
             .map_err(|e| format!("open /: {e}"))?;

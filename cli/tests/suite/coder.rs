@@ -2073,6 +2073,19 @@ async fn search_semantics() {
         "C211",
     )
     .await;
+    // An exclude list longer than the executor compiles (1000 globs) is refused whole.
+    let e = expect_code(
+        &j.h,
+        "coder::search",
+        json!({"query": "x", "path": "s", "exclude_globs": vec!["*.rs"; 1001]}),
+        "C210",
+    )
+    .await;
+    assert!(
+        e.message
+            .starts_with("exclude_globs: 1001 globs, at most 1000 are accepted"),
+        "{e:?}"
+    );
     expect_code(
         &j.h,
         "coder::search",

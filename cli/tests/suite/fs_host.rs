@@ -165,6 +165,26 @@ async fn ls_and_stat_report_fs_entries() {
     ] {
         expect_code(&h, function, payload, code).await;
     }
+    // A filter list longer than the executor compiles (1000 globs) is refused whole.
+    for (function, payload, field) in [
+        (
+            "shell::fs::grep",
+            json!({"path": ".", "pattern": "x", "include_glob": vec!["*.rs"; 1001]}),
+            "include_glob",
+        ),
+        (
+            "shell::fs::sed",
+            json!({"path": ".", "pattern": "x", "replacement": "y", "exclude_glob": vec!["*.rs"; 1001]}),
+            "exclude_glob",
+        ),
+    ] {
+        let e = expect_code(&h, function, payload, "S210").await;
+        assert!(
+            e.message
+                .starts_with(&format!("{field}: 1001 globs, at most 1000 are accepted")),
+            "{function}: {e:?}"
+        );
+    }
     j.outside_untouched();
 }
 

@@ -53,6 +53,7 @@ fn user_globs(globs: &[String], what: &str) -> Result<NameOrPath, CErr> {
             CErr::invalid(format!("{what}: bad glob {glob:?}: {source}"))
         }
         GlobError::Set(e) => CErr::invalid(format!("{what}: {e}")),
+        GlobError::Limit(why) => CErr::invalid(format!("{what}: {why}")),
     })
 }
 
@@ -778,6 +779,15 @@ mod tests {
         assert_eq!(
             e.message,
             "include_globs: bad glob \"./a[\": error parsing glob 'a[': unclosed character class; missing ']'"
+        );
+        let many = vec!["x".to_string(); crate::globs::MAX_CALLER_GLOBS + 1];
+        let e = user_globs(&many, "exclude_globs").expect_err("too many");
+        assert_eq!(e.code, iii_shell_protocol::Code::C210);
+        assert!(
+            e.message
+                .starts_with("exclude_globs: 1001 globs, at most 1000"),
+            "{}",
+            e.message
         );
     }
 

@@ -401,6 +401,7 @@ fn filter_globs<'a>(globs: &'a [String], what: &str) -> Result<Option<NameOrPath
                 ExecError::Invalid(format!("{what} entry {glob:?}: {source}"))
             }
             GlobError::Set(e) => ExecError::Invalid(format!("{what}: {e}")),
+            GlobError::Limit(why) => ExecError::Invalid(format!("{what}: {why}")),
         })
 }
 
@@ -529,6 +530,11 @@ mod tests {
             "include_glob entry \"./a[\": error parsing glob 'a[': unclosed character class; missing ']'"
         );
         assert_eq!(bad(&[], &["/"]), "exclude_glob entry \"/\" is empty");
+        let many = vec!["*.rs"; crate::globs::MAX_CALLER_GLOBS + 1];
+        assert_eq!(
+            bad(&many, &[]),
+            "include_glob: 1001 globs, at most 1000 are accepted; combine them (`*.{rs,toml}`) or search a narrower path"
+        );
         assert!(Filters::new(&["./src/*.rs".into()], &[]).is_ok());
     }
 
