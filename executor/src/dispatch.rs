@@ -16,7 +16,7 @@ use iii_shell_protocol::{Code, WireError};
 use tokio::sync::Notify;
 
 use crate::policy::Policy;
-use crate::{confine, doctor, foreground, jobs, pty, turns, ui_state, Executor};
+use crate::{confine, doctor, foreground, jobs, turns, ui_state, Executor};
 use iii_shell_files::error::ExecError;
 use iii_shell_files::fs;
 
@@ -70,7 +70,10 @@ impl Executor {
             }
             Request::Ping => (Ok(Reply::Pong), None),
             Request::Coder(call) => (self.coder(*call).await, None),
-            Request::Pty(op) => pty::handle(self, op).await,
+            Request::Pty(op) => {
+                let r = self.pty.handle_op(self.policy.get(), op).await;
+                (r.map(Reply::Pty).map_err(|e| e.to_wire()), None)
+            }
             Request::PtySubscribe => {
                 let cont = self.pty.subscribe(io, cancel);
                 (Ok(Reply::Pty(PtyReply::Subscribed)), Some(cont))

@@ -11,8 +11,8 @@ use crate::capture::Collector;
 use crate::policy::Policy;
 use crate::prepare;
 use crate::started::{release_later, start, start_in_prestarted, Running};
-use crate::tree::JobTree;
 use iii_shell_files::error::ExecError;
+use iii_shell_launch::tree::JobTree;
 use iii_shell_protocol::call_trace;
 
 /// How long output is still collected after the tree was killed, for holders outside it.

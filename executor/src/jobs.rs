@@ -16,8 +16,8 @@ use crate::capture::{Capture, Collector};
 use crate::policy::Policy;
 use crate::prepare;
 use crate::started::{release_later, start, Running};
-use crate::tree::JobTree;
 use iii_shell_files::error::ExecError;
+use iii_shell_launch::tree::JobTree;
 
 struct JobState {
     status: JobStatus,
@@ -371,7 +371,7 @@ impl Jobs {
 /// True once a job's root process has exited: it is a zombie awaiting its supervisor, or
 /// already reaped. (Until it is reaped, its pid cannot be reused.)
 fn root_exited(tree: &JobTree) -> bool {
-    crate::procfs::stat(tree.root).is_some_and(|s| s.state == b'Z')
+    iii_shell_launch::procfs::stat(tree.root).is_some_and(|s| s.state == b'Z')
         || tree.reaped.load(std::sync::atomic::Ordering::SeqCst)
 }
 

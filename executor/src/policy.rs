@@ -9,11 +9,11 @@ use std::sync::{Arc, RwLock};
 use iii_shell_protocol::config::{Config, ConfinementMode};
 
 use crate::confine::{landlock_rules, seccomp, special_bits, Rlimits};
-use crate::spawn::ChildConfinement;
+use iii_shell_launch::spawn::ChildConfinement;
 use iii_shell_launch::{Launcher, Settings};
 
-use crate::denylist::Denylist;
 use iii_shell_files::FsPolicy;
+use iii_shell_policy::denylist::Denylist;
 
 /// The policy in force. Its filesystem half (`config`, `jail`) is an [`FsPolicy`], which the
 /// files crate takes; a `Policy` derefs to it, so `policy.config` and `policy.jail` read as
@@ -28,7 +28,7 @@ pub struct Policy {
     /// starts from before its per-call overrides.
     pub base_env: std::collections::BTreeMap<String, String>,
     /// The same, as C strings ready for execve.
-    pub base_envp: Arc<crate::spawn::EnvBlock>,
+    pub base_envp: Arc<iii_shell_launch::spawn::EnvBlock>,
     /// The `HOME` in `base_env`, and where it comes from ([`Policy::settle_home`]).
     pub home: iii_shell_files::home::Home,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
@@ -38,7 +38,7 @@ pub struct Policy {
     /// policy built on its own.
     pub launcher: Arc<Launcher>,
     /// A command process started ahead of time under this policy (see `prestarted`).
-    prestarted: std::sync::Mutex<Vec<crate::prestarted::Prestarted>>,
+    prestarted: std::sync::Mutex<Vec<iii_shell_launch::prestarted::Prestarted>>,
     /// Set when a newer policy replaced this one: it starts no more command processes.
     retired: AtomicBool,
 }
@@ -80,7 +80,7 @@ impl CommandConfinement {
     ) -> Result<CommandConfinement, String> {
         let landlock = landlock_rules::build(config, protected)?;
         let seccomp = if config.confinement.seccomp {
-            crate::clone3::register_seccomp_exception();
+            iii_shell_launch::clone3::register_seccomp_exception();
             Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?))
         } else {
             None
@@ -169,9 +169,9 @@ impl std::ops::Deref for Policy {
 
 impl Policy {
     /// The limits of each job's cgroup under this policy.
-    pub fn job_limits(&self) -> crate::cgroups::JobLimits {
+    pub fn job_limits(&self) -> iii_shell_launch::cgroups::JobLimits {
         let l = &self.config.confinement.job_limits;
-        crate::cgroups::JobLimits {
+        iii_shell_launch::cgroups::JobLimits {
             pids_max: l.pids_max,
             memory_max: l.memory_max_bytes,
         }
@@ -195,7 +195,7 @@ impl Policy {
         let fs = FsPolicy::build(config)?;
         let config = &fs.config;
         let commands = CommandConfinement::build(config, fs.jail.protected())?;
-        let base_env = crate::env_policy::build_env(
+        let base_env = iii_shell_policy::env_policy::build_env(
             config.env.inherit,
             &config.env.allow,
             std::env::vars_os()
@@ -203,8 +203,10 @@ impl Policy {
             &[],
         );
         let base_envp = Arc::new(
-            crate::spawn::EnvBlock::new(base_env.iter().map(|(k, v)| (k.clone(), v.clone())))
-                .map_err(|e| format!("forwarded environment: {e}"))?,
+            iii_shell_launch::spawn::EnvBlock::new(
+                base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
+            )
+            .map_err(|e| format!("forwarded environment: {e}"))?,
         );
         let home = iii_shell_files::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
         Ok(Policy {
@@ -244,7 +246,7 @@ impl Policy {
                 None => self.base_env.remove("HOME"),
             };
             self.base_envp = Arc::new(
-                crate::spawn::EnvBlock::new(
+                iii_shell_launch::spawn::EnvBlock::new(
                     self.base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
                 )
                 .map_err(|e| format!("forwarded environment: {e}"))?,
@@ -257,8 +259,8 @@ impl Policy {
     /// A pre-started command process: a ready one if there is one, else one still setting
     /// itself up (the launch waits for it: its setup is already under way, which beats
     /// starting over). Dead ones are discarded.
-    pub fn take_prestarted(&self) -> Option<crate::prestarted::Prestarted> {
-        use crate::prestarted::State;
+    pub fn take_prestarted(&self) -> Option<iii_shell_launch::prestarted::Prestarted> {
+        use iii_shell_launch::prestarted::State;
         let mut pool = self.prestarted.lock().ok()?;
         let mut dead = Vec::new();
         let mut pick: Option<(usize, bool)> = None;
@@ -299,9 +301,11 @@ impl Policy {
     }
 
     /// Gives back a pre-started process a call took but did not use.
-    pub fn put_back_prestarted(&self, w: crate::prestarted::Prestarted) {
+    pub fn put_back_prestarted(&self, w: iii_shell_launch::prestarted::Prestarted) {
         if let Ok(mut pool) = self.prestarted.lock() {
-            if pool.len() < crate::prestarted::POOL && !self.retired.load(Ordering::Relaxed) {
+            if pool.len() < iii_shell_launch::prestarted::POOL
+                && !self.retired.load(Ordering::Relaxed)
+            {
                 pool.push(w);
             }
         }
@@ -324,10 +328,10 @@ impl Policy {
         // orphan reaper.
         let (dead, live): (Vec<_>, Vec<_>) = pool
             .drain(..)
-            .partition(|w| w.state() == crate::prestarted::State::Dead);
+            .partition(|w| w.state() == iii_shell_launch::prestarted::State::Dead);
         *pool = live;
         drop(dead);
-        while pool.len() < crate::prestarted::POOL {
+        while pool.len() < iii_shell_launch::prestarted::POOL {
             match self
                 .launcher
                 .prestart(&self.commands.child(), self.job_limits())

@@ -10,11 +10,11 @@ use iii_shell_protocol::messages::ExecSpec;
 
 use iii_shell_policy::command::{check_command, CommandCheck};
 
-use crate::cgroups::JobCgroup;
 use crate::policy::Policy;
-use crate::spawn::{pipe, set_nonblocking, ExecImage, SpawnPlan};
 use iii_shell_files::error::ExecError;
 use iii_shell_files::jail::{fstat, open_beneath};
+use iii_shell_launch::cgroups::JobCgroup;
+use iii_shell_launch::spawn::{pipe, set_nonblocking, ExecImage, SpawnPlan};
 
 /// Search path used when the command's environment has no PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -10,14 +10,14 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncWriteExt;
 
 use crate::capture::Collector;
-use crate::cgroups::JobCgroup;
 use crate::prepare::{spawn_error, Prepared, PreparedForPrestarted};
-use crate::prestarted::{ChildMemory, Outcome, Prestarted};
-use crate::reaper::ROOTS;
-use crate::reaper::{self, ExitStatus};
-use crate::spawn::Child;
-use crate::tree::JobTree;
 use iii_shell_files::error::ExecError;
+use iii_shell_launch::cgroups::JobCgroup;
+use iii_shell_launch::prestarted::{ChildMemory, Outcome, Prestarted};
+use iii_shell_launch::reaper::ROOTS;
+use iii_shell_launch::reaper::{self, ExitStatus};
+use iii_shell_launch::spawn::Child;
+use iii_shell_launch::tree::JobTree;
 
 pub struct Running {
     pid: i32,
@@ -263,7 +263,7 @@ pub fn release_later(tree: Arc<JobTree>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spawn::{open_dev_null, pipe, SpawnPlan};
+    use iii_shell_launch::spawn::{open_dev_null, pipe, SpawnPlan};
     use iii_shell_launch::{Launcher, Settings};
 
     /// A command that cannot be watched (here: epoll refuses a regular file as its stdout

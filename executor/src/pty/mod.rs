@@ -27,23 +27,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use iii_shell_policy::sync::lock;
-use iii_shell_protocol::messages::{Event, Reply, ServerFrame};
+use iii_shell_protocol::messages::{Event, ServerFrame};
 use iii_shell_protocol::pty::{
     parse_output_target, Attached, CloseResponse, DetachResponse, OpenResponse, PtyEvent, PtyExit,
     PtyOp, PtyReply, RawFrame, ResizeResponse, SessionStatus, SessionSummary, SessionsResponse,
     WriteResponse,
 };
-use iii_shell_protocol::WireError;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{watch, Notify};
 
-use crate::reaper::ROOTS;
-use crate::reaper::{self, ExitStatus};
-use crate::spawn;
-use crate::tree::JobTree;
 use iii_shell_files::error::ExecError;
 use iii_shell_files::fs::{Continuation, RequestIo};
+use iii_shell_launch::reaper::ROOTS;
+use iii_shell_launch::reaper::{self, ExitStatus};
+use iii_shell_launch::spawn;
+use iii_shell_launch::tree::JobTree;
 use pacing::Pace;
 use ring::Ring;
 
@@ -639,7 +638,7 @@ impl Table {
         Ok(())
     }
 
-    async fn handle_op(
+    pub async fn handle_op(
         &self,
         policy: Option<Arc<crate::policy::Policy>>,
         op: PtyOp,
@@ -849,15 +848,6 @@ impl Table {
             }
         }
     }
-}
-
-/// Serves one session operation.
-pub async fn handle(
-    exec: &crate::Executor,
-    op: PtyOp,
-) -> (Result<Reply, WireError>, Option<Continuation>) {
-    let r = exec.pty.handle_op(exec.policy.get(), op).await;
-    (r.map(Reply::Pty).map_err(|e| e.to_wire()), None)
 }
 
 /// Reads the program's output into the ring until the PTY reports that every process of

@@ -3,7 +3,7 @@
 //! The PTY comes from `openpty(3)` (nix). `portable-pty` was not used: its spawn goes
 //! through `std::process::Command` (fork + exec with a `pre_exec` hook), which cannot start
 //! the child in its job cgroup with `clone3(CLONE_INTO_CGROUP)` or apply the per-command
-//! Landlock domain and seccomp program the way [`crate::spawn`] does; all we need from a PTY
+//! Landlock domain and seccomp program the way [`iii_shell_launch::spawn`] does; all we need from a PTY
 //! library is the master/slave pair, and `openpty` gives exactly that. The program is then
 //! started by the ordinary spawn routine with the slave as its stdin, stdout and stderr and
 //! `TIOCSCTTY` after `setsid`, so it gets the PTY as its controlling terminal.
@@ -13,13 +13,13 @@ use std::path::Path;
 
 use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
 
-use crate::cgroups::JobCgroup;
 use crate::policy::Policy;
 use crate::prepare;
-use crate::reaper::ROOTS;
-use crate::spawn::{self, Child, SpawnPlan};
 use iii_shell_files::error::ExecError;
 use iii_shell_files::jail::fstat;
+use iii_shell_launch::cgroups::JobCgroup;
+use iii_shell_launch::reaper::ROOTS;
+use iii_shell_launch::spawn::{self, Child, SpawnPlan};
 use iii_shell_policy::command::{check_command, CommandCheck};
 
 /// A started session program.
@@ -228,7 +228,8 @@ mod tests {
         let dir = if base.pids_v1.is_some() {
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
             let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-            crate::pids_v1::own_dir(&mountinfo, &own).expect("the session's v1 pids cgroup")
+            iii_shell_launch::pids_v1::own_dir(&mountinfo, &own)
+                .expect("the session's v1 pids cgroup")
         } else {
             cg.dir.clone()
         };
@@ -279,7 +280,7 @@ mod tests {
                 0u32,
             );
         }
-        let _ = crate::reaper::reap(&started.child);
+        let _ = iii_shell_launch::reaper::reap(&started.child);
         if let Some(cg) = started.cgroup {
             cg.retire();
             let _ = cg.recycle();
