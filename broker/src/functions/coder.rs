@@ -8,7 +8,7 @@ use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::WireError;
 use serde_json::Value;
 
-use super::{meta, to_value, CallMeta, FunctionDef};
+use super::definition::{meta, to_value, CallMeta, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
 

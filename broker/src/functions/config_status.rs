@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{meta, to_value, FunctionDef};
+use super::definition::{meta, to_value, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::Services;
 use crate::snapshot::ReloadStatus;

@@ -10,7 +10,8 @@ use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
-use super::{meta, sandbox, to_value, FunctionDef};
+use super::definition::{meta, to_value, FunctionDef};
+use super::sandbox;
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
 use crate::snapshot::ConfigSnapshot;

@@ -2,6 +2,7 @@
 
 pub mod coder;
 pub mod config_status;
+pub mod definition;
 pub mod exec;
 pub mod fs;
 pub mod pty;
@@ -13,21 +14,13 @@ pub mod workspace;
 use std::sync::Arc;
 
 use iii_shell_protocol::{Code, WireError};
-use serde_json::{json, Value};
+use serde_json::Value;
+
+pub use definition::{meta, to_value, CallMeta, FunctionDef};
 
 use iii_shell_protocol::functions::{self, Family};
 
 use crate::services::Services;
-
-/// What the engine is told about a function.
-#[derive(Debug, Clone)]
-pub struct FunctionDef {
-    pub id: &'static str,
-    pub description: &'static str,
-    pub metadata: Value,
-    pub request_format: Value,
-    pub response_format: Value,
-}
 
 /// Every function this build serves, in registration order: the definitions of each family
 /// of [`functions::FUNCTIONS`] (the tests below check they are the table's ids, in its order).
@@ -41,13 +34,6 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(turns::definitions());
     v.extend(ui::definitions());
     v
-}
-
-/// Per-invocation context.
-#[derive(Clone, Default)]
-pub struct CallMeta {
-    /// The invocation's metadata sidecar, if the caller or trigger sent one.
-    pub metadata: Option<Value>,
 }
 
 /// Runs the handler of `function_id`: found in the function table ([`functions::FUNCTIONS`]; an id
@@ -85,27 +71,6 @@ pub async fn dispatch(
         Family::Turns => turns::dispatch(services, id, payload).await,
         Family::Ui => ui::dispatch(services, id, payload).await,
     }
-}
-
-/// Metadata flags as the seed publishes them.
-pub fn meta(internal: bool, trace_hidden: bool, display: bool) -> Value {
-    let mut m = serde_json::Map::new();
-    if display {
-        m.insert("display".into(), json!(true));
-    }
-    if internal {
-        m.insert("internal".into(), json!(true));
-    }
-    if trace_hidden {
-        m.insert("trace_hidden".into(), json!(true));
-    }
-    Value::Object(m)
-}
-
-/// Serializes a response.
-pub fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, WireError> {
-    serde_json::to_value(v)
-        .map_err(|e| WireError::new(Code::S216, format!("serialize response: {e}")))
 }
 
 #[cfg(test)]

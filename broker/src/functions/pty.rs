@@ -17,7 +17,7 @@ use iii_shell_protocol::pty::{
 use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
-use super::{meta, to_value, FunctionDef};
+use super::definition::{meta, to_value, FunctionDef};
 use crate::pty_delivery::send;
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};

@@ -30,7 +30,7 @@ use iii_shell_protocol::turns::{
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
-use super::{meta, FunctionDef};
+use super::definition::{meta, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
 use crate::validate::parse;
@@ -154,7 +154,7 @@ pub async fn dispatch(
         let r: SessionsRequest = parse(&payload)?;
         sessions_page(&r).map_err(|why| WireError::new(Code::S210, why))?;
         // The typed request goes on, not the payload (which may be null or carry extra keys).
-        return forward(services, function_id, &super::to_value(&r)?).await;
+        return forward(services, function_id, &super::definition::to_value(&r)?).await;
     }
     if !hook && !event {
         if !payload.is_object() {

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{meta, to_value, FunctionDef};
+use super::definition::{meta, to_value, FunctionDef};
 use crate::console_ui::{content_for, CONTENT_FUNCTION};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};

@@ -7,7 +7,7 @@ use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
-use super::{meta, to_value, FunctionDef};
+use super::definition::{meta, to_value, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
 use crate::validate::parse;

@@ -30,8 +30,9 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+use super::identity::{Identity, SCOPE};
+use super::otlp;
 use super::outbox::Outbox;
-use super::{otlp, Identity};
 
 /// One sample of the gauges.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,7 +140,7 @@ impl Meters {
             .with_reader(reader)
             .with_resource(resource)
             .build();
-        let meter = provider.meter(super::SCOPE);
+        let meter = provider.meter(SCOPE);
         let latest: Arc<Mutex<Option<Gauges>>> = Arc::default();
         let wn = identity.worker_name.as_str();
         let gauges = vec![

@@ -16,6 +16,7 @@
 
 pub mod call_span;
 pub mod executor_spans;
+pub mod identity;
 pub mod log_layer;
 pub mod metrics;
 pub mod otlp;
@@ -23,6 +24,8 @@ pub mod outbox;
 pub mod propagation;
 pub mod transport;
 pub mod usage;
+
+pub use identity::{Identity, SCOPE};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -38,19 +41,8 @@ use opentelemetry_sdk::Resource;
 
 use outbox::{Bounds, Outbox};
 
-/// The instrumentation scope of everything this worker emits.
-pub const SCOPE: &str = "iii-shell";
-
 /// How often the SDK hands a batch of spans or log records to the exporter.
 pub const BATCH_DELAY: Duration = Duration::from_millis(500);
-
-/// Who this worker is, for the resource of everything it sends.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    /// The worker name registered with the engine (`III_WORKER_NAME`).
-    pub worker_name: String,
-    pub namespace: Option<String>,
-}
 
 pub struct Hub {
     enabled: AtomicBool,

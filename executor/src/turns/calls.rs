@@ -29,8 +29,10 @@ use iii_shell_protocol::fs::FsOp;
 use serde_json::{json, Value};
 
 use super::changes::{change_record, Change};
-use super::{lock, now_ms, TurnCtx, Turns};
+use super::state::{OpenTurn, TurnCtx, Turns};
 use crate::policy::Policy;
+use iii_shell_policy::sync::lock;
+use iii_shell_protocol::clock::now_ms;
 
 /// Open turns remembered at most (the least recently seen is forgotten first).
 pub const MAX_OPEN: usize = 1024;
@@ -38,17 +40,6 @@ pub const MAX_OPEN: usize = 1024;
 /// The session a `coder::*` mutation made while no turn is open records under, as a turn of
 /// its own (`call-<uuid>`). An ordinary session id for `shell::turns::list/get/revert`.
 pub const OUTSIDE_TURNS: &str = "shell.outside-turns";
-
-/// One top-level turn between `on-turn-started` and `on-turn-completed`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenTurn {
-    pub session: String,
-    pub turn: String,
-    /// `metadata.fs_scope.root` from the turn's hooks, once seen.
-    pub root: Option<String>,
-    /// Ordinal of the last start or hook seen for the turn (larger = more recent).
-    pub seen: u64,
-}
 
 fn within(path: &str, root: &str) -> bool {
     let root = root.trim_end_matches('/');
@@ -308,13 +299,16 @@ impl Turns {
                 .iter()
                 .find(|t| Self::absolute(policy, &rec.ctx, &t.path) == *path)
                 .and_then(|t| t.from.clone());
-            let Ok(now) = super::current_revision(policy, path) else {
+            let Ok(now) = super::pre_images::current_revision(policy, path) else {
                 continue;
             };
             // A move left nothing to undo only when its source is still there.
             let source_kept = from.as_deref().is_none_or(|f| {
                 let from = Self::absolute(policy, &rec.ctx, f);
-                matches!(super::current_revision(policy, &from), Ok(Some(_)))
+                matches!(
+                    super::pre_images::current_revision(policy, &from),
+                    Ok(Some(_))
+                )
             });
             if now == *before && source_kept {
                 records.push(json!({"t": "drop_if_same", "turn_id": rec.ctx.turn, "path": path, "revision": now}));
@@ -420,7 +414,7 @@ mod tests {
             json!({"t": "discard", "turn_id": "call-1"}),
             json!({"t": "start", "turn_id": "call-2", "started_at": 2, "title": "coder::delete-file"}),
         ];
-        let turns = super::super::fold(&recs);
+        let turns = super::super::history::fold(&recs);
         assert_eq!(
             turns.iter().map(|t| t.turn_id.as_str()).collect::<Vec<_>>(),
             ["call-2"]

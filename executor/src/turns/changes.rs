@@ -17,10 +17,12 @@
 
 use serde_json::{json, Value};
 
+use super::history::fold;
 use super::model::revision;
-use super::{fold, now_ms, Turns};
+use super::state::Turns;
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
+use iii_shell_protocol::clock::now_ms;
 
 /// One change a coder call made to a file: its id (the revision of the bytes it left, or
 /// `deleted:<canonical path>`), the canonical path, and the revisions of the exact bytes

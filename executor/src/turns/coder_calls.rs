@@ -19,7 +19,7 @@ use iii_shell_protocol::WireError;
 
 use super::changes::Change;
 use super::model::revision;
-use super::Turns;
+use super::state::Turns;
 use crate::policy::Policy;
 use iii_shell_files::coder::recorder::{gone, ChangeRecorder};
 use iii_shell_files::coder::{CErr, EditLocks};

@@ -4,8 +4,8 @@
 use serde_json::Value;
 
 use super::model::*;
+use super::state::{MAX_PRE_IMAGE_BYTES, MAX_RESPONSE_BODIES};
 use super::store::Store;
-use super::{MAX_PRE_IMAGE_BYTES, MAX_RESPONSE_BODIES};
 
 /// Folds a session's records into its turns, oldest first.
 pub fn fold(records: &[Value]) -> Vec<TurnRecord> {

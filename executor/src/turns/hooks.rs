@@ -6,7 +6,7 @@ use iii_shell_protocol::clock::now_ms;
 use serde_json::json;
 
 use super::model::*;
-use super::{TurnCtx, Turns, MAX_HOPS, TITLE_CHARS};
+use super::state::{TurnCtx, Turns, MAX_HOPS, TITLE_CHARS};
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
 

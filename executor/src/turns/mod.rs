@@ -28,83 +28,28 @@ mod hooks;
 pub mod model;
 mod pre_images;
 pub mod sessions;
+mod state;
 pub mod store;
 pub mod tree;
 mod undo;
 
 pub use history::fold;
 use history::inflate;
-use pre_images::current_revision;
+pub use state::{
+    OpenTurn, TurnCtx, Turns, MAX_PRE_IMAGE_BYTES, MAX_RESPONSE_BODIES, MAX_STORED_BODY,
+};
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
-
-use iii_shell_policy::sync::lock;
-use iii_shell_protocol::clock::now_ms;
 use serde_json::{json, Value};
 
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
 use model::*;
-use store::Store;
-
-/// Bodies up to this size are kept whole in the blob store (UTF-8 or not).
-pub const MAX_STORED_BODY: u64 = 16 * 1024 * 1024;
-/// `get` fills in at most this much of one body (`MAX_PRE_IMAGE_BYTES`)…
-pub const MAX_PRE_IMAGE_BYTES: usize = 64 * 1024;
-/// …and this much across one response.
-pub const MAX_RESPONSE_BODIES: usize = 1024 * 1024;
-/// Sub-agent parent links followed at most this far.
-const MAX_HOPS: usize = 16;
-/// `title` is the first characters of the message preview.
-const TITLE_CHARS: usize = 80;
-
-/// Who is calling: the top-level session/turn the change is recorded under.
-#[derive(Debug, Clone)]
-pub struct TurnCtx {
-    pub session: String,
-    pub turn: String,
-    pub root: Option<String>,
-    pub agent: Option<AgentRef>,
-}
-
-#[derive(Default)]
-pub struct Turns {
-    store: Mutex<Option<Store>>,
-    /// Sub-agent session → (parent session, parent turn).
-    parents: Mutex<HashMap<String, (String, Option<String>)>>,
-    /// Session → its newest turn.
-    active: Mutex<HashMap<String, String>>,
-    /// Top-level turns started and not completed (`calls`: where requests record).
-    open: Mutex<Vec<calls::OpenTurn>>,
-    seen: std::sync::atomic::AtomicU64,
-}
 
 fn invalid(e: serde_json::Error) -> ExecError {
     ExecError::Invalid(format!("bad request: {e}"))
 }
 
 impl Turns {
-    fn with_store<R>(&self, policy: &Policy, f: impl FnOnce(&Store) -> R) -> Result<R, ExecError> {
-        let dir = PathBuf::from(&policy.config.turns.data_dir);
-        let mut g = lock(&self.store);
-        let reopen = g.as_ref().is_none_or(|s| s.dir() != dir.as_path());
-        if reopen {
-            let s = Store::open(&dir, policy.config.turns.max_blob_bytes).map_err(|e| {
-                ExecError::Internal(format!(
-                    "cannot open the turn store {}: {e}; make turns.data_dir writable",
-                    dir.display()
-                ))
-            })?;
-            *g = Some(s);
-        }
-        match g.as_ref() {
-            Some(s) => Ok(f(s)),
-            None => Err(ExecError::Internal("turn store unavailable".into())),
-        }
-    }
-
     /// Serves one `shell::turns::*` function.
     pub fn call(&self, policy: &Policy, function: &str, payload: &str) -> Result<Value, ExecError> {
         use iii_shell_protocol::turns::parse_request;

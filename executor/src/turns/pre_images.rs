@@ -8,8 +8,10 @@ use std::path::Path;
 use iii_shell_protocol::clock::now_ms;
 use serde_json::{json, Value};
 
+use super::history::fold;
 use super::model::*;
-use super::{history::fold, tree, TurnCtx, Turns, MAX_STORED_BODY};
+use super::state::{TurnCtx, Turns, MAX_STORED_BODY};
+use super::tree;
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
 

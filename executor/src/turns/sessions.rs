@@ -14,7 +14,7 @@ use iii_shell_protocol::turns::{
 };
 use serde_json::Value;
 
-use super::fold;
+use super::history::fold;
 use super::store::{is_header, read_log, session_stem};
 
 /// A session id recorded in a log's header longer than this is listed under the log's stem,

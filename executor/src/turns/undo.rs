@@ -5,8 +5,11 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use super::history::fold;
 use super::model::*;
-use super::{history::fold, pre_images::current_revision, tree, Turns};
+use super::pre_images::current_revision;
+use super::state::Turns;
+use super::tree;
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
 

@@ -19,7 +19,7 @@ use std::path::Path;
 use iii_shell_policy::mode::{kept_mode, kept_owner, KeptOwner};
 
 use super::entry::is_file;
-use super::ops::OwnerRights;
+use super::rights::OwnerRights;
 use crate::error::ExecError;
 use crate::jail::{open_beneath, Parent};
 
