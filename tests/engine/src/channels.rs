@@ -20,21 +20,12 @@ use tokio_tungstenite::WebSocketStream;
 use uuid::Uuid;
 
 use crate::protocol::{ChannelDirection, ErrorBody};
-use crate::state::Shared;
+use crate::state::{Channel, Shared};
 
 const DEFAULT_BUFFER: usize = 64;
 const MAX_BUFFER: usize = 1024;
 /// How long to wait for the peer's side of a closing handshake.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
-
-#[derive(Debug)]
-pub(crate) struct Channel {
-    pub access_key: Uuid,
-    /// Taken by the first writer socket.
-    writer: Option<mpsc::Sender<Message>>,
-    /// Taken by the first reader socket.
-    reader: Option<mpsc::Receiver<Message>>,
-}
 
 #[derive(Deserialize)]
 struct CreateInput {

@@ -17,10 +17,14 @@
 //!
 //! See README.md for what is implemented and what is deliberately left out.
 
+mod bindings;
+mod builtins;
 mod channels;
 mod client;
+mod config_store;
 mod configuration;
 mod connection;
+mod engine_functions;
 mod protocol;
 mod routing;
 pub mod schema_check;
@@ -110,7 +114,7 @@ impl TestEngineBuilder {
             .local_addr()
             .expect("test engine: listener has no local address")
             .port();
-        let shared = Shared::new(self.settings, port);
+        let shared = Shared::new(self.settings, port, builtins::run);
         let accept = server::spawn_accept_loop(shared.clone(), listener);
         TestEngine {
             inner: Arc::new(EngineInner {

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+/// Namespace every unqualified lookup falls back to.
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
+
 /// `ErrorBody` = `{code, message, stacktrace?}`, carried by `invocationresult.error`
 /// and `triggerregistrationresult.error`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -16,73 +16,11 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use crate::engine_functions::Builtin;
 use crate::protocol::{self, Action, ErrorBody, InvokeFunction, OutboundInvoke};
-use crate::state::{FunctionEntry, Shared, State, DEFAULT_NAMESPACE};
-use crate::{channels, configuration, connection};
+use crate::state::{FunctionEntry, PendingCall, Reply, Shared, State, DEFAULT_NAMESPACE};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-/// Functions the engine serves in-process, all in namespace `default`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Builtin {
-    WorkersRegister,
-    ChannelsCreate,
-    ConfigRegister,
-    ConfigGet,
-    ConfigSet,
-    ConfigList,
-    ConfigSchema,
-    TracesList,
-    TracesTree,
-    LogsList,
-    WorkersInfo,
-}
-
-impl Builtin {
-    fn from_id(id: &str) -> Option<Self> {
-        Some(match id {
-            "engine::workers::register" => Builtin::WorkersRegister,
-            "engine::channels::create" => Builtin::ChannelsCreate,
-            "configuration::register" => Builtin::ConfigRegister,
-            "configuration::get" => Builtin::ConfigGet,
-            "configuration::set" => Builtin::ConfigSet,
-            "configuration::list" => Builtin::ConfigList,
-            "configuration::schema" => Builtin::ConfigSchema,
-            "engine::traces::list" => Builtin::TracesList,
-            "engine::traces::tree" => Builtin::TracesTree,
-            "engine::logs::list" => Builtin::LogsList,
-            "engine::workers::info" => Builtin::WorkersInfo,
-            _ => return None,
-        })
-    }
-}
-
-/// Where a call's result goes.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    /// Back to a socket caller under its own invocation id.
-    Socket { caller: Uuid, invocation_id: String },
-    /// To an in-process caller (trigger fan-out, test helper).
-    Internal(oneshot::Sender<Result<Value, ErrorBody>>),
-    /// Fire-and-forget: the result is dropped.
-    Void,
-}
-
-#[derive(Debug)]
-pub(crate) struct PendingCall {
-    pub callee: Uuid,
-    pub function_id: String,
-    pub reply: Reply,
-}
-
-impl PendingCall {
-    fn caller(&self) -> Option<Uuid> {
-        match &self.reply {
-            Reply::Socket { caller, .. } => Some(*caller),
-            _ => None,
-        }
-    }
-}
 
 enum Target {
     Worker(Uuid),
@@ -340,12 +278,10 @@ pub(crate) fn handle_invoke(shared: &Arc<Shared>, caller: Uuid, msg: InvokeFunct
     let target = shared.lock().resolve(&namespace, &function_id);
     match target {
         Err(error) => answer(Err(error)),
-        Ok(Target::Builtin(Builtin::WorkersRegister)) => {
-            // Inline: the namespace must be fixed before the next frame is read.
-            answer(connection::register_worker(shared, caller, data));
-        }
         // Builtins answer synchronously; configuration fan-outs run in their own task.
-        Ok(Target::Builtin(builtin)) => answer(run_builtin(shared, builtin, data)),
+        Ok(Target::Builtin(builtin)) => {
+            answer((shared.run_builtin)(shared, Some(caller), builtin, data))
+        }
         Ok(Target::Worker(owner)) => {
             let preferred = msg
                 .invocation_id
@@ -391,7 +327,7 @@ pub(crate) fn call(
     Box::pin(async move {
         let target = shared.lock().resolve(&namespace, &function_id)?;
         match target {
-            Target::Builtin(builtin) => run_builtin(&shared, builtin, data),
+            Target::Builtin(builtin) => (shared.run_builtin)(&shared, None, builtin, data),
             Target::Worker(owner) => {
                 let (tx, rx) = oneshot::channel();
                 let parts = CallParts {
@@ -409,84 +345,4 @@ pub(crate) fn call(
             }
         }
     })
-}
-
-fn run_builtin(shared: &Arc<Shared>, builtin: Builtin, data: Value) -> Result<Value, ErrorBody> {
-    match builtin {
-        // Socket calls are handled inline by `connection::register_worker`.
-        Builtin::WorkersRegister => Err(ErrorBody::new(
-            "invocation_error",
-            "engine::workers::register needs a worker connection",
-        )),
-        Builtin::ChannelsCreate => channels::create(shared, data),
-        Builtin::ConfigRegister => configuration::register(shared, data),
-        Builtin::ConfigGet => configuration::get(shared, data),
-        Builtin::ConfigSet => configuration::set(shared, data),
-        Builtin::ConfigList => configuration::list(shared, data),
-        Builtin::ConfigSchema => configuration::schema(shared, data),
-        Builtin::TracesList => shared.lock().telemetry.list_traces(&data),
-        Builtin::TracesTree => shared.lock().telemetry.tree(&data),
-        Builtin::LogsList => shared.lock().telemetry.list_logs(&data),
-        Builtin::WorkersInfo => workers_info(shared, &data),
-    }
-}
-
-/// `engine::workers::info {name, namespace?}`: the live worker of that name, its functions
-/// and the `latest_metrics` its gauges reported (§8.2).
-fn workers_info(shared: &Arc<Shared>, data: &Value) -> Result<Value, ErrorBody> {
-    let name = data
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ErrorBody::new("deserialization_error", "missing field `name`"))?;
-    let namespace = data
-        .get("namespace")
-        .and_then(Value::as_str)
-        .unwrap_or(DEFAULT_NAMESPACE);
-    let st = shared.lock();
-    let mut live: Vec<_> = st
-        .conns
-        .values()
-        .filter(|c| {
-            c.live()
-                && c.name().as_deref() == Some(name)
-                && c.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE) == namespace
-        })
-        .collect();
-    live.sort_by_key(|c| c.seq);
-    let conn = live
-        .last()
-        .ok_or_else(|| ErrorBody::new("WORKER_NOT_FOUND", format!("worker '{name}' not found")))?;
-    let id = conn.worker_id.to_string();
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut functions: Vec<Value> = st
-        .functions
-        .iter()
-        .filter(|(_, f)| f.owner == conn.worker_id)
-        .map(|((_, fid), _)| json!({"function_id": fid}))
-        .collect();
-    functions.sort_by(|a, b| a["function_id"].as_str().cmp(&b["function_id"].as_str()));
-    let mut worker = json!({
-        "name": name,
-        "id": id,
-        "namespace": namespace,
-        "status": "connected",
-        "function_count": functions.len(),
-    });
-    if let Some(pid) = conn
-        .register_data
-        .as_ref()
-        .and_then(|d| d.get("pid"))
-        .cloned()
-    {
-        worker["pid"] = pid;
-    }
-    if let Some(m) = st.telemetry.latest_metrics(&id, now_ns) {
-        worker["latest_metrics"] = m;
-    }
-    Ok(
-        json!({"worker": worker, "functions": functions, "trigger_types": [], "registered_triggers": []}),
-    )
 }

@@ -9,19 +9,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::AbortHandle;
 use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
-use crate::channels::Channel;
-use crate::configuration::ConfigStore;
+use crate::config_store::ConfigStore;
+use crate::engine_functions::Builtin;
 use crate::protocol::{ErrorBody, Inbound};
-use crate::routing::PendingCall;
 use crate::triggers::TriggerRegistry;
 
-/// Namespace every unqualified lookup falls back to.
-pub(crate) const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) use crate::protocol::DEFAULT_NAMESPACE;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -44,8 +42,14 @@ pub(crate) enum Outbound {
     PauseReads(bool),
 }
 
+/// What runs an engine function ([`crate::builtins::run`], installed by the engine's start).
+pub(crate) type BuiltinRunner =
+    fn(&Arc<Shared>, Option<Uuid>, Builtin, Value) -> Result<Value, ErrorBody>;
+
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// Runs the engine's own functions (routing resolves to them, and does not name them).
+    pub run_builtin: BuiltinRunner,
     changed: Notify,
     pub settings: Settings,
     pub port: u16,
@@ -58,8 +62,9 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(settings: Settings, port: u16) -> Arc<Self> {
+    pub(crate) fn new(settings: Settings, port: u16, run_builtin: BuiltinRunner) -> Arc<Self> {
         Arc::new(Self {
+            run_builtin,
             state: Mutex::new(State {
                 keep_invocation_frames: settings.keep_invocation_frames,
                 ..State::default()
@@ -475,3 +480,40 @@ pub struct FunctionInfo {
 
 /// Outcome of an in-process call, as returned by configuration fan-outs.
 pub type CallOutcome = Result<Value, ErrorBody>;
+
+/// Where a call's result goes.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// Back to a socket caller under its own invocation id.
+    Socket { caller: Uuid, invocation_id: String },
+    /// To an in-process caller (trigger fan-out, test helper).
+    Internal(oneshot::Sender<Result<Value, ErrorBody>>),
+    /// Fire-and-forget: the result is dropped.
+    Void,
+}
+
+#[derive(Debug)]
+pub(crate) struct PendingCall {
+    pub callee: Uuid,
+    pub function_id: String,
+    pub reply: Reply,
+}
+
+impl PendingCall {
+    pub(crate) fn caller(&self) -> Option<Uuid> {
+        match &self.reply {
+            Reply::Socket { caller, .. } => Some(*caller),
+            _ => None,
+        }
+    }
+}
+
+/// One `engine::channels::create` channel: its key, and the ends no socket has taken yet.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub access_key: Uuid,
+    /// Taken by the first writer socket.
+    pub(crate) writer: Option<mpsc::Sender<Message>>,
+    /// Taken by the first reader socket.
+    pub(crate) reader: Option<mpsc::Receiver<Message>>,
+}

@@ -12,8 +12,8 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::protocol::{self, ErrorBody, RegisterTrigger};
-use crate::state::{State, DEFAULT_NAMESPACE};
+use crate::protocol::DEFAULT_NAMESPACE;
+use crate::protocol::{ErrorBody, RegisterTrigger};
 
 /// The in-process trigger type served by the configuration worker.
 pub(crate) const CONFIGURATION_TRIGGER: &str = "configuration";
@@ -78,27 +78,27 @@ pub struct TriggerRegistrationResult {
 
 #[derive(Debug, Clone)]
 pub(crate) struct TriggerTypeEntry {
-    seq: u64,
-    provider: Uuid,
-    frame: Value,
+    pub(crate) seq: u64,
+    pub(crate) provider: Uuid,
+    pub(crate) frame: Value,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Binding {
-    seq: u64,
-    reg: RegisterTrigger,
-    owner: Uuid,
+    pub(crate) seq: u64,
+    pub(crate) reg: RegisterTrigger,
+    pub(crate) owner: Uuid,
     /// Owner's connection namespace: first provider lookup when no `trigger_namespace`.
-    owner_namespace: String,
-    state: BindingState,
-    frame: Value,
+    pub(crate) owner_namespace: String,
+    pub(crate) state: BindingState,
+    pub(crate) frame: Value,
 }
 
 #[derive(Default)]
 pub(crate) struct TriggerRegistry {
-    types: HashMap<(String, String), TriggerTypeEntry>,
-    bindings: HashMap<String, Binding>,
-    results: Vec<TriggerRegistrationResult>,
+    pub(crate) types: HashMap<(String, String), TriggerTypeEntry>,
+    pub(crate) bindings: HashMap<String, Binding>,
+    pub(crate) results: Vec<TriggerRegistrationResult>,
 }
 
 /// A binding of the in-process `configuration` type, ready to be fired.
@@ -111,7 +111,7 @@ pub(crate) struct ConfigSubscriber {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Resolved<'a> {
+pub(crate) enum Resolved<'a> {
     Engine,
     Worker(&'a (String, String), Uuid),
 }
@@ -119,7 +119,7 @@ enum Resolved<'a> {
 impl TriggerRegistry {
     /// `TriggerRegistry::resolve_provider_key`: `trigger_namespace` is strict;
     /// otherwise the owner's namespace first, then `default`.
-    fn resolve(&self, b: &Binding) -> Option<Resolved<'_>> {
+    pub(crate) fn resolve(&self, b: &Binding) -> Option<Resolved<'_>> {
         let candidates: Vec<&str> = match b.reg.trigger_namespace.as_deref() {
             Some(tns) => vec![tns],
             None => vec![b.owner_namespace.as_str(), DEFAULT_NAMESPACE],
@@ -136,7 +136,7 @@ impl TriggerRegistry {
         None
     }
 
-    fn ids_by_seq(&self, mut keep: impl FnMut(&Binding) -> bool) -> Vec<String> {
+    pub(crate) fn ids_by_seq(&self, mut keep: impl FnMut(&Binding) -> bool) -> Vec<String> {
         let mut found: Vec<(u64, String)> = self
             .bindings
             .values()
@@ -236,7 +236,7 @@ impl TriggerRegistry {
 
 /// E→W `registertrigger`: `metadata`, `namespace` and `trigger_namespace` are
 /// omitted when absent (namespaces also when `default`) (§5.2).
-fn provider_frame(reg: &RegisterTrigger) -> Value {
+pub(crate) fn provider_frame(reg: &RegisterTrigger) -> Value {
     let mut frame = Map::new();
     frame.insert("type".into(), "registertrigger".into());
     frame.insert("id".into(), reg.id.clone().into());
@@ -259,7 +259,7 @@ fn provider_frame(reg: &RegisterTrigger) -> Value {
 
 /// `ConfigurationTriggerConfig`: optional `configuration_id` (string),
 /// `event_types` (array of strings), `condition_function_id` (string).
-fn check_configuration_config(config: &Value) -> Result<(), ErrorBody> {
+pub(crate) fn check_configuration_config(config: &Value) -> Result<(), ErrorBody> {
     let fail = |why: &str| {
         Err(ErrorBody::new(
             "trigger_registration_failed",
@@ -285,196 +285,6 @@ fn check_configuration_config(config: &Value) -> Result<(), ErrorBody> {
     Ok(())
 }
 
-fn blank(ns: &Option<String>) -> bool {
+pub(crate) fn blank(ns: &Option<String>) -> bool {
     ns.as_deref().is_some_and(|s| s.trim().is_empty())
-}
-
-impl State {
-    /// (Re)delivers a binding to the provider it resolves to now. With
-    /// `redeliver`, a binding already active on that provider is sent again.
-    fn activate_binding(&mut self, id: &str, redeliver: bool) {
-        let Some(b) = self.triggers.bindings.get(id) else {
-            return;
-        };
-        let resolved = self.triggers.resolve(b).map(|r| match r {
-            Resolved::Engine => TriggerProvider::Engine,
-            Resolved::Worker(_, p) => TriggerProvider::Worker(p),
-        });
-        let previous = b.state.clone();
-        let reg = b.reg.clone();
-        let owner = b.owner;
-        if let BindingState::Active(TriggerProvider::Worker(p)) = previous {
-            if resolved != Some(TriggerProvider::Worker(p)) {
-                self.send(p, protocol::unregister_trigger(&reg.id, &reg.trigger_type));
-            }
-        }
-        let state = match resolved {
-            None => BindingState::Parked,
-            Some(TriggerProvider::Engine) => match check_configuration_config(&reg.config) {
-                Ok(()) => BindingState::Active(TriggerProvider::Engine),
-                Err(error) => {
-                    let frame = protocol::trigger_registration_result(
-                        &reg.id,
-                        &reg.trigger_type,
-                        &reg.function_id,
-                        Some(&error),
-                    );
-                    self.send(owner, frame);
-                    BindingState::Rejected(error)
-                }
-            },
-            Some(TriggerProvider::Worker(q)) => {
-                let now = BindingState::Active(TriggerProvider::Worker(q));
-                if redeliver || previous != now {
-                    self.send(q, provider_frame(&reg));
-                }
-                now
-            }
-        };
-        if let Some(b) = self.triggers.bindings.get_mut(id) {
-            b.state = state;
-        }
-    }
-
-    /// W→E `registertrigger` (§5.5), applied in the owner's namespace.
-    pub(crate) fn register_trigger(
-        &mut self,
-        owner: Uuid,
-        owner_ns: &str,
-        reg: RegisterTrigger,
-        frame: Value,
-    ) {
-        if blank(&reg.namespace) || blank(&reg.trigger_namespace) {
-            let error = ErrorBody::new("INVALID_NAMESPACE", "namespace must not be blank");
-            let result = protocol::trigger_registration_result(
-                &reg.id,
-                &reg.trigger_type,
-                &reg.function_id,
-                Some(&error),
-            );
-            self.send(owner, result);
-            return;
-        }
-        let seq = self.next_seq();
-        let previous = self
-            .triggers
-            .bindings
-            .get(&reg.id)
-            .map(|b| b.state.clone())
-            .unwrap_or(BindingState::Parked);
-        let id = reg.id.clone();
-        self.triggers.bindings.insert(
-            id.clone(),
-            Binding {
-                seq,
-                reg,
-                owner,
-                owner_namespace: owner_ns.to_string(),
-                state: previous,
-                frame,
-            },
-        );
-        self.activate_binding(&id, true);
-    }
-
-    /// `unregistertrigger` from a worker: the provider is told (§5.3).
-    pub(crate) fn unregister_trigger(&mut self, id: &str) {
-        if let Some(b) = self.triggers.bindings.remove(id) {
-            if let BindingState::Active(TriggerProvider::Worker(p)) = b.state {
-                self.send(p, protocol::unregister_trigger(id, &b.reg.trigger_type));
-            }
-        }
-    }
-
-    /// `registertriggertype` (§5.1): replaces the provider of the key and
-    /// re-delivers every binding that resolves to it (live, parked or rejected).
-    pub(crate) fn register_trigger_type(
-        &mut self,
-        provider: Uuid,
-        conn_ns: &str,
-        frame_ns: Option<String>,
-        id: &str,
-        frame: Value,
-    ) {
-        let namespace = match frame_ns {
-            Some(ns) if ns.trim().is_empty() => {
-                tracing::error!(id, "registertriggertype with blank namespace dropped");
-                return;
-            }
-            Some(ns) => ns,
-            None => conn_ns.to_string(),
-        };
-        if id == CONFIGURATION_TRIGGER && namespace == DEFAULT_NAMESPACE {
-            tracing::warn!("registertriggertype for the builtin 'configuration' type ignored");
-            return;
-        }
-        let seq = self.next_seq();
-        let key = (namespace, id.to_string());
-        self.triggers.types.insert(
-            key.clone(),
-            TriggerTypeEntry {
-                seq,
-                provider,
-                frame,
-            },
-        );
-        let triggers = &self.triggers;
-        let ids = triggers.ids_by_seq(
-            |b| matches!(triggers.resolve(b), Some(Resolved::Worker(k, _)) if *k == key),
-        );
-        for id in ids {
-            self.activate_binding(&id, true);
-        }
-    }
-
-    /// `triggerregistrationresult`: accepted only from the binding's provider;
-    /// an error parks the binding and is forwarded to its owner (§5.2).
-    pub(crate) fn handle_trigger_registration_result(
-        &mut self,
-        from: Uuid,
-        id: &str,
-        trigger_type: &str,
-        function_id: &str,
-        error: Option<ErrorBody>,
-    ) {
-        let Some(b) = self.triggers.bindings.get_mut(id) else {
-            return;
-        };
-        if b.state != BindingState::Active(TriggerProvider::Worker(from)) {
-            return;
-        }
-        let owner = b.owner;
-        if let Some(err) = &error {
-            b.state = BindingState::Rejected(err.clone());
-        }
-        self.triggers.results.push(TriggerRegistrationResult {
-            provider: from,
-            id: id.to_string(),
-            trigger_type: trigger_type.to_string(),
-            function_id: function_id.to_string(),
-            error: error.clone(),
-            at: Instant::now(),
-        });
-        if let Some(err) = &error {
-            let frame =
-                protocol::trigger_registration_result(id, trigger_type, function_id, Some(err));
-            self.send(owner, frame);
-        }
-    }
-
-    /// Trigger part of connection teardown (§1.7): drop the connection's own
-    /// bindings (telling live providers), remove its trigger types and move
-    /// their bindings to a fallback provider or park them.
-    pub(crate) fn remove_trigger_owner(&mut self, conn: Uuid) {
-        for id in self.triggers.ids_by_seq(|b| b.owner == conn) {
-            self.unregister_trigger(&id);
-        }
-        self.triggers.types.retain(|_, t| t.provider != conn);
-        let orphaned = self
-            .triggers
-            .ids_by_seq(|b| b.state == BindingState::Active(TriggerProvider::Worker(conn)));
-        for id in orphaned {
-            self.activate_binding(&id, false);
-        }
-    }
 }
