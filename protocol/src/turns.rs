@@ -119,6 +119,86 @@ pub fn parse_request<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, Str
     })
 }
 
+// ---- The history functions' typed requests, and the one parser both halves use.
+
+/// `shell::turns::list` request (`ListInput`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ListRequest {
+    pub session_id: String,
+}
+
+/// `shell::turns::get` request (`GetInput`): the newest turn when `turn_id` is absent.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct GetRequest {
+    pub session_id: String,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+
+/// `shell::turns::revert` request (`RevertInput`). `force` (not in the seed) reverts a file
+/// whose after-revision was never recorded.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RevertRequest {
+    pub session_id: String,
+    pub turn_id: String,
+    #[serde(default)]
+    pub paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `shell::turns::adopt-root` request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct AdoptRootRequest {
+    pub session_id: String,
+    pub turn_id: String,
+    pub root: String,
+}
+
+/// A `shell::turns::*` request, typed: what the broker checks before it forwards a payload
+/// and what the executor serves, parsed by the same [`TurnsRequest::parse`] on both sides.
+#[derive(Debug, Clone)]
+pub enum TurnsRequest {
+    TurnStarted(TurnEvent),
+    TurnCompleted(TurnEvent),
+    PreTrigger(HookInput),
+    PostTrigger(HookInput),
+    List(ListRequest),
+    Sessions(SessionsRequest),
+    Get(GetRequest),
+    Revert(RevertRequest),
+    AdoptRoot(AdoptRootRequest),
+}
+
+impl TurnsRequest {
+    /// Parses `payload` as the request of `function`. `Err` is the S210 message: an unknown
+    /// function, a payload that is not an object, or the field that did not fit
+    /// (`malformed payload: force: invalid type: string "yes", expected a boolean`). A
+    /// `sessions` payload may be null (every field has a default).
+    pub fn parse(function: &str, payload: &Value) -> Result<TurnsRequest, String> {
+        Ok(match function {
+            "shell::turns::on-turn-started" => Self::TurnStarted(parse_request(payload)?),
+            "shell::turns::on-turn-completed" => Self::TurnCompleted(parse_request(payload)?),
+            "shell::turns::on-pre-trigger" => Self::PreTrigger(parse_request(payload)?),
+            "shell::turns::on-post-trigger" => Self::PostTrigger(parse_request(payload)?),
+            "shell::turns::list" => Self::List(parse_request(payload)?),
+            "shell::turns::sessions" => {
+                let r: SessionsRequest = if payload.is_null() {
+                    SessionsRequest::default()
+                } else {
+                    parse_request(payload)?
+                };
+                sessions_page(&r)?;
+                Self::Sessions(r)
+            }
+            "shell::turns::get" => Self::Get(parse_request(payload)?),
+            "shell::turns::revert" => Self::Revert(parse_request(payload)?),
+            "shell::turns::adopt-root" => Self::AdoptRoot(parse_request(payload)?),
+            other => return Err(format!("unknown turns function {other}")),
+        })
+    }
+}
+
 // ---- `shell::turns::sessions`: the sessions that have recorded turns, newest first.
 //
 // Not in the ide 0.12.9 contract (it has no function that lists sessions): an addition, so a
@@ -250,6 +330,60 @@ pub fn sessions_page(r: &SessionsRequest) -> Result<SessionsPage, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every turns function parses into its typed request; the wrong type is the field's
+    /// message, an unknown function is refused, and `sessions` takes null.
+    #[test]
+    fn turns_requests_parse_by_function() {
+        use serde_json::json;
+        let parse = |f: &str, v: Value| TurnsRequest::parse(f, &v);
+        match parse(
+            "shell::turns::revert",
+            json!({"session_id": "s", "turn_id": "t", "paths": ["/a"], "extra": 1}),
+        ) {
+            Ok(TurnsRequest::Revert(r)) => assert_eq!(
+                r,
+                RevertRequest {
+                    session_id: "s".into(),
+                    turn_id: "t".into(),
+                    paths: Some(vec!["/a".into()]),
+                    force: false,
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        match parse("shell::turns::get", json!({"session_id": "s"})) {
+            Ok(TurnsRequest::Get(r)) => assert_eq!(r.turn_id, None),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse("shell::turns::sessions", Value::Null),
+            Ok(TurnsRequest::Sessions(r)) if r == SessionsRequest::default()
+        ));
+        let err = |f: &str, v: Value| parse(f, v).err();
+        assert_eq!(
+            err(
+                "shell::turns::revert",
+                json!({"session_id": "s", "turn_id": "t", "force": 1})
+            ),
+            Some("malformed payload: force: invalid type: integer `1`, expected a boolean".into())
+        );
+        assert_eq!(
+            err(
+                "shell::turns::adopt-root",
+                json!({"session_id": "s", "root": "/r"})
+            ),
+            Some("malformed payload: missing field `turn_id`".into())
+        );
+        assert_eq!(
+            err("shell::turns::list", json!(null)),
+            Some("the request must be an object".into())
+        );
+        assert_eq!(
+            err("shell::turns::nope", json!({})),
+            Some("unknown turns function shell::turns::nope".into())
+        );
+    }
 
     /// A malformed hook event is refused with the field it names, never read as an empty one.
     #[test]

@@ -23,17 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use iii_shell_protocol::messages::{Reply, Request};
-use iii_shell_protocol::turns::{
-    parse_request, sessions_page, HookInput, SessionsRequest, SessionsResponse, TurnEvent,
-    TurnsCall,
-};
+use iii_shell_protocol::turns::{SessionsRequest, SessionsResponse, TurnsCall, TurnsRequest};
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
 use super::definition::{meta, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
-use crate::validate::parse;
 
 /// The one turns function that is not the seed's.
 pub const SESSIONS: &str = "shell::turns::sessions";
@@ -138,38 +134,22 @@ pub async fn dispatch(
     function_id: &str,
     payload: Value,
 ) -> Result<Value, WireError> {
-    let hook = matches!(
-        function_id,
-        "shell::turns::on-pre-trigger" | "shell::turns::on-post-trigger"
-    );
-    let event = matches!(
-        function_id,
-        "shell::turns::on-turn-started" | "shell::turns::on-turn-completed"
-    );
-    if function_id == SESSIONS {
-        // serde would take an array for the struct, field by field.
-        if !payload.is_object() && !payload.is_null() {
-            return Err(WireError::new(Code::S210, "the request must be an object"));
-        }
-        let r: SessionsRequest = parse(&payload)?;
-        sessions_page(&r).map_err(|why| WireError::new(Code::S210, why))?;
+    // The typed request, checked here (the executor parses it again with the same parser): a
+    // malformed payload is S210 naming the field, never a default filled in for it.
+    let request = TurnsRequest::parse(function_id, &payload)
+        .map_err(|why| WireError::new(Code::S210, why))?;
+    let hook = match request {
         // The typed request goes on, not the payload (which may be null or carry extra keys).
-        return forward(services, function_id, &super::definition::to_value(&r)?).await;
-    }
-    if !hook && !event {
-        if !payload.is_object() {
-            return Err(WireError::new(Code::S210, "the request must be an object"));
+        TurnsRequest::Sessions(r) => {
+            return forward(services, function_id, &super::definition::to_value(&r)?).await;
         }
-        return forward(services, function_id, &payload).await;
-    }
-    // The typed request, checked here (the executor parses it again): a malformed event is
-    // S210 naming the field, not an empty event recorded as if it were one.
-    let typed = if hook {
-        parse_request::<HookInput>(&payload).map(|_| ())
-    } else {
-        parse_request::<TurnEvent>(&payload).map(|_| ())
+        TurnsRequest::List(_)
+        | TurnsRequest::Get(_)
+        | TurnsRequest::Revert(_)
+        | TurnsRequest::AdoptRoot(_) => return forward(services, function_id, &payload).await,
+        TurnsRequest::PreTrigger(_) | TurnsRequest::PostTrigger(_) => true,
+        TurnsRequest::TurnStarted(_) | TurnsRequest::TurnCompleted(_) => false,
     };
-    typed.map_err(|why| WireError::new(Code::S210, why))?;
     let outcome = tokio::time::timeout(HOOK_BUDGET, forward(services, function_id, &payload)).await;
     let failed = match &outcome {
         Ok(Ok(_)) => None,

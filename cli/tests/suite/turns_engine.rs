@@ -888,6 +888,59 @@ async fn malformed_hook_events_are_s210_naming_the_field() {
     assert_eq!(listed["turns"], json!([]), "{listed}");
 }
 
+/// The history functions' requests are typed too: a field of the wrong type is S210 naming
+/// it, never a default put in its place (a `force: "yes"` is not read as `false`, a numeric
+/// `turn_id` is not read as "the newest turn").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_history_requests_are_s210_naming_the_field() {
+    let s = setup().await;
+    for (function, payload, message) in [
+        (
+            "shell::turns::list",
+            json!({}),
+            "malformed payload: missing field `session_id`",
+        ),
+        (
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": 3}),
+            "malformed payload: turn_id: invalid type: integer `3`, expected a string",
+        ),
+        (
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1", "force": "yes"}),
+            "malformed payload: force: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1", "paths": "/a"}),
+            "malformed payload: paths: invalid type: string \"/a\", expected a sequence",
+        ),
+        (
+            "shell::turns::adopt-root",
+            json!({"session_id": "s1", "turn_id": "t1"}),
+            "malformed payload: missing field `root`",
+        ),
+        (
+            "shell::turns::get",
+            json!(["s1"]),
+            "the request must be an object",
+        ),
+    ] {
+        let r = s.harness.call(function, payload.clone()).await;
+        assert_code(&r, "S210");
+        let e = r.unwrap_err();
+        assert_eq!(e.message, message, "{function} {payload}");
+    }
+    // The well-formed spelling of the same requests is served.
+    let got = s
+        .call(
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": null}),
+        )
+        .await;
+    assert_eq!(got, json!({"session_id": "s1", "turn": null}));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hooks_are_bound_with_the_hyphenated_names_and_fail_open() {
     let s = setup().await;

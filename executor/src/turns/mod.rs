@@ -39,34 +39,32 @@ pub use state::{
     OpenTurn, TurnCtx, Turns, MAX_PRE_IMAGE_BYTES, MAX_RESPONSE_BODIES, MAX_STORED_BODY,
 };
 
+use iii_shell_protocol::turns::TurnsRequest;
 use serde_json::{json, Value};
 
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
-use model::*;
 
 fn invalid(e: serde_json::Error) -> ExecError {
     ExecError::Invalid(format!("bad request: {e}"))
 }
 
 impl Turns {
-    /// Serves one `shell::turns::*` function.
+    /// Serves one `shell::turns::*` function: its payload parsed into the typed request
+    /// ([`TurnsRequest::parse`], the broker's parser too), then one exhaustive match.
     pub fn call(&self, policy: &Policy, function: &str, payload: &str) -> Result<Value, ExecError> {
-        use iii_shell_protocol::turns::parse_request;
         let v: Value = serde_json::from_str(payload).map_err(invalid)?;
-        match function {
-            "shell::turns::on-turn-started" => {
-                let ev: TurnEvent = parse_request(&v).map_err(ExecError::Invalid)?;
+        let request = TurnsRequest::parse(function, &v).map_err(ExecError::Invalid)?;
+        match request {
+            TurnsRequest::TurnStarted(ev) => {
                 self.turn_started(policy, &ev)?;
                 Ok(json!({"ok": true}))
             }
-            "shell::turns::on-turn-completed" => {
-                let ev: TurnEvent = parse_request(&v).map_err(ExecError::Invalid)?;
+            TurnsRequest::TurnCompleted(ev) => {
                 self.turn_completed(policy, &ev)?;
                 Ok(json!({"ok": true}))
             }
-            "shell::turns::on-pre-trigger" | "shell::turns::on-post-trigger" => {
-                let h: HookInput = parse_request(&v).map_err(ExecError::Invalid)?;
+            TurnsRequest::PreTrigger(h) | TurnsRequest::PostTrigger(h) => {
                 let pre = function.ends_with("pre-trigger");
                 if let (Some(ctx), Some(call)) = (self.ctx(&h), h.call.as_ref()) {
                     if pre {
@@ -83,8 +81,8 @@ impl Turns {
                 }
                 Ok(json!({"decision": "continue"}))
             }
-            "shell::turns::list" => {
-                let session = req_str(&v, "session_id")?;
+            TurnsRequest::List(r) => {
+                let session = r.session_id;
                 let turns = self.with_store(policy, |s| fold(&s.records(&session)))?;
                 let turns: Vec<Value> = turns
                     .iter()
@@ -116,12 +114,7 @@ impl Turns {
                     .collect();
                 Ok(json!({"session_id": session, "turns": turns}))
             }
-            "shell::turns::sessions" => {
-                if !v.is_object() {
-                    return Err(ExecError::Invalid("the request must be an object".into()));
-                }
-                let r: iii_shell_protocol::turns::SessionsRequest =
-                    serde_json::from_value(v).map_err(invalid)?;
+            TurnsRequest::Sessions(r) => {
                 let page =
                     iii_shell_protocol::turns::sessions_page(&r).map_err(ExecError::Invalid)?;
                 // Read outside the store's lock: a page reads up to `limit` logs, and the hooks
@@ -130,9 +123,9 @@ impl Turns {
                 serde_json::to_value(sessions::list(&dir, &page))
                     .map_err(|e| ExecError::Internal(format!("sessions: {e}")))
             }
-            "shell::turns::get" => {
-                let session = req_str(&v, "session_id")?;
-                let want = v.get("turn_id").and_then(Value::as_str).map(String::from);
+            TurnsRequest::Get(r) => {
+                let session = r.session_id;
+                let want = r.turn_id;
                 let turn = self.with_store(policy, |s| {
                     let turns = fold(&s.records(&session));
                     let idx = match &want {
@@ -143,39 +136,24 @@ impl Turns {
                 })?;
                 Ok(json!({"session_id": session, "turn": turn}))
             }
-            "shell::turns::revert" => {
-                let session = req_str(&v, "session_id")?;
-                let turn_id = req_str(&v, "turn_id")?;
-                let paths: Option<Vec<String>> = match v.get("paths") {
-                    None | Some(Value::Null) => None,
-                    Some(p) => Some(serde_json::from_value(p.clone()).map_err(invalid)?),
-                };
-                let force = v.get("force").and_then(Value::as_bool).unwrap_or(false);
-                self.revert(policy, &session, &turn_id, paths.as_deref(), force)
-            }
-            "shell::turns::adopt-root" => {
-                let session = req_str(&v, "session_id")?;
-                let turn_id = req_str(&v, "turn_id")?;
-                let root = req_str(&v, "root")?;
-                let n = self.adopt_root(policy, &session, &turn_id, &root)?;
+            TurnsRequest::Revert(r) => self.revert(
+                policy,
+                &r.session_id,
+                &r.turn_id,
+                r.paths.as_deref(),
+                r.force,
+            ),
+            TurnsRequest::AdoptRoot(r) => {
+                let n = self.adopt_root(policy, &r.session_id, &r.turn_id, &r.root)?;
                 Ok(json!({"recorded": n}))
             }
-            other => Err(ExecError::Invalid(format!(
-                "unknown turns function {other}"
-            ))),
         }
     }
 }
 
-fn req_str(v: &Value, k: &str) -> Result<String, ExecError> {
-    v.get(k)
-        .and_then(Value::as_str)
-        .map(String::from)
-        .ok_or_else(|| ExecError::Invalid(format!("{k} (string) is required")))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::model::*;
     use super::*;
     use std::collections::BTreeMap;
     use std::path::Path;
