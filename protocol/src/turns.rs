@@ -173,8 +173,8 @@ pub enum TurnsRequest {
 impl TurnsRequest {
     /// Parses `payload` as the request of `function`. `Err` is the S210 message: an unknown
     /// function, a payload that is not an object, or the field that did not fit
-    /// (`malformed payload: force: invalid type: string "yes", expected a boolean`). A
-    /// `sessions` payload may be null (every field has a default).
+    /// (`malformed payload: force: invalid type: string "yes", expected a boolean`). The
+    /// broker reads a null `sessions` payload as `{}` before it parses.
     pub fn parse(function: &str, payload: &Value) -> Result<TurnsRequest, String> {
         Ok(match function {
             "shell::turns::on-turn-started" => Self::TurnStarted(parse_request(payload)?),
@@ -183,11 +183,7 @@ impl TurnsRequest {
             "shell::turns::on-post-trigger" => Self::PostTrigger(parse_request(payload)?),
             "shell::turns::list" => Self::List(parse_request(payload)?),
             "shell::turns::sessions" => {
-                let r: SessionsRequest = if payload.is_null() {
-                    SessionsRequest::default()
-                } else {
-                    parse_request(payload)?
-                };
+                let r: SessionsRequest = parse_request(payload)?;
                 sessions_page(&r)?;
                 Self::Sessions(r)
             }
@@ -332,7 +328,7 @@ mod tests {
     use super::*;
 
     /// Every turns function parses into its typed request; the wrong type is the field's
-    /// message, an unknown function is refused, and `sessions` takes null.
+    /// message, and an unknown function is refused.
     #[test]
     fn turns_requests_parse_by_function() {
         use serde_json::json;
@@ -357,7 +353,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            parse("shell::turns::sessions", Value::Null),
+            parse("shell::turns::sessions", json!({})),
             Ok(TurnsRequest::Sessions(r)) if r == SessionsRequest::default()
         ));
         let err = |f: &str, v: Value| parse(f, v).err();

@@ -136,6 +136,12 @@ pub async fn dispatch(
 ) -> Result<Value, WireError> {
     // The typed request, checked here (the executor parses it again with the same parser): a
     // malformed payload is S210 naming the field, never a default filled in for it.
+    // A null `sessions` payload asks for the first page (every field has a default).
+    let payload = if function_id == SESSIONS && payload.is_null() {
+        json!({})
+    } else {
+        payload
+    };
     let request = TurnsRequest::parse(function_id, &payload)
         .map_err(|why| WireError::new(Code::S210, why))?;
     let hook = match request {
