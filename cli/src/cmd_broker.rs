@@ -29,11 +29,7 @@ pub fn prepare(
     let own_stat = iii_shell_broker::telemetry::usage::open_self_stat();
     // The telemetry SDK's batching threads allocate little and rarely: one malloc arena for
     // the whole broker, instead of one per thread, each keeping its freed memory.
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets an allocator parameter; no thread exists yet.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
+    crate::heap::one_arena();
     if args.control_fd.is_some() {
         // Spawned by `serve`: go away with our supervisor.
         // SAFETY: PR_SET_PDEATHSIG only sets a process attribute.
@@ -142,6 +138,7 @@ pub async fn run(
             ..
         }
     );
+    tokio::spawn(crate::heap::trim_when_quiet());
     let url = resolve_url(args.url.as_deref());
     let config_id = match iii_shell_broker::worker_identity::config_id(
         args.config_id.as_deref(),

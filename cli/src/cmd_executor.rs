@@ -165,6 +165,7 @@ pub async fn run(
         launcher,
     } = hardened;
     spawn_orphan_reaper();
+    tokio::spawn(crate::heap::trim_when_quiet());
     let exec = Arc::new(Executor {
         log_relay,
         ..Executor::with_launcher(pinned, launcher)

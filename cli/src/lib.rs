@@ -11,3 +11,4 @@ pub mod cmd_doctor;
 pub mod cmd_executor;
 pub mod cmd_probe;
 pub mod cmd_serve;
+pub mod heap;

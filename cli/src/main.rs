@@ -13,6 +13,8 @@ fn main() {
         }
         Some(Command::Probe { args }) => iii_shell::cmd_probe::run(&args),
         Some(Command::Executor(mut args)) => {
+            // Before any thread exists (see `heap`).
+            iii_shell::heap::one_arena();
             // Its WARN and ERROR events also go to the broker, which ships them.
             let (layer, relay) = iii_shell_executor::log_relay::RelayLayer::new();
             logging::init_with("info", Some(Box::new(layer)));

@@ -29,6 +29,7 @@ pub mod procfs;
 pub mod reaper;
 pub mod run_as;
 pub mod spawn;
+pub mod stack;
 pub mod tree;
 pub mod wait;
 

@@ -25,8 +25,10 @@
 //!   dies, the socket reaches EOF and the child exits.
 //! * An exec failure is written to the block before the child exits; the caller reads it
 //!   once the child has been reaped and reports it as a spawn error.
-//! * Only `shell::exec` uses it (a background job must report a failed exec at once), and
-//!   only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
+//! * `shell::exec` and `shell::exec_bg` use it. A background job must report a failed exec
+//!   at once: its call waits for the hand-over socket to reach end-of-file (the child's end
+//!   is close-on-exec, so that is the exec, or the exit after a failed one) and reads the
+//!   block. It is used only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
 //!   unexpected — the child not ready yet, dead, or the hand-over failing — falls back to the
 //!   ordinary spawn. `executor --no-prestart` or `III_SHELL_PRESTART=0` turns it off.
 
@@ -41,6 +43,7 @@ use crate::clone3::Clone3;
 use crate::plan::{ChildConfinement, ExecImage};
 use crate::reaper::ROOTS;
 use crate::spawn::{pipe, DevNull};
+use crate::stack::Stack;
 
 const SETUP: u32 = 0;
 const READY: u32 = 1;
@@ -92,9 +95,10 @@ struct Block {
 pub struct Prestarted {
     pid: i32,
     pidfd: Option<OwnedFd>,
-    sock: OwnedFd,
+    /// Taken by [`Prestarted::launch`] (it becomes the command's `handover`).
+    sock: Option<OwnedFd>,
     block: Box<Block>,
-    stack: Vec<u8>,
+    stack: Option<Stack>,
     cgroup: Option<JobCgroup>,
     /// Keeps the per-spawn seccomp program (pointed to by the block) alive.
     confinement: ChildConfinement,
@@ -180,13 +184,19 @@ pub struct PrestartedCommand {
     /// The read ends of the command's stdout and stderr (non-blocking).
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// The executor's end of the hand-over socket. The child's end is close-on-exec, and the
+    /// child never writes to it, so it reaches end-of-file once the command has replaced the
+    /// process or the process has exited: a caller that must know at once whether the exec
+    /// worked (a background job, a terminal) waits for that, then asks
+    /// [`ChildMemory::exec_failure`]. Dropping it changes nothing for the child.
+    pub handover: OwnedFd,
 }
 
 /// What must outlive the child until it has exec'd: its block and stack, and the strings
 /// execve reads.
 pub struct ChildMemory {
     block: Box<Block>,
-    stack: Vec<u8>,
+    stack: Option<Stack>,
     image: ExecImage,
     reaped: bool,
 }
@@ -209,6 +219,20 @@ pub enum Outcome {
 }
 
 impl ChildMemory {
+    /// The exec error the child reported, if it reported one. Final once its `handover`
+    /// socket has reached end-of-file (the child writes it before it exits).
+    pub fn exec_failure(&self) -> Option<std::io::Error> {
+        (self.block.state.load(Ordering::Acquire) == FAILED).then(|| {
+            std::io::Error::from_raw_os_error(self.block.err.load(Ordering::Acquire).max(1))
+        })
+    }
+
+    /// Whether the child died before it received the command (nothing ran). Final once its
+    /// `handover` socket has reached end-of-file.
+    pub fn never_took(&self) -> bool {
+        self.block.state.load(Ordering::Acquire) == READY
+    }
+
     /// Called once the child has been reaped.
     pub fn outcome(&mut self) -> Outcome {
         self.reaped = true;
@@ -229,7 +253,7 @@ impl Drop for ChildMemory {
             // Only happens when a call's future is dropped before its command was reaped.
             let block = std::mem::replace(&mut self.block, Box::new(Block::empty()));
             std::mem::forget(block);
-            std::mem::forget(std::mem::take(&mut self.stack));
+            std::mem::forget(self.stack.take());
             std::mem::forget(std::mem::take(&mut self.image));
         }
     }
@@ -340,9 +364,15 @@ impl Prestarted {
             wait_arg: this as *const c_void,
             ..child::Setup::new()
         };
-        let mut stack = vec![0u8; STACK];
-        let base = stack.as_mut_ptr();
-        let top = (base as usize + STACK - 64) & !15;
+        let stack = match Stack::new(STACK) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = cgroup.recycle();
+                return Err(e);
+            }
+        };
+        let base = stack.base();
+        let top = stack.top(64);
         let mut pidfd: libc::c_int = -1;
         let block_ptr = &mut *block as *mut Block as *mut c_void;
 
@@ -397,9 +427,9 @@ impl Prestarted {
             pid,
             // SAFETY: CLONE_PIDFD stored a fresh descriptor that only we own.
             pidfd: Some(unsafe { OwnedFd::from_raw_fd(pidfd) }),
-            sock: ours,
+            sock: Some(ours),
             block,
-            stack,
+            stack: Some(stack),
             cgroup: Some(cgroup),
             confinement: confinement.clone(),
             stdout: Some(out_r),
@@ -503,7 +533,8 @@ impl Prestarted {
             .chain(cwd.iter())
             .map(|f| f.as_raw_fd())
             .collect();
-        if let Err(e) = send_fds(&self.sock, &raw) {
+        let sock = self.sock.take()?;
+        if let Err(e) = send_fds(&sock, &raw) {
             if e.raw_os_error() == Some(libc::EPIPE) {
                 tracing::debug!("a pre-started process had died; spawning the ordinary way");
             } else {
@@ -520,7 +551,7 @@ impl Prestarted {
         };
         let memory = ChildMemory {
             block: std::mem::replace(&mut self.block, Box::new(Block::empty())),
-            stack: std::mem::take(&mut self.stack),
+            stack: self.stack.take(),
             image,
             reaped: false,
         };
@@ -531,6 +562,7 @@ impl Prestarted {
             memory,
             stdout,
             stderr,
+            handover: sock,
         };
         // Nothing left for Drop to discard.
         self.pid = -1;
@@ -575,7 +607,7 @@ impl Drop for Prestarted {
             // seccomp program the block points to).
             let block = std::mem::replace(&mut self.block, Box::new(Block::empty()));
             std::mem::forget(block);
-            std::mem::forget(std::mem::take(&mut self.stack));
+            std::mem::forget(self.stack.take());
             std::mem::forget(std::mem::take(&mut self.confinement));
         }
     }

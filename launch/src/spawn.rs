@@ -79,9 +79,10 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
         reached_exec: AtomicBool::new(false),
     };
     ctx.setup.reached_exec = &ctx.reached_exec;
-    let mut stack = vec![0u8; CHILD_STACK];
+    // A mapping of its own (see `crate::stack`): the heap keeps pages it was given back.
+    let stack = crate::stack::Stack::new(CHILD_STACK)?;
     // The stack grows down on every architecture Linux runs this on; align the top to 16.
-    let top = ((stack.as_mut_ptr() as usize + CHILD_STACK) & !15) as *mut c_void;
+    let top = stack.top(0) as *mut c_void;
     let mut pidfd: libc::c_int = -1;
 
     // Block every signal around the clone so no handler of ours can run in the child while it
