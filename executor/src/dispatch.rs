@@ -43,7 +43,15 @@ impl Executor {
             } => (self.set_policy(generation, &config_json), None),
             Request::Exec(spec) => self.exec(spec, cancel).await,
             Request::ExecBg(spec) => match self.current() {
-                Ok(p) => done(self.jobs.spawn(p, spec).await.map(Reply::ExecBg)),
+                Ok(p) => {
+                    let r = self.jobs.spawn(p.clone(), spec).await;
+                    let r = r.map(Reply::ExecBg).map_err(|e| e.to_wire());
+                    // It may have used a pre-started process: top the pool up, off the
+                    // reply's path.
+                    let cont: Option<fs::Continuation> =
+                        Some(Box::pin(async move { p.refill_prestarted() }));
+                    (r, cont)
+                }
                 Err(e) => done(Err(e)),
             },
             Request::JobStatus { job_id } => done(

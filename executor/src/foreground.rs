@@ -154,7 +154,7 @@ async fn run_inner(
             drop(prep_span);
             spawn_span = call_trace::start("exec.spawn");
             started = Instant::now();
-            match start_in_prestarted(w, prepared, cap) {
+            match start_in_prestarted(w, prepared, cap, false) {
                 Some(r) => r.map_err(|e| failed(spawn_span.take(), e))?,
                 None => return Ok(Attempt::NeverStarted(None)),
             }

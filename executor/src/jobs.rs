@@ -15,9 +15,11 @@ use tokio::sync::{broadcast, watch};
 use crate::capture::{Capture, Collector};
 use crate::policy::Policy;
 use crate::prepare;
-use crate::started::{release_later, start, Running};
+use crate::prepare::spawn_error;
+use crate::started::{release_later, start, start_in_prestarted, Confirmed, Running};
 use iii_shell_files::error::ExecError;
 use iii_shell_launch::tree::JobTree;
+use iii_shell_protocol::call_trace::Span;
 
 struct JobState {
     status: JobStatus,
@@ -226,11 +228,19 @@ impl Jobs {
                 iii_shell_protocol::config::job_cap_reached(limit),
             ));
         }
-        let prep_span = iii_shell_protocol::call_trace::start("exec.prepare");
-        let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
-        drop(prep_span);
-        let mut spawn_span = iii_shell_protocol::call_trace::start("exec.spawn");
-        let (running, out, err) = start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+        let mut prep_span = iii_shell_protocol::call_trace::start("exec.prepare");
+        let (mut spawn_span, running, out, err) =
+            match prestarted(&policy, &spec, cap, &mut prep_span).await? {
+                Some((span, r)) => (span, r.0, r.1, r.2),
+                None => {
+                    let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+                    drop(prep_span);
+                    let span = iii_shell_protocol::call_trace::start("exec.spawn");
+                    let (running, out, err) =
+                        start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+                    (span, running, out, err)
+                }
+            };
         if let Some(s) = spawn_span.as_mut() {
             s.attr("process.pid", running.pid());
         }
@@ -377,6 +387,57 @@ fn root_exited(tree: &JobTree) -> bool {
 
 /// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy
 /// failures keep their codes.
+/// A started root and its two output collectors.
+type Started = (Running, Collector, Collector);
+
+/// How long a background job's call waits for a pre-started process to exec its command
+/// before it takes the job as started (an `execve` of a binary on a slow filesystem).
+const CONFIRM_EXEC: Duration = Duration::from_secs(5);
+
+/// Starts the job's command in a pre-started process, as `shell::exec` does: the same checks
+/// (`prepare::prepare_for_prestarted`), and the exec confirmed before the call returns, so a
+/// program that cannot be executed is still the call's error. `None` when no pre-started
+/// process is ready or it could not take the command: the caller spawns the ordinary way
+/// (nothing has run).
+async fn prestarted(
+    policy: &Policy,
+    spec: &ExecSpec,
+    cap: usize,
+    prep_span: &mut Option<Span>,
+) -> Result<Option<(Option<Span>, Started)>, ExecError> {
+    let Some(w) = policy.take_prestarted() else {
+        return Ok(None);
+    };
+    if let Some(s) = prep_span.as_mut() {
+        s.attr("iii.shell.prestarted", true);
+    }
+    let prepared = match prepare::prepare_for_prestarted(policy, spec) {
+        Ok(p) => p,
+        Err(e) => {
+            policy.put_back_prestarted(w);
+            return Err(plain_spawn_error(e));
+        }
+    };
+    drop(prep_span.take());
+    let span = iii_shell_protocol::call_trace::start("exec.spawn");
+    let Some(r) = start_in_prestarted(w, prepared, cap, true) else {
+        return Ok(None);
+    };
+    let (mut running, out, err) = r.map_err(plain_spawn_error)?;
+    match running.confirm_exec(CONFIRM_EXEC).await {
+        Confirmed::Running => Ok(Some((span, (running, out, err)))),
+        Confirmed::ExecFailed(e) => {
+            release_later(running.tree.clone());
+            Err(plain_spawn_error(spawn_error(&spec.argv[0], &e)))
+        }
+        Confirmed::NeverStarted => {
+            tracing::debug!("a pre-started process died before it took a background command");
+            release_later(running.tree.clone());
+            Ok(None)
+        }
+    }
+}
+
 fn plain_spawn_error(e: ExecError) -> ExecError {
     match e {
         ExecError::Internal(m) => ExecError::Plain(m),

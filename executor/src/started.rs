@@ -32,14 +32,30 @@ pub struct Running {
     /// Set when the root was a pre-started process that died before it received the
     /// command: nothing ran.
     pub never_started: bool,
+    /// A pre-started root's hand-over socket: end-of-file once it has exec'd or exited (see
+    /// [`Running::confirm_exec`]).
+    handover: Option<OwnedFd>,
+}
+
+/// What became of a command handed to a pre-started process, once it has exec'd or exited.
+#[derive(Debug)]
+pub enum Confirmed {
+    /// The command runs (or ran).
+    Running,
+    /// The exec failed: the spawn error; the process has been reaped.
+    ExecFailed(std::io::Error),
+    /// The process died before it received the command: nothing ran; it has been reaped.
+    NeverStarted,
 }
 
 /// Hands a command to the pre-started process `prestarted`. `None` when it could not take it (the
-/// caller starts the command the ordinary way then; nothing has run).
+/// caller starts the command the ordinary way then; nothing has run). With `confirm`, the
+/// returned root keeps its hand-over socket for [`Running::confirm_exec`].
 pub fn start_in_prestarted(
     prestarted: Prestarted,
     prepared: PreparedForPrestarted,
     cap: usize,
+    confirm: bool,
 ) -> Option<Result<(Running, Collector, Collector), ExecError>> {
     let PreparedForPrestarted {
         image,
@@ -54,15 +70,21 @@ pub fn start_in_prestarted(
         pidfd: l.pidfd,
         cgroup_refused_clone3: false,
     };
-    Some(supervise(
-        child,
-        l.cgroup,
-        Some(l.memory),
-        l.stdout,
-        l.stderr,
-        stdin,
-        cap,
-    ))
+    Some(
+        supervise(
+            child,
+            l.cgroup,
+            Some(l.memory),
+            l.stdout,
+            l.stderr,
+            stdin,
+            cap,
+        )
+        .map(|(mut running, out, err)| {
+            running.handover = confirm.then_some(l.handover);
+            (running, out, err)
+        }),
+    )
 }
 
 /// Starts a prepared command the ordinary way. Returns the running root and its two output
@@ -164,6 +186,7 @@ fn supervise(
         prestarted,
         exec_failure: None,
         never_started: false,
+        handover: None,
     };
     if let Some((fd, bytes)) = stdin {
         match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
@@ -237,6 +260,46 @@ impl Running {
         if let Ok(mut roots) = ROOTS.lock() {
             roots.retain(|&p| p != self.pid);
         }
+    }
+
+    /// For a root that is a pre-started process: waits until it has exec'd the command or
+    /// exited (its hand-over socket reaches end-of-file, at most `limit`), and says which. A
+    /// plain spawn reports a failed exec before it returns, so its root is `Running` at once,
+    /// and so is a root still in `execve` after `limit` (a failure then shows as its exit).
+    pub async fn confirm_exec(&mut self, limit: Duration) -> Confirmed {
+        let Some(sock) = self.handover.take() else {
+            return Confirmed::Running;
+        };
+        // The child never writes to the socket: readable means end-of-file (or an error,
+        // which is as final).
+        // SAFETY: the OwnedFd keeps its descriptor open and unchanged for as long as the
+        // AsyncFd owns it, which is what `register_with_interest` requires.
+        match unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) } {
+            Ok(fd) => {
+                let _ = tokio::time::timeout(limit, fd.readable()).await;
+            }
+            Err(e) => {
+                let (_, e) = e.into_parts();
+                tracing::debug!(error = %e, "cannot watch a hand-over socket; taking the exec as done");
+                return Confirmed::Running;
+            }
+        }
+        let (failed, never) = match self.prestarted.as_ref() {
+            Some(m) => (m.exec_failure(), m.never_took()),
+            None => (None, false),
+        };
+        if failed.is_none() && !never {
+            return Confirmed::Running;
+        }
+        // It is exiting: reap it, and let `finish` read its block once more.
+        self.wait().await;
+        if let Some(e) = self.exec_failure.take() {
+            return Confirmed::ExecFailed(e);
+        }
+        if self.never_started {
+            return Confirmed::NeverStarted;
+        }
+        Confirmed::Running
     }
 
     /// Waits at most `limit` for the root to exit.

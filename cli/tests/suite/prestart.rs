@@ -571,3 +571,126 @@ async fn pids_max_binds_a_command_run_in_a_waiting_process() {
     );
     assert!(n <= 20, "{n} processes ran in a command limited to 20");
 }
+
+/// Waits until the background job `id` is no longer running; its record.
+async fn job_done(h: &Harness, id: &str) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        let job = h.ok("shell::status", json!({"job_id": id})).await["job"].clone();
+        if job["status"] != "running" {
+            return job;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "job {id} is still running: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `shell::exec_bg` starts its command the way `shell::exec` does: in a waiting process, in
+/// its own session and job cgroup, with the call's stdin and cwd, and the pool is topped up.
+#[tokio::test]
+async fn a_background_job_runs_in_a_waiting_process() {
+    let h = Harness::default().await;
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    let r = h
+        .ok(
+            "shell::exec_bg",
+            json!({"command": "sh", "args": ["-c", "echo $$; cut -d' ' -f6 /proc/self/stat; grep -c '^0::.*/job-' /proc/self/cgroup; pwd; cat"], "cwd": "/tmp", "stdin": "in"}),
+        )
+        .await;
+    let id = r["job_id"].as_str().expect("a job id").to_string();
+    let job = job_done(&h, &id).await;
+    assert_eq!(job["exit_code"], 0, "{job}");
+    let out = job["stdout"].as_str().unwrap_or_default();
+    let lines: Vec<&str> = out.lines().collect();
+    let pid: i32 = lines[0].parse().unwrap();
+    assert!(
+        waiting.contains(&pid),
+        "the job ran as pid {pid}, not in one of the waiting processes {waiting:?}"
+    );
+    assert_eq!(lines[1], lines[0], "its own session");
+    assert_eq!(lines[2], "1", "in a job cgroup: {out}");
+    assert_eq!(lines[3], "/tmp");
+    assert_eq!(lines[4], "in");
+    two_waiting(&h).await;
+}
+
+/// A background job whose program cannot be executed is still the call's error, with the
+/// message a spawn from scratch gives, and no job is listed for it.
+#[tokio::test]
+async fn a_background_exec_failure_is_the_calls_error_as_without_prestart() {
+    let dir = tempdir();
+    let prog = dir.path().join("not-a-program");
+    std::fs::write(&prog, b"\x00\x01\x02\x03 not an executable format").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let payload = json!({"command": prog.to_str().unwrap(), "args": []});
+
+    let warm = Harness::default().await;
+    warm.ok("shell::exec", json!({"command": "true"})).await;
+    two_waiting(&warm).await;
+    let a = warm.err("shell::exec_bg", payload.clone()).await;
+    let listed = warm.ok("shell::list", json!({})).await;
+
+    let cold = Harness::with_args(Config::builtin_default(), &["--no-prestart"]).await;
+    let b = cold.err("shell::exec_bg", payload).await;
+
+    assert_eq!((a.code, &a.message), (b.code, &b.message));
+    assert!(
+        a.message.contains("Exec format error (os error 8)"),
+        "{}",
+        a.message
+    );
+    assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(0), "{listed}");
+    // The failed process was reaped, and the pool is topped up again.
+    assert!(
+        eventually(Duration::from_secs(5), || zombies_of(warm.executor_pid)
+            .is_empty())
+        .await,
+        "zombies: {:?}",
+        zombies_of(warm.executor_pid)
+    );
+    two_waiting(&warm).await;
+}
+
+/// A background job handed to a waiting process that dies before taking it starts anyway,
+/// the ordinary way.
+#[tokio::test]
+async fn a_background_job_handed_to_a_process_that_dies_first_runs_anyway() {
+    let h = std::sync::Arc::new(Harness::default().await);
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    for &pid in &waiting {
+        // SAFETY: kill(2) on processes this test just listed; no memory is passed.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+    let call = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            h.ok(
+                "shell::exec_bg",
+                json!({"command": "echo", "args": ["ran"]}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !call.is_finished(),
+        "the call waits for the exec to be confirmed"
+    );
+    for &pid in &waiting {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let r = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call finished")
+        .unwrap();
+    let id = r["job_id"].as_str().expect("a job id").to_string();
+    let job = job_done(&h, &id).await;
+    assert_eq!(job["exit_code"], 0, "{job}");
+    assert_eq!(job["stdout"], "ran\n", "{job}");
+}
