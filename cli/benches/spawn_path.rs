@@ -10,7 +10,8 @@
 //! executor switches to that user); `BENCH_NO_PRESTART=1` starts them with `--no-prestart`
 //! (every command through the fallback spawn path); `BENCH_BASELINE_RUN_AS` gives the
 //! baseline executor another `confinement.run_as` (the same binary as both, for the uid switch).
-//! The last rows compare telemetry on and off and measure the worker's memory with it on;
+//! `BENCH_KINDS_ONLY=1` runs only the spaced comparison of `shell::exec`, `shell::exec_bg` and
+//! `shell::pty::open`. The last rows compare telemetry on and off and measure the worker's memory with it on;
 //! `BENCH_TELEMETRY_ONLY=1` runs only those.
 
 use std::ffi::CString;
@@ -75,6 +76,16 @@ fn main() {
     let respawn_iters = iters.min(300);
     if std::env::var_os("BENCH_TELEMETRY_ONLY").is_some() {
         rt.block_on(telemetry_only(iters, warmup));
+        return;
+    }
+    if std::env::var_os("BENCH_KINDS_ONLY").is_some() {
+        rt.block_on(async {
+            let (config, _jail) = bench_config();
+            let (services, mut child, _) = start_executor(&config, &bench_executor_args()).await;
+            spawn_kinds(&services, (iters / 10).max(40)).await;
+            drop(services);
+            wait_or_kill(&mut child, Duration::from_secs(5));
+        });
         return;
     }
     if std::env::var_os("BENCH_RESPAWN_ONLY").is_some() {
@@ -172,6 +183,8 @@ async fn bench(iters: usize, warmup: usize) {
         "spaced calls ({spaced_n} each, {} ms pause before every call)",
         SPACING.as_millis()
     ));
+
+    spawn_kinds(&services, spaced_n).await;
 
     // How much of the gap is Landlock: the same path with the command ruleset switched off.
     let mut no_landlock = config.clone();
@@ -835,6 +848,71 @@ async fn compare_spaced(
         iii: Stats::of(i),
         steal: Steal::since(steal),
     }
+}
+
+/// Pause before every call of [`spawn_kinds`].
+const KINDS_SPACING: Duration = Duration::from_millis(100);
+/// `shell::exec_bg` against `shell::exec` of the same program (issue 27 item 3).
+const BG_GOAL: f64 = 1.2;
+/// `shell::pty::open` against `shell::exec` of the same program.
+const PTY_GOAL: f64 = 2.0;
+
+/// Spaced round trips of the three ways to start `/bin/true`, taking turns, 100 ms apart:
+/// `shell::exec` (until the command has exited and been reaped), `shell::exec_bg` (until the
+/// job has started: its exec confirmed) and `shell::pty::open` (until the session's program
+/// runs). Every job and session is cleaned up outside the timing.
+async fn spawn_kinds(services: &Arc<Services>, iters: usize) {
+    let exec = json!({"command": TRUE, "args": []});
+    let bg = json!({"command": TRUE, "args": []});
+    let pty = json!({"cwd": "/tmp", "cols": 80, "rows": 24, "program": TRUE, "args": [],
+        "output_function_id": "iii::bench-ui::pty-output::console-spawn-kinds"});
+    let (mut e, mut b, mut p) = (Vec::new(), Vec::new(), Vec::new());
+    let steal = Steal::now();
+    for n in 0..iters {
+        for k in 0..3 {
+            tokio::time::sleep(KINDS_SPACING).await;
+            match (n + k) % 3 {
+                0 => e.push(iii_exec(services, &exec).await),
+                1 => {
+                    let t = Instant::now();
+                    let r = call(services, "shell::exec_bg", bg.clone()).await;
+                    b.push(t.elapsed());
+                    assert!(r["job_id"].is_string(), "{r}");
+                }
+                _ => {
+                    let t = Instant::now();
+                    let r = call(services, "shell::pty::open", pty.clone()).await;
+                    p.push(t.elapsed());
+                    let _ = dispatch(
+                        services,
+                        "shell::pty::close",
+                        json!({"session_id": r["session_id"], "access_key": r["access_key"]}),
+                        CallMeta::default(),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+    let steal = Steal::since(steal);
+    let (e, b, p) = (Stats::of(e), Stats::of(b), Stats::of(p));
+    println!(
+        "spawn kinds, spaced ({iters} each, {} ms pause before every call, taking turns):",
+        KINDS_SPACING.as_millis()
+    );
+    print_header();
+    print_row("shell::exec (to the reaped exit)", &e);
+    print_row("shell::exec_bg (to the confirmed exec)", &b);
+    print_row("shell::pty::open (to the running program)", &p);
+    let verdict = |r: f64, goal: f64| if r <= goal { "MET" } else { "NOT MET" };
+    let (rb, rp) = (b.p50 / e.p50, p.p50 / e.p50);
+    println!(
+        "  exec_bg / exec p50 {rb:.2}x (goal <= {BG_GOAL:.1}x: {}); pty::open / exec p50 {rp:.2}x (goal <= {PTY_GOAL:.1}x: {})",
+        verdict(rb, BG_GOAL),
+        verdict(rp, PTY_GOAL)
+    );
+    println!("  host: {}", fmt_steal(steal));
+    println!();
 }
 
 /// Installs `config` in the executor (generations after the bench's first policy).

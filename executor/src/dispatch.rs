@@ -8,7 +8,7 @@ use iii_shell_protocol::coder::CoderCall;
 use iii_shell_protocol::exec::StatusResponse;
 use iii_shell_protocol::fs::FsOp;
 use iii_shell_protocol::messages::{ExecSpec, Reply, Request};
-use iii_shell_protocol::pty::PtyReply;
+use iii_shell_protocol::pty::{PtyOp, PtyReply};
 use iii_shell_protocol::turns::TurnsCall;
 use iii_shell_protocol::ui_state::UiStateOp;
 use iii_shell_protocol::watch::WatchOp;
@@ -79,8 +79,16 @@ impl Executor {
             Request::Ping => (Ok(Reply::Pong), None),
             Request::Coder(call) => (self.coder(*call).await, None),
             Request::Pty(op) => {
-                let r = self.pty.handle_op(self.policy.get(), op).await;
-                (r.map(Reply::Pty).map_err(|e| e.to_wire()), None)
+                let opens = matches!(op, PtyOp::Open(_));
+                let policy = self.policy.get();
+                let r = self.pty.handle_op(policy.clone(), op).await;
+                // An open may have used a pre-started process: top the pool up, off the
+                // reply's path.
+                let cont: Option<fs::Continuation> = match (opens, policy) {
+                    (true, Some(p)) => Some(Box::pin(async move { p.refill_prestarted() })),
+                    _ => None,
+                };
+                (r.map(Reply::Pty).map_err(|e| e.to_wire()), cont)
             }
             Request::PtySubscribe => {
                 let cont = self.pty.subscribe(io, cancel);

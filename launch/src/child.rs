@@ -61,6 +61,9 @@ pub struct Command {
     pub envp: *const *const libc::c_char,
     pub stdin: RawFd,
     pub cwd: RawFd,
+    /// A terminal to make the command's stdin, stdout, stderr and controlling terminal
+    /// (a pre-started process handed a terminal session's program), or -1.
+    pub tty: RawFd,
 }
 
 impl Command {
@@ -71,6 +74,7 @@ impl Command {
         envp: std::ptr::null(),
         stdin: -1,
         cwd: -1,
+        tty: -1,
     };
 }
 
@@ -238,6 +242,17 @@ unsafe fn steps(s: &Setup) -> Result<std::convert::Infallible, isize> {
         if c.stdin >= 0 {
             // Received or inherited above 2 (0-2 are open), so this replaces fd 0.
             check(sys(libc::SYS_dup3, [c.stdin as usize, 0, 0, 0, 0, 0]))?;
+        }
+        if c.tty >= 0 {
+            // Received above 2, like a stdin. The process is a session leader without a
+            // controlling terminal (setsid above), so TIOCSCTTY makes this one its own.
+            for target in 0..3usize {
+                check(sys(libc::SYS_dup3, [c.tty as usize, target, 0, 0, 0, 0]))?;
+            }
+            check(sys(
+                libc::SYS_ioctl,
+                [0, libc::TIOCSCTTY as usize, 0, 0, 0, 0],
+            ))?;
         }
         if c.cwd >= 0 {
             check(sys(libc::SYS_fchdir, [c.cwd as usize, 0, 0, 0, 0, 0]))?;

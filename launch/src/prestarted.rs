@@ -25,10 +25,11 @@
 //!   dies, the socket reaches EOF and the child exits.
 //! * An exec failure is written to the block before the child exits; the caller reads it
 //!   once the child has been reaped and reports it as a spawn error.
-//! * `shell::exec` and `shell::exec_bg` use it. A background job must report a failed exec
-//!   at once: its call waits for the hand-over socket to reach end-of-file (the child's end
-//!   is close-on-exec, so that is the exec, or the exit after a failed one) and reads the
-//!   block. It is used only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
+//! * `shell::exec`, `shell::exec_bg` and `shell::pty::open` use it. A background job and a
+//!   terminal must report a failed exec at once: their call waits for the hand-over socket to
+//!   reach end-of-file (the child's end is close-on-exec, so that is the exec, or the exit
+//!   after a failed one) and reads the block. A terminal's program is handed the terminal
+//!   ([`Prestarted::launch_on_terminal`]) as its stdio and controlling terminal. It is used only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
 //!   unexpected — the child not ready yet, dead, or the hand-over failing — falls back to the
 //!   ordinary spawn. `executor --no-prestart` or `III_SHELL_PRESTART=0` turns it off.
 
@@ -55,6 +56,8 @@ const TAKEN: u32 = 3;
 const SENT_STDIN: u32 = 1;
 /// The hand-over carries the directory the command starts in.
 const SENT_CWD: u32 = 2;
+/// The hand-over carries a terminal: the command's stdio and controlling terminal.
+const SENT_TTY: u32 = 4;
 
 const STACK: usize = 64 * 1024;
 
@@ -192,6 +195,35 @@ pub struct PrestartedCommand {
     pub handover: OwnedFd,
 }
 
+impl PrestartedCommand {
+    /// Blocks until the hand-over socket reaches end-of-file (the command has exec'd, or the
+    /// process has exited), at most `limit`. False when `limit` passed first.
+    pub fn wait_exec_blocking(&self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut pfd = libc::pollfd {
+                fd: self.handover.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+            // SAFETY: poll on one pollfd that lives on this stack, for a descriptor we own.
+            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if r > 0 {
+                return true;
+            }
+            if r == 0 || left.is_zero() {
+                return false;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                // Nothing to wait on: read the block as it is.
+                return true;
+            }
+        }
+    }
+}
+
 /// What must outlive the child until it has exec'd: its block and stack, and the strings
 /// execve reads.
 pub struct ChildMemory {
@@ -231,6 +263,13 @@ impl ChildMemory {
     /// `handover` socket has reached end-of-file.
     pub fn never_took(&self) -> bool {
         self.block.state.load(Ordering::Acquire) == READY
+    }
+
+    /// Lets the memory go once the child no longer runs on it: its hand-over socket reached
+    /// end-of-file, so it has exec'd (its own memory now; execve had copied the strings
+    /// before it closed the socket) or exited.
+    pub fn release_after_exec(mut self) {
+        self.reaped = true;
     }
 
     /// Called once the child has been reaped.
@@ -508,10 +547,33 @@ impl Prestarted {
     /// take it (not ready, gone, or the hand-over failed); the child is discarded then, and
     /// the caller starts the command the ordinary way.
     pub fn launch(
+        self,
+        image: ExecImage,
+        stdin: Option<OwnedFd>,
+        cwd: Option<OwnedFd>,
+    ) -> Option<PrestartedCommand> {
+        self.hand_over(image, stdin, cwd, None)
+    }
+
+    /// [`Prestarted::launch`] for a terminal session's program: `tty` (the terminal's slave
+    /// side) becomes its stdin, stdout, stderr and controlling terminal, in place of the
+    /// `/dev/null` and the output pipes it waited with (the returned pipes then never carry
+    /// anything).
+    pub fn launch_on_terminal(
+        self,
+        image: ExecImage,
+        tty: OwnedFd,
+        cwd: Option<OwnedFd>,
+    ) -> Option<PrestartedCommand> {
+        self.hand_over(image, None, cwd, Some(tty))
+    }
+
+    fn hand_over(
         mut self,
         image: ExecImage,
         stdin: Option<OwnedFd>,
         cwd: Option<OwnedFd>,
+        tty: Option<OwnedFd>,
     ) -> Option<PrestartedCommand> {
         if !self.wait_ready() {
             return None;
@@ -525,12 +587,13 @@ impl Prestarted {
         self.block
             .envp
             .store(image.envp_ptr() as usize, Ordering::Release);
-        let sent =
-            if stdin.is_some() { SENT_STDIN } else { 0 } | if cwd.is_some() { SENT_CWD } else { 0 };
+        let sent = sent_flags(stdin.is_some(), cwd.is_some(), tty.is_some());
         self.block.sent.store(sent, Ordering::Release);
+        // In the order the child takes them: stdin, cwd, terminal.
         let raw: Vec<RawFd> = stdin
             .iter()
             .chain(cwd.iter())
+            .chain(tty.iter())
             .map(|f| f.as_raw_fd())
             .collect();
         let sock = self.sock.take()?;
@@ -543,7 +606,7 @@ impl Prestarted {
             return None;
         }
         // The child holds its own references now (in flight or installed).
-        drop((stdin, cwd));
+        drop((stdin, cwd, tty));
         let (Some(pidfd), Some(stdout), Some(stderr)) =
             (self.pidfd.take(), self.stdout.take(), self.stderr.take())
         else {
@@ -720,7 +783,9 @@ unsafe fn handover(arg: *const c_void) -> Result<child::Command, isize> {
         }
         b.state.store(TAKEN, Ordering::Release);
         let sent = b.sent.load(Ordering::Acquire);
-        let want = (sent & SENT_STDIN != 0) as usize + (sent & SENT_CWD != 0) as usize;
+        let want = (sent & SENT_STDIN != 0) as usize
+            + (sent & SENT_CWD != 0) as usize
+            + (sent & SENT_TTY != 0) as usize;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         let got = if cmsg.is_null() {
             0
@@ -742,12 +807,21 @@ unsafe fn handover(arg: *const c_void) -> Result<child::Command, isize> {
         // never 0 and replaces /dev/null. They and the socket are close-on-exec.
         let stdin = if sent & SENT_STDIN != 0 { take() } else { -1 };
         let cwd = if sent & SENT_CWD != 0 { take() } else { -1 };
+        let tty = if sent & SENT_TTY != 0 { take() } else { -1 };
         Ok(child::Command {
             program: b.program.load(Ordering::Acquire) as *const libc::c_char,
             argv: b.argv.load(Ordering::Acquire) as *const *const libc::c_char,
             envp: b.envp.load(Ordering::Acquire) as *const *const libc::c_char,
             stdin,
             cwd,
+            tty,
         })
     }
+}
+
+/// The block's `sent` word: which descriptors come along with a command.
+fn sent_flags(stdin: bool, cwd: bool, tty: bool) -> u32 {
+    (if stdin { SENT_STDIN } else { 0 })
+        | (if cwd { SENT_CWD } else { 0 })
+        | (if tty { SENT_TTY } else { 0 })
 }

@@ -72,6 +72,7 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
                 envp: envp_ptrs.as_ptr(),
                 stdin: -1,
                 cwd: plan.cwd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                tty: -1,
             },
             ..crate::child::Setup::new()
         },

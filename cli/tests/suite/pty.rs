@@ -1436,3 +1436,88 @@ async fn output_waits_for_an_output_function_registered_just_after_the_open() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Pids of the executor's children still in the executor's image and sleeping: its
+/// pre-started processes (as in `prestart.rs`).
+fn waiting_of(executor: i32) -> std::collections::BTreeSet<i32> {
+    let Ok(exe) = std::fs::read_link(format!("/proc/{executor}/exe")) else {
+        return Default::default();
+    };
+    child_states(executor as u32)
+        .into_iter()
+        .filter(|&(pid, state)| {
+            state == 'S' && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(exe.clone())
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// A session's program starts in a pre-started process, as a command does, with the
+/// terminal as its stdin, stdout, stderr and controlling terminal, in its own session and
+/// job cgroup; a program that cannot be executed is the open's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_starts_in_a_pre_started_process_on_its_own_terminal() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    caller
+        .call("shell::exec", json!({"command": "true"}))
+        .await
+        .unwrap();
+    let executor = w.executor_pid().expect("executor pid");
+    assert!(
+        eventually(WAIT, || waiting_of(executor).len() == 2).await,
+        "two waiting processes: {:?}",
+        waiting_of(executor)
+    );
+    let waiting = waiting_of(executor);
+    let script = "[ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo all-three-are-the-tty; \
+                  [ \"$(cut -d' ' -f7 /proc/self/stat)\" != 0 ] && echo has-a-controlling-tty; \
+                  [ \"$(cut -d' ' -f6 /proc/self/stat)\" = $$ ] && echo own-session; \
+                  grep -c '/job-' /proc/self/cgroup; stty size; echo done-probing";
+    let s = open(&caller, &page, json!({"args": ["-c", script]})).await;
+    assert!(
+        waiting.contains(&s.pid),
+        "the session's program is pid {}, not one of the waiting processes {waiting:?}",
+        s.pid
+    );
+    page.wait_text(&s.id, "done-probing").await;
+    let text = page.text(&s.id);
+    for needle in [
+        "all-three-are-the-tty",
+        "has-a-controlling-tty",
+        "own-session",
+        "24 80",
+    ] {
+        assert!(text.contains(needle), "{needle} missing: {text}");
+    }
+    // The pool is topped up after the open.
+    assert!(
+        eventually(WAIT, || waiting_of(executor).len() == 2).await,
+        "two waiting processes again: {:?}",
+        waiting_of(executor)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("not-a-program");
+    std::fs::write(&prog, b"\x00\x01\x02\x03 not an executable format").unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let e = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id,
+                   "program": prog.to_str().unwrap()}),
+        )
+        .await
+        .expect_err("a program that cannot be executed");
+    assert!(
+        e.message.contains("Exec format error (os error 8)"),
+        "{e:?}"
+    );
+    assert!(
+        eventually(WAIT, || zombies_of(executor as u32).is_empty()).await,
+        "zombies: {:?}",
+        zombies_of(executor as u32)
+    );
+}

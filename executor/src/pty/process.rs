@@ -18,6 +18,7 @@ use crate::prepare;
 use iii_shell_files::error::ExecError;
 use iii_shell_files::jail::fstat;
 use iii_shell_launch::cgroups::JobCgroup;
+use iii_shell_launch::plan::ExecImage;
 use iii_shell_launch::reaper::ROOTS;
 use iii_shell_launch::spawn::{self, Child, SpawnPlan};
 use iii_shell_policy::command::{check_command, CommandCheck};
@@ -134,6 +135,16 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
         set_cloexec(fd).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
     }
     spawn::set_nonblocking(&master).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
+    if let Some((child, cgroup)) = in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd)?
+    {
+        return Ok(Started {
+            child,
+            cgroup,
+            master,
+            cwd,
+            program,
+        });
+    }
     let dup = |fd: &OwnedFd| {
         fd.try_clone()
             .map_err(|e| ExecError::Internal(format!("pty: {e}")))
@@ -192,6 +203,84 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
         cwd,
         program,
     })
+}
+
+/// How long a session's start waits for a pre-started process to exec its program.
+const CONFIRM_EXEC: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Starts the session's program in a pre-started process, as `shell::exec` does, with the
+/// terminal as its stdio and controlling terminal. Waits until it has exec'd (as the ordinary
+/// spawn does), so a program that cannot be executed is still the open's error. `None` when no
+/// pre-started process is ready or it could not take the program (nothing ran): the caller
+/// spawns the ordinary way.
+fn in_prestarted(
+    policy: &Policy,
+    path: &str,
+    argv: &[String],
+    env: &[(String, String)],
+    slave: &OwnedFd,
+    cwd: &OwnedFd,
+) -> Result<Option<(Child, Option<JobCgroup>)>, ExecError> {
+    let Some(w) = policy.take_prestarted() else {
+        return Ok(None);
+    };
+    let image = match ExecImage::new(path, argv, policy.base_envp.clone(), env) {
+        Ok(i) => i,
+        Err(e) => {
+            policy.put_back_prestarted(w);
+            return Err(ExecError::Internal(format!("spawn setup: {e}")));
+        }
+    };
+    // Copies: the ordinary spawn still has the originals if the hand-over fails.
+    let (Ok(tty), Ok(cwd)) = (slave.try_clone(), cwd.try_clone()) else {
+        policy.put_back_prestarted(w);
+        return Ok(None);
+    };
+    let Some(l) = w.launch_on_terminal(image, tty, Some(cwd)) else {
+        return Ok(None);
+    };
+    if !l.wait_exec_blocking(CONFIRM_EXEC) {
+        // Still in execve after all that time: it may yet read the strings it was handed, so
+        // that memory is never freed (a leak of a few KiB, rather than memory freed under a
+        // process). The session goes on; a failure then shows as the program's exit.
+        tracing::warn!(pid = l.pid, "a terminal's program took over {CONFIRM_EXEC:?} to start; its start-up memory is kept for good");
+        std::mem::forget(l.memory);
+        return Ok(Some((
+            Child {
+                pid: l.pid,
+                pidfd: l.pidfd,
+                cgroup_refused_clone3: false,
+            },
+            l.cgroup,
+        )));
+    }
+    let failed = l.memory.exec_failure();
+    if failed.is_some() || l.memory.never_took() {
+        // It is exiting (or dead): reap it before its memory goes, then give its cgroup back.
+        let reaped = iii_shell_launch::wait::try_reap_blocking(&l.pidfd).is_ok();
+        if let Ok(mut roots) = ROOTS.lock() {
+            roots.retain(|&p| p != l.pid);
+        }
+        if reaped {
+            l.memory.release_after_exec();
+            if let Some(cg) = l.cgroup {
+                let _ = cg.recycle();
+            }
+        }
+        return match failed {
+            Some(e) => Err(prepare::spawn_error(path, &e)),
+            None => Ok(None),
+        };
+    }
+    l.memory.release_after_exec();
+    Ok(Some((
+        Child {
+            pid: l.pid,
+            pidfd: l.pidfd,
+            cgroup_refused_clone3: false,
+        },
+        l.cgroup,
+    )))
 }
 
 fn set_cloexec(fd: &OwnedFd) -> std::io::Result<()> {
