@@ -304,7 +304,7 @@ fn print_human(
     println!(
         "  pre-started        {}",
         match c.prestart.as_str() {
-            "on" => "yes (shell::exec runs commands in processes that confined themselves ahead of time)",
+            "on" => "yes (shell::exec, exec_bg and pty::open run programs in processes that confined themselves ahead of time)",
             "off" => "no (switched off: --no-prestart or III_SHELL_PRESTART=0)",
             _ => "no (needs clone3 with CLONE_INTO_CGROUP and job cgroups)",
         }
