@@ -276,7 +276,13 @@ impl Running {
         // AsyncFd owns it, which is what `register_with_interest` requires.
         match unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) } {
             Ok(fd) => {
-                let _ = tokio::time::timeout(limit, fd.readable()).await;
+                if tokio::time::timeout(limit, fd.readable()).await.is_err() {
+                    // No end-of-file yet (still in execve, or stopped before it took the
+                    // command): the block is not final, so it is not read. The job is taken
+                    // as started; its memory stays with this root until it is reaped, and a
+                    // failure shows as its exit.
+                    return Confirmed::Running;
+                }
             }
             Err(e) => {
                 let (_, e) = e.into_parts();

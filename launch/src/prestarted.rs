@@ -197,7 +197,8 @@ pub struct PrestartedCommand {
 
 impl PrestartedCommand {
     /// Blocks until the hand-over socket reaches end-of-file (the command has exec'd, or the
-    /// process has exited), at most `limit`. False when `limit` passed first.
+    /// process has exited), at most `limit`. False when `limit` passed first or `poll` failed:
+    /// the block is not final then, and the memory must not be let go.
     pub fn wait_exec_blocking(&self, limit: std::time::Duration) -> bool {
         let deadline = std::time::Instant::now() + limit;
         loop {
@@ -217,8 +218,9 @@ impl PrestartedCommand {
                 return false;
             }
             if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                // Nothing to wait on: read the block as it is.
-                return true;
+                // Cannot wait: say so. The caller must then treat the child as possibly
+                // still on its memory.
+                return false;
             }
         }
     }

@@ -7,13 +7,20 @@
 //! held until that process is reaped: 200 concurrent calls left the executor's heap 13 MB
 //! larger, and the allocator kept those pages after they were freed (the heap's top was
 //! pinned by live allocations). A mapping is touched only where the child actually writes
-//! (a page or two of a 64 KiB stack), and `munmap` hands all of it back on drop.
+//! (a page or two of a 64 KiB stack), and `munmap` hands all of it back on drop. A guard page
+//! below each stack makes an overflow fault instead of writing into the next mapping.
 
 use std::ptr::NonNull;
 
-/// An anonymous, private read-write mapping used as a child's stack; unmapped on drop.
+/// An anonymous, private read-write mapping used as a child's stack, with an inaccessible
+/// guard page below it (an overflow faults instead of writing into the next mapping);
+/// unmapped on drop.
 pub struct Stack {
-    base: NonNull<u8>,
+    /// The start of the whole mapping (the guard page).
+    map: NonNull<u8>,
+    /// The guard page's size.
+    guard: usize,
+    /// The usable size, above the guard.
     len: usize,
 }
 
@@ -23,15 +30,26 @@ unsafe impl Send for Stack {}
 // SAFETY: a shared reference only hands out the address and the length.
 unsafe impl Sync for Stack {}
 
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
+}
+
 impl Stack {
-    /// A mapping of `len` bytes (rounded up to pages by the kernel), untouched.
+    /// A usable mapping of `len` bytes (rounded up to pages by the kernel) above a guard
+    /// page, untouched.
     pub fn new(len: usize) -> std::io::Result<Stack> {
+        let guard = page_size();
+        let total = len
+            .checked_add(guard)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         // SAFETY: a fresh anonymous mapping at an address the kernel chooses; no existing
         // memory is affected.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
+                total,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
                 -1,
@@ -41,20 +59,28 @@ impl Stack {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        NonNull::new(p.cast::<u8>())
-            .map(|base| Stack { base, len })
-            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))
+        let Some(map) = NonNull::new(p.cast::<u8>()) else {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        };
+        let stack = Stack { map, guard, len };
+        // SAFETY: the first page of the mapping just made, which nothing uses.
+        if unsafe { libc::mprotect(p, guard, libc::PROT_NONE) } != 0 {
+            // Dropping `stack` unmaps it.
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stack)
     }
 
-    /// The lowest address of the mapping.
+    /// The lowest usable address (just above the guard page).
     pub fn base(&self) -> *mut u8 {
-        self.base.as_ptr()
+        // SAFETY: `guard` bytes into the mapping, which is `guard + len` long.
+        unsafe { self.map.as_ptr().add(self.guard) }
     }
 
     /// The highest 16-byte-aligned address at least `reserve` bytes below the mapping's end:
     /// where a downward-growing stack starts.
     pub fn top(&self, reserve: usize) -> usize {
-        (self.base.as_ptr() as usize + self.len - reserve) & !15
+        (self.base() as usize + self.len - reserve) & !15
     }
 
     pub fn len(&self) -> usize {
@@ -68,11 +94,11 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `new` made, which nothing uses any more (the
-        // owner keeps a stack until the child that ran on it has exec'd, exited or been
-        // reaped, and forgets it otherwise).
+        // SAFETY: unmaps exactly the mapping `new` made (guard included), which nothing uses
+        // any more (the owner keeps a stack until the child that ran on it has exec'd, exited
+        // or been reaped, and forgets it otherwise).
         unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
+            libc::munmap(self.map.as_ptr().cast(), self.guard + self.len);
         }
     }
 }
@@ -101,5 +127,26 @@ mod tests {
         assert_eq!(r, 0);
         let resident = vec.iter().filter(|b| *b & 1 == 1).count();
         assert_eq!(resident, 2, "{vec:?}");
+    }
+
+    #[test]
+    fn below_the_stack_is_a_guard_page() {
+        let s = Stack::new(64 * 1024).unwrap();
+        let guard = (s.base() as usize - page_size()) as *mut libc::c_void;
+        // The page below the base is mapped but inaccessible: mincore sees it, and an
+        // mprotect probe finds no access to it (reading it would fault).
+        let mut v = [0u8; 1];
+        // SAFETY: mincore on the guard page of our own mapping.
+        assert_eq!(
+            unsafe { libc::mincore(guard, page_size(), v.as_mut_ptr()) },
+            0
+        );
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let start = format!("{:x}-", guard as usize);
+        let line = maps
+            .lines()
+            .find(|l| l.starts_with(&start))
+            .unwrap_or_else(|| panic!("no mapping starts at {start}:\n{maps}"));
+        assert!(line.contains(" ---p "), "{line}");
     }
 }

@@ -694,3 +694,40 @@ async fn a_background_job_handed_to_a_process_that_dies_first_runs_anyway() {
     assert_eq!(job["exit_code"], 0, "{job}");
     assert_eq!(job["stdout"], "ran\n", "{job}");
 }
+
+/// A waiting process stopped before it takes a background job (a same-uid process can do
+/// that) holds the call up for the confirmation bound at most, never for good: the job is
+/// then taken as started, and runs once the process is continued.
+#[tokio::test]
+async fn a_background_job_handed_to_a_stopped_process_returns_within_the_bound() {
+    let h = std::sync::Arc::new(Harness::default().await);
+    h.ok("shell::exec", json!({"command": "true"})).await;
+    let waiting = two_waiting(&h).await;
+    for &pid in &waiting {
+        // SAFETY: kill(2) on processes this test just listed; no memory is passed.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+    let t = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(15),
+        h.ok(
+            "shell::exec_bg",
+            json!({"command": "echo", "args": ["ran late"]}),
+        ),
+    )
+    .await
+    .expect("the call returned within the confirmation bound");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_secs(4),
+        "it waited for the exec: {took:?}"
+    );
+    let id = r["job_id"].as_str().expect("a job id").to_string();
+    for &pid in &waiting {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+    let job = job_done(&h, &id).await;
+    assert_eq!(job["exit_code"], 0, "{job}");
+    assert_eq!(job["stdout"], "ran late\n", "{job}");
+}

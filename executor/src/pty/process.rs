@@ -240,8 +240,8 @@ fn in_prestarted(
         return Ok(None);
     };
     if !l.wait_exec_blocking(CONFIRM_EXEC) {
-        // Still in execve after all that time: it may yet read the strings it was handed, so
-        // that memory is never freed (a leak of a few KiB, rather than memory freed under a
+        // Still in execve after all that time (or the wait failed): it may yet read the
+        // strings it was handed, so that memory is never freed (a leak of a few KiB, rather than memory freed under a
         // process). The session goes on; a failure then shows as the program's exit.
         tracing::warn!(pid = l.pid, "a terminal's program took over {CONFIRM_EXEC:?} to start; its start-up memory is kept for good");
         std::mem::forget(l.memory);
@@ -263,8 +263,14 @@ fn in_prestarted(
         }
         if reaped {
             l.memory.release_after_exec();
-            if let Some(cg) = l.cgroup {
-                let _ = cg.recycle();
+        }
+        if let Some(cg) = l.cgroup {
+            // Reaped, it is empty and goes back to the pool; otherwise (or if something is
+            // still in it) it is never reused, and removed once empty.
+            let back = if reaped { cg.recycle() } else { Err(cg) };
+            if let Err(cg) = back {
+                cg.retire();
+                cg.remove();
             }
         }
         return match failed {
