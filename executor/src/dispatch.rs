@@ -28,6 +28,13 @@ fn done(r: Result<Reply, ExecError>) -> Handled {
     (r.map_err(|e| e.to_wire()), None)
 }
 
+/// After a call that may have used a pre-started process: top `policy`'s pool up, off the
+/// reply's path (not under a policy replaced meanwhile: a retired one starts none).
+fn refill(policy: Option<Arc<Policy>>) -> Option<fs::Continuation> {
+    let p = policy?;
+    Some(Box::pin(async move { p.refill_prestarted() }))
+}
+
 impl Executor {
     /// Handles one request against one policy snapshot.
     pub async fn handle(
@@ -45,12 +52,10 @@ impl Executor {
             Request::ExecBg(spec) => match self.current() {
                 Ok(p) => {
                     let r = self.jobs.spawn(p.clone(), spec).await;
-                    let r = r.map(Reply::ExecBg).map_err(|e| e.to_wire());
-                    // It may have used a pre-started process: top the pool up, off the
-                    // reply's path.
-                    let cont: Option<fs::Continuation> =
-                        Some(Box::pin(async move { p.refill_prestarted() }));
-                    (r, cont)
+                    (
+                        r.map(Reply::ExecBg).map_err(|e| e.to_wire()),
+                        refill(Some(p)),
+                    )
                 }
                 Err(e) => done(Err(e)),
             },
@@ -68,13 +73,7 @@ impl Executor {
             Request::Doctor => {
                 // Its probe command may have used a pre-started process: top the pool up, as
                 // after any call that runs a command, off the reply's path.
-                let p = self.policy.get();
-                let cont: Option<fs::Continuation> = Some(Box::pin(async move {
-                    if let Some(p) = p {
-                        p.refill_prestarted();
-                    }
-                }));
-                (Ok(self.doctor().await), cont)
+                (Ok(self.doctor().await), refill(self.policy.get()))
             }
             Request::Ping => (Ok(Reply::Pong), None),
             Request::Coder(call) => (self.coder(*call).await, None),
@@ -82,12 +81,7 @@ impl Executor {
                 let opens = matches!(op, PtyOp::Open(_));
                 let policy = self.policy.get();
                 let r = self.pty.handle_op(policy.clone(), op).await;
-                // An open may have used a pre-started process: top the pool up, off the
-                // reply's path.
-                let cont: Option<fs::Continuation> = match (opens, policy) {
-                    (true, Some(p)) => Some(Box::pin(async move { p.refill_prestarted() })),
-                    _ => None,
-                };
+                let cont = if opens { refill(policy) } else { None };
                 (r.map(Reply::Pty).map_err(|e| e.to_wire()), cont)
             }
             Request::PtySubscribe => {

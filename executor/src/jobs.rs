@@ -385,14 +385,8 @@ fn root_exited(tree: &JobTree) -> bool {
         || tree.reaped.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy
-/// failures keep their codes.
 /// A started root and its two output collectors.
 type Started = (Running, Collector, Collector);
-
-/// How long a background job's call waits for a pre-started process to exec its command
-/// before it takes the job as started (an `execve` of a binary on a slow filesystem).
-const CONFIRM_EXEC: Duration = Duration::from_secs(5);
 
 /// Starts the job's command in a pre-started process, as `shell::exec` does: the same checks
 /// (`prepare::prepare_for_prestarted`), and the exec confirmed before the call returns, so a
@@ -424,7 +418,7 @@ async fn prestarted(
         return Ok(None);
     };
     let (mut running, out, err) = r.map_err(plain_spawn_error)?;
-    match running.confirm_exec(CONFIRM_EXEC).await {
+    match running.confirm_exec().await {
         Confirmed::Running => Ok(Some((span, (running, out, err)))),
         Confirmed::ExecFailed(e) => {
             release_later(running.tree.clone());
@@ -438,6 +432,8 @@ async fn prestarted(
     }
 }
 
+/// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy
+/// failures keep their codes.
 fn plain_spawn_error(e: ExecError) -> ExecError {
     match e {
         ExecError::Internal(m) => ExecError::Plain(m),

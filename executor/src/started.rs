@@ -13,7 +13,7 @@ use crate::capture::Collector;
 use crate::prepare::{spawn_error, Prepared, PreparedForPrestarted};
 use iii_shell_files::error::ExecError;
 use iii_shell_launch::cgroups::JobCgroup;
-use iii_shell_launch::prestarted::{ChildMemory, Outcome, Prestarted};
+use iii_shell_launch::prestarted::{ChildMemory, Outcome, Prestarted, CONFIRM_EXEC};
 use iii_shell_launch::reaper::ROOTS;
 use iii_shell_launch::reaper::{self, ExitStatus};
 use iii_shell_launch::spawn::Child;
@@ -263,39 +263,22 @@ impl Running {
     }
 
     /// For a root that is a pre-started process: waits until it has exec'd the command or
-    /// exited (its hand-over socket reaches end-of-file, at most `limit`), and says which. A
-    /// plain spawn reports a failed exec before it returns, so its root is `Running` at once,
-    /// and so is a root still in `execve` after `limit` (a failure then shows as its exit).
-    pub async fn confirm_exec(&mut self, limit: Duration) -> Confirmed {
+    /// exited (its hand-over socket reaches end-of-file, at most
+    /// [`iii_shell_launch::prestarted::CONFIRM_EXEC`]), and says which. A plain spawn reports a
+    /// failed exec before it returns, so its root is `Running` at once, and so is a root with no
+    /// end-of-file in time (still in `execve`, or stopped before it took the command): its
+    /// block is not final then, so it is not read, its memory stays with this root until it is
+    /// reaped, and a failure shows as its exit.
+    pub async fn confirm_exec(&mut self) -> Confirmed {
         let Some(sock) = self.handover.take() else {
             return Confirmed::Running;
         };
-        // The child never writes to the socket: readable means end-of-file (or an error,
-        // which is as final).
-        // SAFETY: the OwnedFd keeps its descriptor open and unchanged for as long as the
-        // AsyncFd owns it, which is what `register_with_interest` requires.
-        match unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) } {
-            Ok(fd) => {
-                if tokio::time::timeout(limit, fd.readable()).await.is_err() {
-                    // No end-of-file yet (still in execve, or stopped before it took the
-                    // command): the block is not final, so it is not read. The job is taken
-                    // as started; its memory stays with this root until it is reaped, and a
-                    // failure shows as its exit.
-                    return Confirmed::Running;
-                }
-            }
-            Err(e) => {
-                let (_, e) = e.into_parts();
-                tracing::debug!(error = %e, "cannot watch a hand-over socket; taking the exec as done");
-                return Confirmed::Running;
-            }
-        }
-        let (failed, never) = match self.prestarted.as_ref() {
-            Some(m) => (m.exec_failure(), m.never_took()),
-            None => (None, false),
-        };
-        if failed.is_none() && !never {
+        if !handover_closed(sock).await {
             return Confirmed::Running;
+        }
+        match self.prestarted.as_ref().map(ChildMemory::peek) {
+            Some(Outcome::ExecFailed(_) | Outcome::NeverStarted) => {}
+            Some(Outcome::Took) | None => return Confirmed::Running,
         }
         // It is exiting: reap it, and let `finish` read its block once more.
         self.wait().await;
@@ -311,6 +294,25 @@ impl Running {
     /// Waits at most `limit` for the root to exit.
     pub async fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
         tokio::time::timeout(limit, self.wait()).await.ok()
+    }
+}
+
+/// Waits for a pre-started process's hand-over socket to reach end-of-file (it has exec'd or
+/// exited: its end is close-on-exec, and it never writes), at most
+/// [`iii_shell_launch::prestarted::CONFIRM_EXEC`]. False when that passed first or the socket
+/// cannot be watched: the child may still be on the memory it was started on.
+pub async fn handover_closed(sock: OwnedFd) -> bool {
+    // SAFETY: the OwnedFd keeps its descriptor open and unchanged for as long as the AsyncFd
+    // owns it, which is what `register_with_interest` requires.
+    match unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) } {
+        Ok(fd) => tokio::time::timeout(CONFIRM_EXEC, fd.readable())
+            .await
+            .is_ok_and(|r| r.is_ok()),
+        Err(e) => {
+            let (_, e) = e.into_parts();
+            tracing::debug!(error = %e, "cannot watch a hand-over socket");
+            false
+        }
     }
 }
 

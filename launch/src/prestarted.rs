@@ -29,7 +29,8 @@
 //!   terminal must report a failed exec at once: their call waits for the hand-over socket to
 //!   reach end-of-file (the child's end is close-on-exec, so that is the exec, or the exit
 //!   after a failed one) and reads the block. A terminal's program is handed the terminal
-//!   ([`Prestarted::launch_on_terminal`]) as its stdio and controlling terminal. It is used only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
+//!   ([`Prestarted::launch_on_terminal`]) as its stdio and controlling terminal. It is used
+//!   only where clone3 with `CLONE_INTO_CGROUP` works (x86_64, Linux 5.7+); anything
 //!   unexpected — the child not ready yet, dead, or the hand-over failing — falls back to the
 //!   ordinary spawn. `executor --no-prestart` or `III_SHELL_PRESTART=0` turns it off.
 
@@ -60,6 +61,12 @@ const SENT_CWD: u32 = 2;
 const SENT_TTY: u32 = 4;
 
 const STACK: usize = 64 * 1024;
+
+/// How long a call that must know whether its exec worked (a background job, a terminal)
+/// waits for the hand-over socket's end-of-file before it takes the command as started: an
+/// `execve` from a slow filesystem, or a waiting process stopped before it took the command.
+/// The block is not read then, and the memory stays with the root until it is reaped.
+pub const CONFIRM_EXEC: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a waiting process is called (`comm`, at most 15 bytes).
 const NAME: &[u8; 15] = b"iii-prestarted\0";
@@ -190,40 +197,9 @@ pub struct PrestartedCommand {
     /// The executor's end of the hand-over socket. The child's end is close-on-exec, and the
     /// child never writes to it, so it reaches end-of-file once the command has replaced the
     /// process or the process has exited: a caller that must know at once whether the exec
-    /// worked (a background job, a terminal) waits for that, then asks
-    /// [`ChildMemory::exec_failure`]. Dropping it changes nothing for the child.
+    /// worked (a background job, a terminal) waits for that, at most [`CONFIRM_EXEC`], then
+    /// asks [`ChildMemory::peek`]. Dropping it changes nothing for the child.
     pub handover: OwnedFd,
-}
-
-impl PrestartedCommand {
-    /// Blocks until the hand-over socket reaches end-of-file (the command has exec'd, or the
-    /// process has exited), at most `limit`. False when `limit` passed first or `poll` failed:
-    /// the block is not final then, and the memory must not be let go.
-    pub fn wait_exec_blocking(&self, limit: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let mut pfd = libc::pollfd {
-                fd: self.handover.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-            // SAFETY: poll on one pollfd that lives on this stack, for a descriptor we own.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if r > 0 {
-                return true;
-            }
-            if r == 0 || left.is_zero() {
-                return false;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                // Cannot wait: say so. The caller must then treat the child as possibly
-                // still on its memory.
-                return false;
-            }
-        }
-    }
 }
 
 /// What must outlive the child until it has exec'd: its block and stack, and the strings
@@ -253,18 +229,17 @@ pub enum Outcome {
 }
 
 impl ChildMemory {
-    /// The exec error the child reported, if it reported one. Final once its `handover`
-    /// socket has reached end-of-file (the child writes it before it exits).
-    pub fn exec_failure(&self) -> Option<std::io::Error> {
-        (self.block.state.load(Ordering::Acquire) == FAILED).then(|| {
-            std::io::Error::from_raw_os_error(self.block.err.load(Ordering::Acquire).max(1))
-        })
-    }
-
-    /// Whether the child died before it received the command (nothing ran). Final once its
-    /// `handover` socket has reached end-of-file.
-    pub fn never_took(&self) -> bool {
-        self.block.state.load(Ordering::Acquire) == READY
+    /// What the child's block says became of it, without taking it as reaped: final once
+    /// the child has been reaped, or once its `handover` socket has reached end-of-file (it
+    /// writes the block before it exits, and execs only after it has left `READY`).
+    pub fn peek(&self) -> Outcome {
+        match self.block.state.load(Ordering::Acquire) {
+            FAILED => Outcome::ExecFailed(std::io::Error::from_raw_os_error(
+                self.block.err.load(Ordering::Acquire).max(1),
+            )),
+            READY => Outcome::NeverStarted,
+            _ => Outcome::Took,
+        }
     }
 
     /// Lets the memory go once the child no longer runs on it: its hand-over socket reached
@@ -277,13 +252,7 @@ impl ChildMemory {
     /// Called once the child has been reaped.
     pub fn outcome(&mut self) -> Outcome {
         self.reaped = true;
-        match self.block.state.load(Ordering::Acquire) {
-            FAILED => Outcome::ExecFailed(std::io::Error::from_raw_os_error(
-                self.block.err.load(Ordering::Acquire).max(1),
-            )),
-            READY => Outcome::NeverStarted,
-            _ => Outcome::Took,
-        }
+        self.peek()
     }
 }
 

@@ -19,18 +19,7 @@ async fn status(h: &Harness, id: &str) -> Value {
 
 /// Polls `shell::status` until the job has left `running`; returns the record.
 async fn wait_done(h: &Harness, id: &str) -> Value {
-    let start = Instant::now();
-    loop {
-        let job = status(h, id).await;
-        if job["status"] != "running" {
-            return job;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "job {id} is still running: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    job_done(h, id).await
 }
 
 async fn spawn(h: &Harness, payload: Value) -> String {

@@ -12,23 +12,6 @@ use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::Request;
 use serde_json::json;
 
-/// Pids of the executor's children that are still the executor's image (not exec'd yet),
-/// sleeping: the pre-started processes waiting for a command.
-fn waiting_of(executor: u32) -> BTreeSet<i32> {
-    let Ok(exe) = std::fs::read_link(format!("/proc/{executor}/exe")) else {
-        return BTreeSet::new();
-    };
-    child_states(executor)
-        .into_iter()
-        // Compared by image, not name: a child cloned from a runtime worker thread carries
-        // that thread's name.
-        .filter(|&(pid, state)| {
-            state == 'S' && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(exe.clone())
-        })
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
 /// Sends the executor a newer policy: the built-in default with `max_output_bytes: 4`.
 async fn install_four_byte_policy(h: &Harness) {
     let mut config = Config::builtin_default();
@@ -570,22 +553,6 @@ async fn pids_max_binds_a_command_run_in_a_waiting_process() {
         "the command ran as pid {pid}, not in one of the waiting processes {waiting:?}"
     );
     assert!(n <= 20, "{n} processes ran in a command limited to 20");
-}
-
-/// Waits until the background job `id` is no longer running; its record.
-async fn job_done(h: &Harness, id: &str) -> serde_json::Value {
-    let start = std::time::Instant::now();
-    loop {
-        let job = h.ok("shell::status", json!({"job_id": id})).await["job"].clone();
-        if job["status"] != "running" {
-            return job;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "job {id} is still running: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// `shell::exec_bg` starts its command the way `shell::exec` does: in a waiting process, in

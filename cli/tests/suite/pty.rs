@@ -1437,21 +1437,6 @@ async fn output_waits_for_an_output_function_registered_just_after_the_open() {
     }
 }
 
-/// Pids of the executor's children still in the executor's image and sleeping: its
-/// pre-started processes (as in `prestart.rs`).
-fn waiting_of(executor: i32) -> std::collections::BTreeSet<i32> {
-    let Ok(exe) = std::fs::read_link(format!("/proc/{executor}/exe")) else {
-        return Default::default();
-    };
-    child_states(executor as u32)
-        .into_iter()
-        .filter(|&(pid, state)| {
-            state == 'S' && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(exe.clone())
-        })
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
 /// A session's program starts in a pre-started process, as a command does, with the
 /// terminal as its stdin, stdout, stderr and controlling terminal, in its own session and
 /// job cgroup; a program that cannot be executed is the open's error.
@@ -1467,11 +1452,11 @@ async fn a_session_starts_in_a_pre_started_process_on_its_own_terminal() {
         .unwrap();
     let executor = w.executor_pid().expect("executor pid");
     assert!(
-        eventually(WAIT, || waiting_of(executor).len() == 2).await,
+        eventually(WAIT, || waiting_of(executor as u32).len() == 2).await,
         "two waiting processes: {:?}",
-        waiting_of(executor)
+        waiting_of(executor as u32)
     );
-    let waiting = waiting_of(executor);
+    let waiting = waiting_of(executor as u32);
     let script = "[ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo all-three-are-the-tty; \
                   [ \"$(cut -d' ' -f7 /proc/self/stat)\" != 0 ] && echo has-a-controlling-tty; \
                   [ \"$(cut -d' ' -f6 /proc/self/stat)\" = $$ ] && echo own-session; \
@@ -1494,9 +1479,9 @@ async fn a_session_starts_in_a_pre_started_process_on_its_own_terminal() {
     }
     // The pool is topped up after the open.
     assert!(
-        eventually(WAIT, || waiting_of(executor).len() == 2).await,
+        eventually(WAIT, || waiting_of(executor as u32).len() == 2).await,
         "two waiting processes again: {:?}",
-        waiting_of(executor)
+        waiting_of(executor as u32)
     );
 
     let dir = tempfile::tempdir().unwrap();
@@ -1520,4 +1505,65 @@ async fn a_session_starts_in_a_pre_started_process_on_its_own_terminal() {
         "zombies: {:?}",
         zombies_of(executor as u32)
     );
+}
+
+/// A terminal handed to a waiting process that was stopped before it took the program (a
+/// same-uid process can do that) waits for it on its own: other calls are answered meanwhile,
+/// and the open still returns, within the confirmation bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_handed_to_a_stopped_process_holds_up_no_other_call() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = std::sync::Arc::new(engine.client().await);
+    let page = Page::new(&engine, "shell").await;
+    caller
+        .call("shell::exec", json!({"command": "true"}))
+        .await
+        .unwrap();
+    let executor = w.executor_pid().expect("executor pid") as u32;
+    assert!(
+        eventually(WAIT, || waiting_of(executor).len() == 2).await,
+        "two waiting processes: {:?}",
+        waiting_of(executor)
+    );
+    let waiting = waiting_of(executor);
+    for &pid in &waiting {
+        // SAFETY: kill(2) on processes this test just listed; no memory is passed.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+    let open = {
+        let (c, id) = (caller.clone(), page.id.clone());
+        tokio::spawn(async move {
+            c.call(
+                "shell::pty::open",
+                json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": id,
+                       "program": "true"}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !open.is_finished(),
+        "the open waits for the program to start"
+    );
+    let t = Instant::now();
+    caller
+        .call("shell::fs::stat", json!({"path": "/tmp"}))
+        .await
+        .expect("stat while an open waits");
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "another call waited {:?} behind the open",
+        t.elapsed()
+    );
+    let r = tokio::time::timeout(Duration::from_secs(15), open)
+        .await
+        .expect("the open returned within the confirmation bound")
+        .unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    for &pid in &waiting {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
 }

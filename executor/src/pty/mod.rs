@@ -458,7 +458,7 @@ impl Table {
                     &spec.output_function_id,
                 ))
             })?;
-        let started = process::start(&policy, &spec)?;
+        let started = process::start(&policy, &spec).await?;
         let process::Started {
             child,
             cgroup,

@@ -15,10 +15,12 @@ use iii_shell_protocol::pty::{parse_output_target, OpenSpec};
 
 use crate::policy::Policy;
 use crate::prepare;
+use crate::started;
 use iii_shell_files::error::ExecError;
 use iii_shell_files::jail::fstat;
 use iii_shell_launch::cgroups::JobCgroup;
 use iii_shell_launch::plan::ExecImage;
+use iii_shell_launch::prestarted::{Outcome, PrestartedCommand, CONFIRM_EXEC};
 use iii_shell_launch::reaper::ROOTS;
 use iii_shell_launch::spawn::{self, Child, SpawnPlan};
 use iii_shell_policy::command::{check_command, CommandCheck};
@@ -90,7 +92,7 @@ pub fn login_shell(policy: &Policy) -> String {
 }
 
 /// Opens the PTY and starts the program on it.
-pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
+pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     check(policy, spec)?;
     let resolved = policy.jail.resolve(&spec.cwd)?;
     let st = fstat(&resolved.fd).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
@@ -135,7 +137,8 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
         set_cloexec(fd).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
     }
     spawn::set_nonblocking(&master).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
-    if let Some((child, cgroup)) = in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd)?
+    if let Some((child, cgroup)) =
+        in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd).await?
     {
         return Ok(Started {
             child,
@@ -205,15 +208,12 @@ pub fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     })
 }
 
-/// How long a session's start waits for a pre-started process to exec its program.
-const CONFIRM_EXEC: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Starts the session's program in a pre-started process, as `shell::exec` does, with the
-/// terminal as its stdio and controlling terminal. Waits until it has exec'd (as the ordinary
-/// spawn does), so a program that cannot be executed is still the open's error. `None` when no
-/// pre-started process is ready or it could not take the program (nothing ran): the caller
-/// spawns the ordinary way.
-fn in_prestarted(
+/// terminal as its stdio and controlling terminal. Waits (without holding the executor's
+/// thread) until it has exec'd, as the ordinary spawn does, so a program that cannot be
+/// executed is still the open's error. `None` when no pre-started process is ready or it could
+/// not take the program (nothing ran): the caller spawns the ordinary way.
+async fn in_prestarted(
     policy: &Policy,
     path: &str,
     argv: &[String],
@@ -239,54 +239,57 @@ fn in_prestarted(
     let Some(l) = w.launch_on_terminal(image, tty, Some(cwd)) else {
         return Ok(None);
     };
-    if !l.wait_exec_blocking(CONFIRM_EXEC) {
-        // Still in execve after all that time (or the wait failed): it may yet read the
-        // strings it was handed, so that memory is never freed (a leak of a few KiB, rather than memory freed under a
+    let PrestartedCommand {
+        pid,
+        pidfd,
+        cgroup,
+        memory,
+        handover,
+        ..
+    } = l;
+    let child = Child {
+        pid,
+        pidfd,
+        cgroup_refused_clone3: false,
+    };
+    if !started::handover_closed(handover).await {
+        // No end-of-file in time (still in execve, or stopped before it took the program): it
+        // may yet read the strings it was handed, and a session holds no `ChildMemory` until
+        // its end, so that memory is never freed (a few KiB, rather than memory freed under a
         // process). The session goes on; a failure then shows as the program's exit.
-        tracing::warn!(pid = l.pid, "a terminal's program took over {CONFIRM_EXEC:?} to start; its start-up memory is kept for good");
-        std::mem::forget(l.memory);
-        return Ok(Some((
-            Child {
-                pid: l.pid,
-                pidfd: l.pidfd,
-                cgroup_refused_clone3: false,
-            },
-            l.cgroup,
-        )));
+        tracing::warn!(pid, "a terminal's program did not start within {CONFIRM_EXEC:?}; its start-up memory is kept for good");
+        std::mem::forget(memory);
+        return Ok(Some((child, cgroup)));
     }
-    let failed = l.memory.exec_failure();
-    if failed.is_some() || l.memory.never_took() {
-        // It is exiting (or dead): reap it before its memory goes, then give its cgroup back.
-        let reaped = iii_shell_launch::wait::try_reap_blocking(&l.pidfd).is_ok();
-        if let Ok(mut roots) = ROOTS.lock() {
-            roots.retain(|&p| p != l.pid);
+    let failed = match memory.peek() {
+        Outcome::Took => {
+            memory.release_after_exec();
+            return Ok(Some((child, cgroup)));
         }
-        if reaped {
-            l.memory.release_after_exec();
-        }
-        if let Some(cg) = l.cgroup {
-            // Reaped, it is empty and goes back to the pool; otherwise (or if something is
-            // still in it) it is never reused, and removed once empty.
-            let back = if reaped { cg.recycle() } else { Err(cg) };
-            if let Err(cg) = back {
-                cg.retire();
-                cg.remove();
-            }
-        }
-        return match failed {
-            Some(e) => Err(prepare::spawn_error(path, &e)),
-            None => Ok(None),
-        };
+        Outcome::ExecFailed(e) => Some(e),
+        Outcome::NeverStarted => None,
+    };
+    // It is exiting (or dead): reap it before its memory goes, then give its cgroup back.
+    let reaped = iii_shell_launch::wait::try_reap_blocking(&child.pidfd).is_ok();
+    if let Ok(mut roots) = ROOTS.lock() {
+        roots.retain(|&p| p != pid);
     }
-    l.memory.release_after_exec();
-    Ok(Some((
-        Child {
-            pid: l.pid,
-            pidfd: l.pidfd,
-            cgroup_refused_clone3: false,
-        },
-        l.cgroup,
-    )))
+    if reaped {
+        memory.release_after_exec();
+    }
+    if let Some(cg) = cgroup {
+        // Reaped, it is empty and goes back to the pool; otherwise (or if something is still
+        // in it) it is never reused, and removed once empty.
+        let back = if reaped { cg.recycle() } else { Err(cg) };
+        if let Err(cg) = back {
+            cg.retire();
+            cg.remove();
+        }
+    }
+    match failed {
+        Some(e) => Err(prepare::spawn_error(path, &e)),
+        None => Ok(None),
+    }
 }
 
 fn set_cloexec(fd: &OwnedFd) -> std::io::Result<()> {
@@ -336,8 +339,8 @@ mod tests {
 
     /// A terminal session's job cgroup carries the policy's `job_limits`, as a command's
     /// does: not "max" (a fresh cgroup) nor whatever the job that last used a pooled one had.
-    #[test]
-    fn a_session_runs_under_the_policy_pids_max() {
+    #[tokio::test]
+    async fn a_session_runs_under_the_policy_pids_max() {
         let launcher = std::sync::Arc::new(iii_shell_launch::Launcher::new(
             iii_shell_launch::Settings::private(),
         ));
@@ -362,7 +365,7 @@ mod tests {
             argv: Some(vec!["sleep".into(), "30".into()]),
             env: Vec::new(),
         };
-        let started = start(&policy, &spec).expect("a session");
+        let started = start(&policy, &spec).await.expect("a session");
         let cg = started.cgroup.as_ref().expect("a job cgroup");
         let limit = pids_max_of(&policy, started.child.pid, cg);
         // SAFETY: pidfd_send_signal on a pidfd we own; no memory is passed.

@@ -151,3 +151,23 @@ pub async fn spawn_pinned(
     let client = ExecutorClient::connect(stream).await.expect("handshake");
     (child, client, dir)
 }
+
+/// Polls `shell::status` until the background job `id` has left `running` (at most 20 s);
+/// its record.
+pub async fn job_done(h: &Harness, id: &str) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let job = h
+            .ok("shell::status", serde_json::json!({ "job_id": id }))
+            .await["job"]
+            .clone();
+        if job["status"] != "running" {
+            return job;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "job {id} is still running: {job}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -131,3 +131,19 @@ pub fn job_cgroup_base_of(pid: u32) -> Option<PathBuf> {
 pub fn job_cgroups_enabled(pid: u32) -> bool {
     job_cgroup_base_of(pid).is_some()
 }
+
+/// Pids of `executor`'s children that are still the executor's image (not exec'd yet) and
+/// sleeping: its pre-started processes, waiting for a command. Compared by image, not name: a
+/// child cloned from a runtime worker thread carries that thread's name.
+pub fn waiting_of(executor: u32) -> std::collections::BTreeSet<i32> {
+    let Ok(exe) = std::fs::read_link(format!("/proc/{executor}/exe")) else {
+        return Default::default();
+    };
+    child_states(executor)
+        .into_iter()
+        .filter(|&(pid, state)| {
+            state == 'S' && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(exe.clone())
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
