@@ -56,7 +56,13 @@ pub fn check(file: &Path) -> Result<String, String> {
     if let Some(w) = &home.warning {
         out.push_str(&format!("  warning: {w}\n"));
     }
-    for gap in &policy.commands.landlock.gaps {
+    // The command ruleset comes from the walk for protected entries, which the executor runs
+    // off the call path; check-config waits for it, to report what it finds.
+    let ruleset = policy
+        .commands_ruleset_blocking()
+        .as_ref()
+        .map_err(|e| format!("the executor would refuse its commands: {e}"))?;
+    for gap in &ruleset.gaps {
         out.push_str(&format!("  note: {gap}\n"));
     }
     Ok(out)

@@ -24,7 +24,7 @@ fn once(launcher: &Launcher, confinement: Option<&CommandConfinement>) -> f64 {
     )
     .unwrap();
     if let Some(c) = confinement {
-        plan.confinement = c.child();
+        plan.confinement = c.child().expect("ruleset");
     }
     let t = Instant::now();
     let child = launcher.spawn(&plan).expect("spawn");
@@ -74,7 +74,8 @@ fn main() {
         cases.push(("nnp + rlimits only", only(false, false)));
     }
     for (name, config) in cases {
-        let conf = CommandConfinement::build(&config, &Default::default()).expect("confinement");
+        let conf =
+            CommandConfinement::build_now(&config, &Default::default()).expect("confinement");
         for _ in 0..200 {
             once(&launcher, None);
             once(&launcher, Some(&conf));
@@ -88,8 +89,8 @@ fn main() {
         let (p50b, p99b) = (pct(&mut confined, 0.5), pct(&mut confined, 0.99));
         println!(
             "{name}: landlock {} ({} rules), seccomp {} ({})",
-            conf.landlock.enforcement.as_str(),
-            conf.landlock.rules,
+            conf.ruleset().expect("ruleset").enforcement.as_str(),
+            conf.ruleset().expect("ruleset").rules,
             conf.seccomp.is_some(),
             if conf.seccomp_per_spawn {
                 "loaded per spawn"
@@ -121,10 +122,11 @@ fn special_bits(iters: usize) {
     let launcher = Launcher::new(Settings::plain());
     let mut c = Config::builtin_default();
     c.confinement.landlock = false;
-    let per_spawn = CommandConfinement::build(&c, &Default::default()).expect("confinement");
+    let per_spawn = CommandConfinement::build_now(&c, &Default::default()).expect("confinement");
     assert_eq!(per_spawn.special_bits, special_bits::Placement::PerSpawn);
     special_bits::settle(true);
-    let mut inherited = CommandConfinement::build(&c, &Default::default()).expect("confinement");
+    let mut inherited =
+        CommandConfinement::build_now(&c, &Default::default()).expect("confinement");
     inherited
         .replace_special_bits(false, true)
         .expect("placement");

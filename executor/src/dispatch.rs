@@ -111,7 +111,8 @@ impl Executor {
                 generation: current,
             });
         }
-        let built = Policy::build(generation, config_json)
+        let previous = self.policy.get();
+        let built = Policy::build_after(generation, config_json, previous.as_deref())
             .map(|p| p.with_launcher(self.launcher.clone()))
             .and_then(|p| self.within_envelope(p))
             .and_then(|p| self.launcher.apply_run_as(&p.config).map(|()| p))
@@ -151,9 +152,16 @@ impl Executor {
                         );
                     }
                 }
+                // Accepted, and the command user settled: the walk may start.
+                p.start_walk();
                 self.policy.set(p);
                 if let Some(p) = self.policy.get() {
-                    p.refill_prestarted();
+                    // Once the ruleset is built (off this path), the pool is filled.
+                    tokio::spawn(async move {
+                        if p.commands_ready().await.is_ok() {
+                            p.refill_prestarted();
+                        }
+                    });
                 }
                 Ok(Reply::PolicyAccepted { generation })
             }

@@ -63,7 +63,19 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         };
     };
     let c = &policy.config.confinement;
-    let ll = &policy.commands.landlock;
+    // The ruleset is built off the call path once the protected entries are known; the
+    // report waits for it, as a command does.
+    policy.start_walk();
+    let ruleset = policy.commands.landlock.wait().await;
+    let (ll_enforcement, ll_rules, ll_scoped, ll_gaps) = match ruleset {
+        Ok(r) => (
+            r.enforcement.as_str().to_string(),
+            r.rules as u64,
+            r.scoped,
+            r.gaps.clone(),
+        ),
+        Err(e) => ("not enforced".to_string(), 0, false, vec![e.clone()]),
+    };
     let names = [
         "max_processes",
         "address_space_bytes",
@@ -150,9 +162,9 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         },
         jailed: policy.jail.is_jailed(),
         landlock_abi: kernel_abi(),
-        landlock: ll.enforcement.as_str().to_string(),
-        landlock_rules: ll.rules as u64,
-        scoping: ll.scoped,
+        landlock: ll_enforcement,
+        landlock_rules: ll_rules,
+        scoping: ll_scoped,
         network: match c.network {
             NetworkAccess::Allow => "allow".into(),
             NetworkAccess::DenyBind => "deny bind".into(),
@@ -205,10 +217,8 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
                 |d| format!("{} (the executor's own working directory)", d.display()),
             ),
         },
-        gaps: ll
-            .gaps
-            .iter()
-            .cloned()
+        gaps: ll_gaps
+            .into_iter()
             .chain(terminal_gap(&c.capabilities))
             .chain(policy.home.warning.clone())
             .collect(),

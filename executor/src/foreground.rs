@@ -95,6 +95,10 @@ pub async fn run_then_release(
     spec: ExecSpec,
     cancel: Arc<Notify>,
 ) -> (Result<ExecResponse, ExecError>, Spent) {
+    // The first command of a policy waits for its ruleset (the walk for protected entries).
+    if let Err(e) = policy.commands_ready().await {
+        return (Err(e), Spent::default());
+    }
     let mut allow_prestarted = true;
     loop {
         match run_inner(policy.clone(), &spec, cancel.clone(), allow_prestarted).await {

@@ -215,6 +215,7 @@ impl Jobs {
         policy: Arc<Policy>,
         spec: ExecSpec,
     ) -> Result<ExecBgResponse, ExecError> {
+        policy.commands_ready().await?;
         self.prune();
         let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
         let limit = policy.config.max_concurrent_jobs as usize;

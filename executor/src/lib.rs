@@ -6,6 +6,7 @@
 
 pub use iii_shell_protocol::call_trace;
 pub mod capture;
+pub mod command_ruleset;
 pub use iii_shell_files::coder;
 pub mod confine;
 mod dispatch;

@@ -6,12 +6,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use iii_shell_protocol::config::{Config, ConfinementMode};
+use iii_shell_protocol::config::Config;
 
+use crate::command_ruleset::{self, strict_refusal, Reuse, Ruleset};
 use crate::confine::{landlock_rules, seccomp, special_bits, Rlimits};
 use iii_shell_launch::spawn::ChildConfinement;
 use iii_shell_launch::{Launcher, Settings};
 
+use iii_shell_files::ready::Ready;
 use iii_shell_files::FsPolicy;
 use iii_shell_policy::denylist::Denylist;
 
@@ -41,11 +43,21 @@ pub struct Policy {
     prestarted: std::sync::Mutex<Vec<iii_shell_launch::prestarted::Prestarted>>,
     /// Set when a newer policy replaced this one: it starts no more command processes.
     retired: AtomicBool,
+    /// What it took over from the policy before it: with nothing, it walks its roots itself;
+    /// with the record, it builds only its ruleset; with the ruleset, nothing is left to do.
+    /// And whether that work has been started ([`Policy::start_walk`]).
+    taken: Reuse,
+    walk_started: std::sync::Once,
 }
 
 #[derive(Debug)]
 pub struct CommandConfinement {
-    pub landlock: landlock_rules::CommandRuleset,
+    /// Set once the walk for protected entries is done ([`Policy::build`] starts it): the
+    /// carve-out for protected entries needs to know where they are. Commands wait for it
+    /// ([`CommandConfinement::ready`]); nothing else does.
+    pub landlock: Arc<Ready<Ruleset>>,
+    /// Gaps found when the policy was built (seccomp's), reported with the ruleset's own.
+    pub gaps: Vec<String>,
     pub seccomp: Option<Arc<seccomp::Filter>>,
     /// False when the executor's own filter (inherited by every child) is the same one:
     /// loading it again per spawn would only cost time.
@@ -74,11 +86,10 @@ fn spawn_filter(
 }
 
 impl CommandConfinement {
-    pub fn build(
-        config: &Config,
-        protected: &iii_shell_files::jail::Protected,
-    ) -> Result<CommandConfinement, String> {
-        let landlock = landlock_rules::build(config, protected)?;
+    /// Everything but the Landlock ruleset, which [`CommandConfinement::finish`] builds once
+    /// the protected entries are known. The gaps known now (Landlock off or partial, seccomp)
+    /// refuse a strict policy here.
+    pub fn build(config: &Config) -> Result<CommandConfinement, String> {
         let seccomp = if config.confinement.seccomp {
             iii_shell_launch::clone3::register_seccomp_exception();
             Some(Arc::new(seccomp::build(&config.confinement.seccomp_allow)?))
@@ -100,7 +111,8 @@ impl CommandConfinement {
         )
         .unwrap_or(special_bits::Placement::Inherited);
         let c = CommandConfinement {
-            landlock,
+            landlock: Arc::default(),
+            gaps: Vec::new(),
             spawn_filter: spawn_filter(&seccomp, seccomp_per_spawn, placement),
             special_bits: placement,
             seccomp,
@@ -117,20 +129,41 @@ impl CommandConfinement {
             }
         }
         let mut c = c;
-        c.landlock.gaps.extend(extra_gaps);
-        if config.confinement.mode == ConfinementMode::Strict {
-            let mut gaps = c.landlock.gaps.clone();
-            if c.seccomp.is_none() {
-                gaps.push("seccomp is disabled".into());
-            }
-            if !gaps.is_empty() {
-                return Err(format!(
-                    "strict confinement cannot be met for commands: {}",
-                    gaps.join("; ")
-                ));
-            }
+        c.gaps = extra_gaps;
+        let mut known = landlock_rules::known_gaps(config);
+        known.extend(c.gaps.iter().cloned());
+        if c.seccomp.is_none() {
+            known.push("seccomp is disabled".into());
+        }
+        if let Some(refusal) = strict_refusal(config, &known) {
+            return Err(refusal);
         }
         Ok(c)
+    }
+
+    /// [`CommandConfinement::build`] with its ruleset built here, around `protected`: for a
+    /// caller that has no walk to wait for (benches, tests).
+    pub fn build_now(
+        config: &Config,
+        protected: &iii_shell_files::jail::Protected,
+    ) -> Result<CommandConfinement, String> {
+        let c = CommandConfinement::build(config)?;
+        c.landlock
+            .set(command_ruleset::finish(config, protected, &c.gaps));
+        Ok(c)
+    }
+
+    /// The ruleset, once it is built (and not refused).
+    pub fn ruleset(&self) -> Option<&landlock_rules::CommandRuleset> {
+        self.landlock.get().and_then(|r| r.as_ref().ok())
+    }
+
+    /// Waits until commands can start under this policy: its ruleset is built.
+    pub async fn ready(&self) -> Result<(), iii_shell_files::error::ExecError> {
+        match self.landlock.wait().await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(iii_shell_files::error::ExecError::Internal(e.clone())),
+        }
     }
 
     /// Places the special-bits rule again, after the executor's first policy settled whether
@@ -147,15 +180,26 @@ impl CommandConfinement {
         Ok(())
     }
 
-    /// What a spawned child applies to itself.
-    pub fn child(&self) -> ChildConfinement {
+    /// What a spawned child applies to itself; an error before [`CommandConfinement::ready`]
+    /// (a command is never started without its ruleset).
+    pub fn child(&self) -> Result<ChildConfinement, iii_shell_files::error::ExecError> {
+        use iii_shell_files::error::ExecError;
         use std::os::fd::AsRawFd;
-        ChildConfinement {
+        let ruleset = match self.landlock.get() {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return Err(ExecError::Internal(e.clone())),
+            None => {
+                return Err(ExecError::Internal(
+                    "the command ruleset is not built yet".into(),
+                ))
+            }
+        };
+        Ok(ChildConfinement {
             rlimits: self.rlimits,
             no_new_privs: true,
-            landlock_fd: self.landlock.fd.as_ref().map(|f| f.as_raw_fd()),
+            landlock_fd: ruleset.fd.as_ref().map(|f| f.as_raw_fd()),
             seccomp: self.spawn_filter.clone(),
-        }
+        })
     }
 }
 
@@ -176,7 +220,21 @@ impl Policy {
             memory_max: l.memory_max_bytes,
         }
     }
+    /// Builds the policy for `config_json` ([`Policy::build_after`] with no predecessor).
     pub fn build(generation: u64, config_json: &str) -> Result<Policy, String> {
+        Policy::build_after(generation, config_json, None)
+    }
+
+    /// [`Policy::build`], sharing `previous`'s walk (done or under way) when both walk the same
+    /// roots with the same denylist and globs (`ScanKey`), and its command ruleset too when
+    /// the confinement settings are the same (`command_ruleset::reuse`): a reload that changes
+    /// neither builds nothing of them. No part of it grows with the tree: the walk and the command ruleset
+    /// are made off the call path ([`Policy::start_walk`]), and only commands wait for them.
+    pub fn build_after(
+        generation: u64,
+        config_json: &str,
+        previous: Option<&Policy>,
+    ) -> Result<Policy, String> {
         let value: serde_json::Value =
             serde_json::from_str(config_json).map_err(|e| format!("policy is not JSON: {e}"))?;
         let config = Config::from_value(&value).map_err(|e| e.0)?;
@@ -192,9 +250,26 @@ impl Policy {
             }
         }
         let denylist = Denylist::compile(&config.denylist_patterns)?;
-        let fs = FsPolicy::build(config)?;
+        let mut fs = FsPolicy::build(config)?;
+        let taken = command_ruleset::reuse(
+            previous
+                .map(|p| (p.fs.scan_key(), &p.config.confinement))
+                .as_ref()
+                .map(|(k, c)| (k, *c)),
+            &fs.scan_key(),
+            &fs.config.confinement,
+        );
+        if let Some(prev) = previous.filter(|_| taken != Reuse::Nothing) {
+            // Its walk fills the shared record: make sure it is under way (it is for the
+            // executor's current policy, started when that was accepted).
+            prev.start_walk();
+            fs.jail.share_protected(prev.jail.protected_cell().clone());
+        }
         let config = &fs.config;
-        let commands = CommandConfinement::build(config, fs.jail.protected())?;
+        let mut commands = CommandConfinement::build(config)?;
+        if let Some(prev) = previous.filter(|_| taken == Reuse::Ruleset) {
+            commands.landlock = prev.commands.landlock.clone();
+        }
         let base_env = iii_shell_policy::env_policy::build_env(
             config.env.inherit,
             &config.env.allow,
@@ -209,9 +284,10 @@ impl Policy {
             .map_err(|e| format!("forwarded environment: {e}"))?,
         );
         let home = iii_shell_files::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
+        let fs = Arc::new(fs);
         Ok(Policy {
             generation,
-            fs: Arc::new(fs),
+            fs,
             denylist,
             base_env,
             base_envp,
@@ -220,7 +296,40 @@ impl Policy {
             launcher: Arc::new(Launcher::new(Settings::plain())),
             prestarted: std::sync::Mutex::new(Vec::new()),
             retired: AtomicBool::new(false),
+            taken,
+            walk_started: std::sync::Once::new(),
         })
+    }
+
+    /// Starts (once) the walk for protected entries, unless the record is shared, and the
+    /// command ruleset build after it, on a thread of their own. The executor starts it when
+    /// it accepts the policy, after the command user is settled (a second thread would stop
+    /// the executor from dropping its set-up capabilities); a command starts it if nobody did.
+    pub fn start_walk(&self) {
+        if self.taken == Reuse::Ruleset {
+            return;
+        }
+        self.walk_started.call_once(|| {
+            command_ruleset::walk_then_finish(
+                self.fs.clone(),
+                self.commands.landlock.clone(),
+                self.commands.gaps.clone(),
+                self.taken == Reuse::Nothing,
+            );
+        });
+    }
+
+    /// Waits until commands can start under this policy: its ruleset is built (starting the
+    /// walk if nobody did).
+    pub async fn commands_ready(&self) -> Result<(), iii_shell_files::error::ExecError> {
+        self.start_walk();
+        self.commands.ready().await
+    }
+
+    /// [`Policy::commands_ready`] on this thread: the ruleset, or why commands are refused.
+    pub fn commands_ruleset_blocking(&self) -> &Ruleset {
+        self.start_walk();
+        self.commands.landlock.wait_blocking()
     }
 
     /// The policy with its commands started by `launcher` (the executor's).
@@ -332,10 +441,11 @@ impl Policy {
         *pool = live;
         drop(dead);
         while pool.len() < iii_shell_launch::prestarted::POOL {
-            match self
-                .launcher
-                .prestart(&self.commands.child(), self.job_limits())
-            {
+            let Ok(child) = self.commands.child() else {
+                // Not ready (or refused): the first command after the walk tops it up.
+                return;
+            };
+            match self.launcher.prestart(&child, self.job_limits()) {
                 Ok(w) => pool.push(w),
                 Err(e) => {
                     tracing::debug!(error = %e, "no pre-started command process");

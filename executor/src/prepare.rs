@@ -181,7 +181,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     )
     .map_err(setup_error)?;
     plan.cwd = cwd;
-    plan.confinement = policy.commands.child();
+    plan.confinement = policy.commands.child()?;
     let cgroup = policy
         .launcher
         .cgroups()

@@ -230,7 +230,7 @@ fn tree() -> Tree {
         deep.push("d");
     }
     std::fs::create_dir_all(&deep).unwrap();
-    let mut jail = Jail::new(
+    let jail = Jail::new(
         &[root.to_string_lossy().into_owned()],
         &[root.join("denied").to_string_lossy().into_owned()],
         &["**/.env".to_string(), "**/secrets/**".to_string()],

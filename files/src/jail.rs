@@ -12,13 +12,22 @@
 //! path (S211).
 //!
 //! **Identity.** A name check alone is beaten by a hardlink or a rename (a command runs
-//! `ln private.txt pub.txt`, or `mv secrets public`). So the policy also records the device
-//! and inode of every protected entry that exists when it is built ([`Protected`]: the
-//! `fs.denylist_paths` entries with everything under them, and every entry inside a root that
-//! matches `code.non_accessible_globs`, with everything under it), and [`Jail::is_denied`]
-//! refuses a path whose inode is one of them, whatever it is called now. Entries created after
-//! the policy was built are protected by name only. `shell::fs::mv` also refuses a source
-//! that holds a protected entry ([`Jail::holds_denied`]).
+//! `ln private.txt pub.txt`, or `mv secrets public`). Two checks cover that, neither of which
+//! holds up a policy:
+//! * **At resolution:** a resolved non-directory with more than one link is refused when it
+//!   is the same inode as a `fs.denylist_paths` entry, or as a sibling in its own directory
+//!   that is protected by name ([`Jail::fd_is_protected`]). Same-directory links are the
+//!   ones a confined command can make: linking a protected entry into another directory
+//!   would give it rights, which Landlock refuses.
+//! * **The record:** the device and inode of every protected entry that exists ([`Protected`]:
+//!   the `fs.denylist_paths` entries with everything under them, and every entry inside a
+//!   root that matches `code.non_accessible_globs`, with everything under it), found by one
+//!   walk ([`Jail::scan_protected`]) that the executor runs off the call path after a policy
+//!   is built. [`Jail::is_denied`] refuses a path whose inode is one of them, whatever it is
+//!   called now. Commands wait for the walk (their Landlock carve-out comes from it), so no
+//!   command of the policy can rename a protected entry before it is recorded. Entries
+//!   created after the walk are protected by name only. `shell::fs::mv` also refuses a source
+//!   that holds a protected entry ([`Jail::holds_denied`]).
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -28,6 +37,7 @@ use globset::GlobSet;
 
 use crate::error::ExecError;
 use crate::globs;
+use crate::ready::Ready;
 
 #[derive(Debug)]
 pub struct Root {
@@ -42,12 +52,22 @@ pub struct Jail {
     host_root: OwnedFd,
     denylist: Vec<PathBuf>,
     non_accessible: GlobSet,
-    protected: std::sync::Arc<Protected>,
+    /// Empty until the walk for this policy is done ([`Jail::set_protected`]); shared by the
+    /// policies that walk the same tree the same way ([`Jail::share_protected`]).
+    protected: std::sync::Arc<Ready<std::sync::Arc<Protected>>>,
 }
 
-/// Most entries [`Jail::scan_protected`] and [`Jail::holds_denied`] visit. Past it the scan
-/// stops (and says so in the policy's gaps); `holds_denied` answers "yes" (refuses the move).
-pub const SCAN_LIMIT: usize = 200_000;
+/// Most entries [`Jail::scan_protected`] visits. Past it the walk stops (and says so in the
+/// policy's gaps). It runs off the call path, so the bound is about time and memory only.
+pub const SCAN_LIMIT: usize = 2_000_000;
+
+/// Most entries [`Jail::holds_denied`] visits for one `shell::fs::mv`; past it the answer is
+/// "yes" (the move is refused).
+pub const MOVE_SCAN_LIMIT: usize = 200_000;
+
+/// Most entries of one directory [`Jail::fd_is_protected`] lists to look for a protected
+/// sibling of a hardlinked file; past it the file is treated as protected.
+pub const SIBLING_LIMIT: usize = 100_000;
 
 /// The protected entries that existed when the policy was built.
 #[derive(Debug, Default)]
@@ -219,10 +239,10 @@ impl Jail {
                     }
                     budget -= 1;
                     let path = e.path();
-                    let Ok(m) = std::fs::symlink_metadata(&path) else {
-                        continue;
-                    };
                     if self.is_denied_by_name(&path) {
+                        let Ok(m) = std::fs::symlink_metadata(&path) else {
+                            continue;
+                        };
                         p.ids.insert((m.dev(), m.ino()));
                         if m.is_dir() {
                             ids_below(&path, &mut p.ids, &mut budget);
@@ -230,7 +250,9 @@ impl Jail {
                         if !p.in_roots.iter().any(|d| path.starts_with(d)) {
                             p.in_roots.push(path);
                         }
-                    } else if m.is_dir() {
+                    } else if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        // The type from the listing (`d_type`): no `lstat` for the entries
+                        // nothing protects, which are nearly all of them.
                         stack.push(path);
                     }
                 }
@@ -242,13 +264,44 @@ impl Jail {
         p
     }
 
-    /// Installs the result of [`Jail::scan_protected`].
-    pub fn set_protected(&mut self, p: std::sync::Arc<Protected>) {
-        self.protected = p;
+    /// Installs the result of [`Jail::scan_protected`] (once; a second call is ignored).
+    pub fn set_protected(&self, p: std::sync::Arc<Protected>) {
+        self.protected.set(p);
     }
 
-    pub fn protected(&self) -> &std::sync::Arc<Protected> {
+    /// Where the record of protected entries is (or will be): a newer policy with the same
+    /// [`crate::ScanKey`] shares it rather than walking the tree again.
+    pub fn protected_cell(&self) -> &std::sync::Arc<Ready<std::sync::Arc<Protected>>> {
         &self.protected
+    }
+
+    /// Takes `cell` (another policy's, with the same [`crate::ScanKey`]) as this jail's record.
+    pub fn share_protected(&mut self, cell: std::sync::Arc<Ready<std::sync::Arc<Protected>>>) {
+        self.protected = cell;
+    }
+
+    /// The record of protected entries, once the walk is done.
+    pub fn protected(&self) -> Option<&std::sync::Arc<Protected>> {
+        self.protected.get()
+    }
+
+    /// The recorded ids, when there are any.
+    fn recorded_ids(&self) -> Option<&std::collections::HashSet<(u64, u64)>> {
+        self.protected
+            .get()
+            .map(|p| &p.ids)
+            .filter(|ids| !ids.is_empty())
+    }
+
+    /// True when `id` is a recorded protected inode.
+    pub fn is_recorded(&self, id: (u64, u64)) -> bool {
+        self.recorded_ids().is_some_and(|ids| ids.contains(&id))
+    }
+
+    /// True when anything is recorded (a walk over a tree without protected entries
+    /// records nothing, and then no per-entry id needs to be read).
+    pub fn has_records(&self) -> bool {
+        self.recorded_ids().is_some()
     }
 
     pub fn is_jailed(&self) -> bool {
@@ -274,7 +327,7 @@ impl Jail {
             .map_err(|e| map_errno(input, e))?;
         let path =
             fd_path(&fd).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
-        if self.is_denied(&path) || self.fd_is_protected(&fd) {
+        if self.is_denied(&path) || self.fd_is_protected(&fd, &path) {
             return Err(ExecError::NotFound(input.to_string()));
         }
         Ok(Resolved { fd, path })
@@ -482,7 +535,7 @@ impl Jail {
     /// True when a protected entry lies strictly below `path`: moving `path` would carry that
     /// entry out from under the name that protects it. A `fs.denylist_paths` entry below it,
     /// or (when `path` is a directory) any entry of its tree that is denied by name or by
-    /// identity. Past [`SCAN_LIMIT`] entries the answer is yes.
+    /// identity. Past [`MOVE_SCAN_LIMIT`] entries the answer is yes.
     pub fn holds_denied(&self, path: &Path) -> bool {
         if self
             .denylist
@@ -495,7 +548,7 @@ impl Jail {
         if !is_dir {
             return false;
         }
-        let mut budget = SCAN_LIMIT;
+        let mut budget = MOVE_SCAN_LIMIT;
         let mut stack = vec![path.to_path_buf()];
         while let Some(dir) = stack.pop() {
             let Ok(rd) = std::fs::read_dir(&dir) else {
@@ -518,12 +571,48 @@ impl Jail {
         false
     }
 
-    /// True when the inode `fd` refers to is a protected one.
-    pub fn fd_is_protected(&self, fd: &OwnedFd) -> bool {
-        if self.protected.ids.is_empty() {
+    /// True when the inode `fd` (resolved as `path`) refers to is a protected one: a recorded
+    /// one, or (for a non-directory with more than one link) the inode of a `fs.denylist_paths`
+    /// entry or of a sibling in `path`'s directory that is protected by name.
+    pub fn fd_is_protected(&self, fd: &OwnedFd, path: &Path) -> bool {
+        let Ok(st) = fstat(fd) else {
+            return false;
+        };
+        let id = (st.st_dev, st.st_ino);
+        if self.is_recorded(id) {
+            return true;
+        }
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        if is_dir || st.st_nlink < 2 {
             return false;
         }
-        fstat(fd).is_ok_and(|st| self.protected.ids.contains(&(st.st_dev, st.st_ino)))
+        self.linked_to_protected(path, id)
+    }
+
+    /// True when `id` (a file with several links, found at `path`) is also a denylisted entry,
+    /// or a sibling of `path` that is protected by name. A directory too large to list reads
+    /// as protected.
+    fn linked_to_protected(&self, path: &Path, id: (u64, u64)) -> bool {
+        if self.denylist.iter().any(|d| lstat_id(d) == Some(id)) {
+            return true;
+        }
+        let Some(dir) = path.parent() else {
+            return false;
+        };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        for (n, e) in rd.flatten().enumerate() {
+            if n >= SIBLING_LIMIT {
+                return true;
+            }
+            let sibling = e.path();
+            if sibling != path && self.is_denied_by_name(&sibling) && lstat_id(&sibling) == Some(id)
+            {
+                return true;
+            }
+        }
+        false
     }
 
     /// True when `path` (absolute) is denied by name ([`Jail::is_denied_by_name`]) or is a
@@ -532,8 +621,7 @@ impl Jail {
         if self.is_denied_by_name(path) {
             return true;
         }
-        !self.protected.ids.is_empty()
-            && lstat_id(path).is_some_and(|id| self.protected.ids.contains(&id))
+        self.has_records() && lstat_id(path).is_some_and(|id| self.is_recorded(id))
     }
 
     /// True when `path` (absolute) is a denylisted path, lies under one, or matches a
@@ -706,6 +794,40 @@ mod tests {
         assert!(matches!(jail.resolve(""), Err(ExecError::Invalid(_))));
     }
 
+    /// Before any walk: a hardlink of a denylisted entry, or of a protected sibling, is
+    /// refused where it is resolved; a hardlink of a plain file is not.
+    #[test]
+    fn a_hardlink_of_a_protected_entry_is_refused_without_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap().join("root");
+        std::fs::create_dir_all(root.join("private")).unwrap();
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("private/key.txt"), "K").unwrap();
+        std::fs::write(root.join("a/.env"), "E").unwrap();
+        std::fs::write(root.join("a/plain"), "P").unwrap();
+        std::fs::hard_link(root.join("private/key.txt"), root.join("a/key-link")).unwrap();
+        std::fs::hard_link(root.join("a/.env"), root.join("a/env-link")).unwrap();
+        std::fs::hard_link(root.join("a/plain"), root.join("a/plain-link")).unwrap();
+        let jail = Jail::new(
+            &[root.to_string_lossy().into()],
+            &[root.join("private/key.txt").to_string_lossy().into()],
+            &["**/.env".to_string()],
+        )
+        .unwrap();
+        assert!(jail.protected().is_none());
+        for p in ["a/key-link", "a/env-link", "a/.env", "private/key.txt"] {
+            assert!(
+                matches!(jail.resolve(p), Err(ExecError::NotFound(_))),
+                "{p} was served"
+            );
+        }
+        assert_eq!(
+            jail.resolve("a/plain-link").unwrap().path,
+            root.join("a/plain-link")
+        );
+        assert!(jail.resolve("a/plain").is_ok());
+    }
+
     #[test]
     fn protected_entries_by_name_and_identity() {
         let dir = tempfile::tempdir().unwrap();
@@ -717,7 +839,7 @@ mod tests {
         std::fs::write(root.join(".env"), "E").unwrap();
         std::fs::write(root.join("sub/secrets/deeper/k"), "S").unwrap();
         std::fs::write(root.join("clean/ok"), "O").unwrap();
-        let mut jail = Jail::new(
+        let jail = Jail::new(
             &[root.to_string_lossy().into()],
             &[root.join("private/key.txt").to_string_lossy().into()],
             &["**/.env".to_string(), "**/secrets/**".to_string()],

@@ -17,6 +17,7 @@ pub mod fs;
 pub mod globs;
 pub mod home;
 pub mod jail;
+pub mod ready;
 
 use iii_shell_protocol::config::Config;
 
@@ -30,22 +31,39 @@ pub struct FsPolicy {
     pub coder_globs: globs::CoderGlobs,
 }
 
+/// What the walk for protected entries depends on: the canonical roots, the denylist and the
+/// globs. Two policies with the same key find the same entries in the same tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanKey {
+    pub roots: Vec<std::path::PathBuf>,
+    pub denylist_paths: Vec<String>,
+    pub non_accessible_globs: Vec<String>,
+}
+
 impl FsPolicy {
-    /// Opens the configuration's roots and scans their protected entries (`jail::Jail::new`,
-    /// `jail::Jail::scan_protected`).
+    /// Opens the configuration's roots (`jail::Jail::new`). It does not walk them: the record
+    /// of protected entries (`jail::Jail::scan_protected`) is the caller's to make, off the
+    /// call path, and to install with `jail::Jail::set_protected`.
     pub fn build(config: Config) -> Result<FsPolicy, String> {
-        let mut jail = jail::Jail::new(
+        let jail = jail::Jail::new(
             &config.fs.host_roots,
             &config.fs.denylist_paths,
             &config.code.non_accessible_globs,
         )?;
-        let protected = std::sync::Arc::new(jail.scan_protected());
-        jail.set_protected(protected);
         let coder_globs = globs::CoderGlobs::new(&config.code);
         Ok(FsPolicy {
             config,
             jail,
             coder_globs,
         })
+    }
+
+    /// The key of this policy's walk for protected entries.
+    pub fn scan_key(&self) -> ScanKey {
+        ScanKey {
+            roots: self.jail.roots().iter().map(|r| r.path.clone()).collect(),
+            denylist_paths: self.config.fs.denylist_paths.clone(),
+            non_accessible_globs: self.config.code.non_accessible_globs.clone(),
+        }
     }
 }

@@ -785,3 +785,54 @@ async fn the_same_bad_value_sent_twice_counts_twice() {
         w.stderr()
     );
 }
+
+/// The walk for protected entries runs after a policy is accepted, and a reload walks again
+/// only when it changes the roots, the denylist or the globs: a reload that adds a glob
+/// makes the matching file unopenable by commands (and hidden from the fs surface), and a
+/// later reload that changes only a limit keeps that carve-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_walks_again_only_when_the_protected_entries_can_change() {
+    let engine = TestEngine::start().await;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("notes.private"), "PRIVATE").unwrap();
+    let w = Worker::builder()
+        .engine(&engine)
+        .seed(&jailed(root.path()))
+        .start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let cat = json!({"command": "cat", "args": ["notes.private"]});
+    let read = json!({"path": "notes.private"});
+    let r = caller.call("shell::exec", cat.clone()).await.unwrap();
+    assert_eq!(r["stdout"], "PRIVATE", "{r}");
+
+    let mut c = jailed(root.path());
+    c.code.non_accessible_globs.push("**/*.private".into());
+    let mut limits_only = c.clone();
+    limits_only.max_timeout_ms += 1;
+    for (step, value) in [("new glob", &c), ("a limit only", &limits_only)] {
+        let fanout = engine
+            .config_set("shell", serde_json::to_value(value).unwrap())
+            .await;
+        assert_eq!(
+            fanout[0].outcome,
+            Some(Ok(json!({"ok": true}))),
+            "{step}: {fanout:?}\n{}",
+            w.stderr()
+        );
+        let r = caller.call("shell::exec", cat.clone()).await.unwrap();
+        assert_ne!(r["exit_code"], 0, "{step}: {r}");
+        assert!(
+            r["stderr"]
+                .as_str()
+                .is_some_and(|e| e.contains("Permission denied")),
+            "{step}: {r}"
+        );
+        assert_code(
+            &caller
+                .call("shell::workspace::read-bytes", read.clone())
+                .await,
+            "S211",
+        );
+    }
+}

@@ -27,9 +27,23 @@ pub fn protected_gaps(protected: &Protected) -> Vec<String> {
         return Vec::new();
     }
     vec![format!(
-        "the scan for protected entries in the roots stopped at {} entries: protected files past it are denied to the fs surface by name only, and not denied to commands",
+        "the walk for protected entries in the roots stopped at {} entries: protected files past it are denied to the fs surface by name only, and not denied to commands",
         iii_shell_files::jail::SCAN_LIMIT
     )]
+}
+
+/// The gaps known before the walk for protected entries: Landlock switched off, or a kernel
+/// that enforces less than the ruleset asks. (A walk that stops short adds its own,
+/// [`protected_gaps`].) Strict mode refuses a policy on these when it is built.
+pub fn known_gaps(config: &Config) -> Vec<String> {
+    let c = &config.confinement;
+    if !c.landlock {
+        return vec!["confinement.landlock is false".into()];
+    }
+    landlock_ruleset::enforcement(kernel_abi(), c.network)
+        .1
+        .into_iter()
+        .collect()
 }
 
 /// Builds the command ruleset for `config`. Paths that do not exist are skipped.
@@ -62,7 +76,7 @@ mod tests {
         );
         assert_eq!(
             protected_gaps(&protected(vec![], true)),
-            vec!["the scan for protected entries in the roots stopped at 200000 entries: protected files past it are denied to the fs surface by name only, and not denied to commands".to_string()]
+            vec!["the walk for protected entries in the roots stopped at 2000000 entries: protected files past it are denied to the fs surface by name only, and not denied to commands".to_string()]
         );
     }
 
@@ -88,6 +102,19 @@ mod tests {
         );
         assert!(under.contains(&&(root.join("keep"), landlock_plan::full())));
         assert!(under.contains(&&(root.clone(), landlock_plan::directory_only())));
+    }
+
+    #[test]
+    fn the_gaps_known_before_the_walk_are_the_rulesets_own() {
+        let mut c = Config::default();
+        c.confinement.landlock = false;
+        assert_eq!(
+            known_gaps(&c),
+            vec!["confinement.landlock is false".to_string()]
+        );
+        c.confinement.landlock = true;
+        let built = build(&c, &protected(vec![], false)).unwrap();
+        assert_eq!(known_gaps(&c), built.gaps);
     }
 
     #[test]

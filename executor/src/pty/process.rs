@@ -94,6 +94,7 @@ pub fn login_shell(policy: &Policy) -> String {
 /// Opens the PTY and starts the program on it.
 pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     check(policy, spec)?;
+    policy.commands_ready().await?;
     let resolved = policy.jail.resolve(&spec.cwd)?;
     let st = fstat(&resolved.fd).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
@@ -163,7 +164,7 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
     )
     .map_err(|e| ExecError::Internal(format!("spawn setup: {e}")))?;
     plan.cwd = Some(resolved.fd);
-    plan.confinement = policy.commands.child();
+    plan.confinement = policy.commands.child()?;
     plan.controlling_tty = true;
     // The policy's job limits, as for a command: a pooled cgroup keeps those of the job that
     // last used it, and a fresh one has none.

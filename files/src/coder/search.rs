@@ -609,7 +609,7 @@ pub fn search_with_threads(
         e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) || !p2.prunes_dir(e.path())
     });
     let single_file = is_file(&root_st);
-    let protected = !ctx.policy.jail.protected().ids.is_empty();
+    let protected = ctx.policy.jail.has_records();
     b.build_parallel().run(|| {
         let mut searcher: Searcher = SearcherBuilder::new()
             .line_number(true)
@@ -706,7 +706,7 @@ pub fn search_with_threads(
             let Some((file, id)) = open_regular(root_fd, rel, max_read) else {
                 return WalkState::Continue;
             };
-            if protected && policy.jail.protected().ids.contains(&id) {
+            if protected && policy.jail.is_recorded(id) {
                 return WalkState::Continue;
             }
             let mut sink = FileSink {
