@@ -28,7 +28,8 @@ pub struct CallBounds {
 }
 
 impl CallBounds {
-    /// 60 s for calls without a timeout (a policy build over a large tree, a search of one,
+    /// 60 s for calls without a timeout (a search of a large tree, the first command after a
+    /// policy change waiting for the walk of one,
     /// `doctor`'s probes), 10 s beyond a command's own timeout.
     pub const DEFAULT: CallBounds = CallBounds {
         fixed: Duration::from_secs(60),

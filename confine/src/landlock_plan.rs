@@ -11,7 +11,7 @@
 //!   backups; the public `/etc/passwd` and `/etc/group` stay readable so `ls -l`, `id`,
 //!   `getent` and git resolve users), and the protected entries the caller passes: in the
 //!   executor, the `fs.denylist_paths` entries that lie inside a jail root and every entry
-//!   inside a root that matches `code.non_accessible_globs` when the policy is built (its
+//!   inside a root that matches `code.non_accessible_globs` when the roots were walked (its
 //!   jail's `Protected::in_roots`; a file created later that matches a glob is not covered:
 //!   Landlock rules are attached to inodes that exist). The rest of `fs.denylist_paths` is
 //!   the fs surface's list only. Landlock cannot carve a hole in an allowed tree, so a tree

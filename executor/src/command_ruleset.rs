@@ -29,17 +29,18 @@ pub enum Reuse {
 }
 
 /// What a policy with walk key `new` and confinement settings `new_confinement` takes over
-/// from its predecessor's.
+/// from its predecessor: its key, its confinement settings, and whether its walk stopped
+/// short (a record that stopped short is never taken over: a reload walks again).
 pub fn reuse(
-    previous: Option<(&iii_shell_files::ScanKey, &ConfinementConfig)>,
+    previous: Option<(&iii_shell_files::ScanKey, &ConfinementConfig, bool)>,
     new: &iii_shell_files::ScanKey,
     new_confinement: &ConfinementConfig,
 ) -> Reuse {
     match previous {
-        Some((key, _)) if key != new => Reuse::Nothing,
-        Some((_, confinement)) if confinement == new_confinement => Reuse::Ruleset,
-        Some(_) => Reuse::Record,
         None => Reuse::Nothing,
+        Some((key, _, stopped)) if key != new || stopped => Reuse::Nothing,
+        Some((_, confinement, _)) if confinement == new_confinement => Reuse::Ruleset,
+        Some(_) => Reuse::Record,
     }
 }
 
@@ -72,13 +73,17 @@ pub fn walk_then_finish(
     }
 }
 
-fn walk_and_finish(fs: &FsPolicy, ruleset: &Ready<Ruleset>, gaps: &[String], walk: bool) {
+fn walk_and_finish(fs: &Arc<FsPolicy>, ruleset: &Ready<Ruleset>, gaps: &[String], walk: bool) {
     if walk {
         let t = std::time::Instant::now();
         // A walk that panicked must still fill the record, or every command would wait on
         // it forever: it counts as one that stopped short.
+        // Given up once nobody else holds the policy or its record (replaced, and its last
+        // call done): no one would read it.
+        let unwanted =
+            || Arc::strong_count(fs) == 1 && Arc::strong_count(fs.jail.protected_cell()) == 1;
         let protected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            fs.jail.scan_protected()
+            fs.jail.scan_protected_until(&unwanted)
         }))
         .unwrap_or_else(|_| {
             tracing::error!("the walk for protected entries failed; commands get no carve-out (strict mode refuses them): report this with the executor's log");
@@ -97,7 +102,14 @@ fn walk_and_finish(fs: &FsPolicy, ruleset: &Ready<Ruleset>, gaps: &[String], wal
         fs.jail.set_protected(Arc::new(protected));
     }
     let protected = fs.jail.protected_cell().wait_blocking().clone();
-    ruleset.set(finish(&fs.config, &protected, gaps));
+    // A ruleset build that panicked must still answer the commands waiting for it.
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        finish(&fs.config, &protected, gaps)
+    }))
+    .unwrap_or_else(|_| {
+        Err("building the command ruleset failed (a panic): report this with the executor's log, and restart the worker".into())
+    });
+    ruleset.set(built);
 }
 
 /// The command ruleset around `protected`, with the policy's other `gaps` after its own. A
@@ -160,6 +172,7 @@ mod tests {
         let key = |root: &str| iii_shell_files::ScanKey {
             roots: vec![root.into()],
             denylist_paths: vec![],
+            denylisted: vec![],
             non_accessible_globs: vec!["**/.env".into()],
         };
         let c = ConfinementConfig::default();
@@ -167,22 +180,22 @@ mod tests {
             network: iii_shell_protocol::config::NetworkAccess::Deny,
             ..Default::default()
         };
-        assert_eq!(reuse(None, &key("/a"), &c), Reuse::Nothing);
+        let (a, b) = (key("/a"), key("/b"));
+        assert_eq!(reuse(None, &a, &c), Reuse::Nothing);
+        assert_eq!(reuse(Some((&a, &c, false)), &b, &c), Reuse::Nothing);
+        assert_eq!(reuse(Some((&a, &network, false)), &b, &c), Reuse::Nothing);
+        assert_eq!(reuse(Some((&a, &network, false)), &a, &c), Reuse::Record);
+        assert_eq!(reuse(Some((&a, &c, false)), &a, &c), Reuse::Ruleset);
+        // A walk that stopped short is walked again.
+        assert_eq!(reuse(Some((&a, &c, true)), &a, &c), Reuse::Nothing);
+        // A denylisted path that appeared since changes the key.
+        let mut appeared = a.clone();
+        appeared.denylisted = vec![("/a/k".into(), Some((1, 2)))];
+        let mut missing = a.clone();
+        missing.denylisted = vec![("/a/k".into(), None)];
         assert_eq!(
-            reuse(Some((&key("/a"), &c)), &key("/b"), &c),
+            reuse(Some((&missing, &c, false)), &appeared, &c),
             Reuse::Nothing
-        );
-        assert_eq!(
-            reuse(Some((&key("/a"), &network)), &key("/b"), &c),
-            Reuse::Nothing
-        );
-        assert_eq!(
-            reuse(Some((&key("/a"), &network)), &key("/a"), &c),
-            Reuse::Record
-        );
-        assert_eq!(
-            reuse(Some((&key("/a"), &c)), &key("/a"), &c),
-            Reuse::Ruleset
         );
     }
 
@@ -268,6 +281,27 @@ mod tests {
             first.jail.protected().unwrap(),
             same.jail.protected().unwrap()
         ));
+        // A denylisted path that appears after a walk: the next reload walks again.
+        let mut d = c.clone();
+        d.fs.denylist_paths
+            .push(root.join("later").display().to_string());
+        let before =
+            Policy::build_after(2, &serde_json::to_string(&d).unwrap(), Some(&first)).unwrap();
+        before.commands_ready().await.unwrap();
+        std::fs::write(root.join("later"), "L").unwrap();
+        let after =
+            Policy::build_after(2, &serde_json::to_string(&d).unwrap(), Some(&before)).unwrap();
+        assert!(!Arc::ptr_eq(
+            before.jail.protected_cell(),
+            after.jail.protected_cell()
+        ));
+        after.commands_ready().await.unwrap();
+        assert!(after
+            .jail
+            .protected()
+            .unwrap()
+            .in_roots
+            .contains(&root.join("later")));
         c.code.non_accessible_globs.push("**/*.key".into());
         let other =
             Policy::build_after(3, &serde_json::to_string(&c).unwrap(), Some(&same)).unwrap();
@@ -281,5 +315,46 @@ mod tests {
             other.jail.protected().unwrap().in_roots,
             vec![root.join(".env")]
         );
+    }
+
+    /// A directory the walk cannot list is protected whole: a caller could have made it
+    /// unreadable for the walk only, and readable again after.
+    #[tokio::test]
+    async fn a_directory_the_walk_cannot_list_is_denied_to_commands() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in ["shut", "open"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+            std::fs::write(root.join(d).join(".env"), "E").unwrap();
+        }
+        std::fs::set_permissions(root.join("shut"), std::fs::Permissions::from_mode(0o0)).unwrap();
+        // Root reads a mode-0 directory through these; the walk's thread inherits this
+        // thread's sets, so they go from this thread for the walk and come back after.
+        let dac = [
+            caps::Capability::CAP_DAC_OVERRIDE,
+            caps::Capability::CAP_DAC_READ_SEARCH,
+        ];
+        let held: Vec<_> = dac
+            .into_iter()
+            .filter(|c| caps::has_cap(None, caps::CapSet::Effective, *c).unwrap_or(false))
+            .collect();
+        for c in &held {
+            caps::drop(None, caps::CapSet::Effective, *c).unwrap();
+        }
+        let p = Policy::build(1, &serde_json::to_string(&jailed(&root)).unwrap()).unwrap();
+        p.start_walk();
+        let ready = p.commands_ready().await;
+        for c in &held {
+            caps::raise(None, caps::CapSet::Effective, *c).unwrap();
+        }
+        std::fs::set_permissions(root.join("shut"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        ready.unwrap();
+        let mut in_roots = p.jail.protected().unwrap().in_roots.clone();
+        in_roots.sort();
+        assert_eq!(in_roots, vec![root.join("open/.env"), root.join("shut")]);
+        let plan = landlock_rules::plan(&p.config, p.jail.protected().unwrap());
+        assert!(plan.denied.contains(&root.join("shut")), "{plan:?}");
     }
 }

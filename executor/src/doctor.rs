@@ -48,6 +48,10 @@ pub fn process_report(role: &str) -> ProcessReport {
     }
 }
 
+/// How long the report waits for the policy's walk for protected entries (its commands'
+/// ruleset) before it answers without the command half.
+const WALK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Builds the report; runs one real command to show what a command actually gets.
 pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> DoctorReport {
     let executor = process_report("executor");
@@ -66,7 +70,21 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
     // The ruleset is built off the call path once the protected entries are known; the
     // report waits for it, as a command does.
     policy.start_walk();
-    let ruleset = policy.commands.landlock.wait().await;
+    let Ok(ruleset) = tokio::time::timeout(WALK_WAIT, policy.commands.landlock.wait()).await else {
+        // A walk stuck on a hung mount, or a very large tree: say so rather than hang.
+        return DoctorReport {
+            executor,
+            commands: CommandReport {
+                gaps: vec![format!(
+                    "the walk for protected entries is still under way after {} s (commands wait for it): run doctor again later",
+                    WALK_WAIT.as_secs()
+                )],
+                ..Default::default()
+            },
+            envelope,
+            jobs: Default::default(),
+        };
+    };
     let (ll_enforcement, ll_rules, ll_scoped, ll_gaps) = match ruleset {
         Ok(r) => (
             r.enforcement.as_str().to_string(),

@@ -95,8 +95,13 @@ pub async fn run_then_release(
     spec: ExecSpec,
     cancel: Arc<Notify>,
 ) -> (Result<ExecResponse, ExecError>, Spent) {
-    // The first command of a policy waits for its ruleset (the walk for protected entries).
-    if let Err(e) = policy.commands_ready().await {
+    // The first command of a policy waits for its ruleset (the walk for protected entries),
+    // unless the call is cancelled meanwhile.
+    let ready = tokio::select! {
+        r = policy.commands_ready() => r,
+        _ = cancel.notified() => Err(ExecError::Internal("call cancelled".into())),
+    };
+    if let Err(e) = ready {
         return (Err(e), Spent::default());
     }
     let mut allow_prestarted = true;

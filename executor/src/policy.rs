@@ -251,14 +251,11 @@ impl Policy {
         }
         let denylist = Denylist::compile(&config.denylist_patterns)?;
         let mut fs = FsPolicy::build(config)?;
-        let taken = command_ruleset::reuse(
-            previous
-                .map(|p| (p.fs.scan_key(), &p.config.confinement))
-                .as_ref()
-                .map(|(k, c)| (k, *c)),
-            &fs.scan_key(),
-            &fs.config.confinement,
-        );
+        let before = previous.map(|p| {
+            let stopped = p.jail.protected().is_some_and(|r| r.truncated);
+            (p.fs.scan_key(), &p.config.confinement, stopped)
+        });
+        let taken = command_ruleset::reuse(before, fs.scan_key(), &fs.config.confinement);
         if let Some(prev) = previous.filter(|_| taken != Reuse::Nothing) {
             // Its walk fills the shared record: make sure it is under way (it is for the
             // executor's current policy, started when that was accepted).

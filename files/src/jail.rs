@@ -69,7 +69,7 @@ pub const MOVE_SCAN_LIMIT: usize = 200_000;
 /// sibling of a hardlinked file; past it the file is treated as protected.
 pub const SIBLING_LIMIT: usize = 100_000;
 
-/// The protected entries that existed when the policy was built.
+/// The protected entries that existed when the roots were walked (after the policy was built).
 #[derive(Debug, Default)]
 pub struct Protected {
     /// (device, inode) of every protected entry and of everything under a protected directory.
@@ -79,6 +79,12 @@ pub struct Protected {
     pub in_roots: Vec<PathBuf>,
     /// True when the scan stopped at [`SCAN_LIMIT`].
     pub truncated: bool,
+}
+
+/// True when a listing failed for a reason other than the directory being gone (or no longer
+/// a directory): a permission, a loop, an I/O error.
+fn unlistable(e: &std::io::Error) -> bool {
+    !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
 }
 
 fn lstat_id(p: &Path) -> Option<(u64, u64)> {
@@ -206,8 +212,16 @@ impl Jail {
 
     /// Scans for the protected entries that exist now (see the module doc): the denylisted
     /// paths (with their trees) and, inside every root, the entries the globs or the
-    /// denylist protect. Iterative, symlinks not followed, at most [`SCAN_LIMIT`] entries.
+    /// denylist protect. Iterative, symlinks not followed, at most [`SCAN_LIMIT`] entries. A
+    /// directory inside a root that cannot be listed (other than one gone meanwhile) counts as
+    /// protected.
     pub fn scan_protected(&self) -> Protected {
+        self.scan_protected_until(&|| false)
+    }
+
+    /// [`Jail::scan_protected`], given up (and marked truncated) as soon as `stop` says so;
+    /// it is asked once per directory.
+    pub fn scan_protected_until(&self, stop: &dyn Fn() -> bool) -> Protected {
         use std::os::unix::fs::MetadataExt;
         let mut p = Protected::default();
         let mut budget = SCAN_LIMIT;
@@ -229,8 +243,25 @@ impl Jail {
         for root in &self.roots {
             let mut stack = vec![root.path.clone()];
             while let Some(dir) = stack.pop() {
-                let Ok(rd) = std::fs::read_dir(&dir) else {
-                    continue;
+                if stop() {
+                    p.truncated = true;
+                    return p;
+                }
+                let rd = match std::fs::read_dir(&dir) {
+                    Ok(rd) => rd,
+                    Err(e) if unlistable(&e) => {
+                        // What the walk cannot list it cannot vouch for (a caller could have
+                        // made it unreadable just for the walk, and readable again after):
+                        // it is protected like a match, until a walk can list it.
+                        if let Some(id) = lstat_id(&dir) {
+                            p.ids.insert(id);
+                        }
+                        if !p.in_roots.iter().any(|d| dir.starts_with(d)) {
+                            p.in_roots.push(dir);
+                        }
+                        continue;
+                    }
+                    Err(_) => continue,
                 };
                 for e in rd.flatten() {
                     if budget == 0 {
@@ -267,6 +298,15 @@ impl Jail {
     /// Installs the result of [`Jail::scan_protected`] (once; a second call is ignored).
     pub fn set_protected(&self, p: std::sync::Arc<Protected>) {
         self.protected.set(p);
+    }
+
+    /// Each denylisted path (as written, and canonical where that differs) with the inode it
+    /// names now, if any (symlinks not followed).
+    pub fn denylisted_now(&self) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+        self.denylist
+            .iter()
+            .map(|d| (d.clone(), lstat_id(d)))
+            .collect()
     }
 
     /// Where the record of protected entries is (or will be): a newer policy with the same
@@ -551,8 +591,11 @@ impl Jail {
         let mut budget = MOVE_SCAN_LIMIT;
         let mut stack = vec![path.to_path_buf()];
         while let Some(dir) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&dir) else {
-                continue;
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                // A directory it cannot list may hold anything: the move is refused.
+                Err(e) if unlistable(&e) => return true,
+                Err(_) => continue,
             };
             for e in rd.flatten() {
                 if budget == 0 {
@@ -571,19 +614,33 @@ impl Jail {
         false
     }
 
-    /// True when the inode `fd` (resolved as `path`) refers to is a protected one: a recorded
-    /// one, or (for a non-directory with more than one link) the inode of a `fs.denylist_paths`
-    /// entry or of a sibling in `path`'s directory that is protected by name.
+    /// True when the inode `fd` (resolved as `path`) refers to is a protected one
+    /// ([`Jail::stat_is_protected`]).
     pub fn fd_is_protected(&self, fd: &OwnedFd, path: &Path) -> bool {
-        let Ok(st) = fstat(fd) else {
-            return false;
-        };
-        let id = (st.st_dev, st.st_ino);
+        fstat(fd).is_ok_and(|st| self.stat_is_protected(path, &st))
+    }
+
+    /// [`Jail::inode_is_protected`] of a `stat`.
+    pub fn stat_is_protected(&self, path: &Path, st: &libc::stat) -> bool {
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        self.inode_is_protected(path, (st.st_dev, st.st_ino), nlink(st), is_dir)
+    }
+
+    /// True when the inode `id`, found at `path` with `nlink` links, is protected: a recorded
+    /// one or, until the walk has made the record, a non-directory with several links that is
+    /// also a `fs.denylist_paths` entry or a sibling of `path` protected by name (the record
+    /// covers those links once it is made).
+    pub fn inode_is_protected(
+        &self,
+        path: &Path,
+        id: (u64, u64),
+        nlink: u64,
+        is_dir: bool,
+    ) -> bool {
         if self.is_recorded(id) {
             return true;
         }
-        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        if is_dir || st.st_nlink < 2 {
+        if self.protected().is_some() || is_dir || nlink < 2 {
             return false;
         }
         self.linked_to_protected(path, id)
@@ -599,8 +656,9 @@ impl Jail {
         let Some(dir) = path.parent() else {
             return false;
         };
+        // A directory that cannot be listed cannot be vouched for.
         let Ok(rd) = std::fs::read_dir(dir) else {
-            return false;
+            return true;
         };
         for (n, e) in rd.flatten().enumerate() {
             if n >= SIBLING_LIMIT {
@@ -730,6 +788,12 @@ pub fn open_beneath_mode(
 /// The absolute path an fd refers to, read from `/proc/self/fd`.
 pub fn fd_path(fd: &OwnedFd) -> std::io::Result<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// The link count of `st` (`nlink_t` is 64 bits on some targets and 32 on others).
+#[allow(clippy::unnecessary_cast)]
+pub fn nlink(st: &libc::stat) -> u64 {
+    st.st_nlink as u64
 }
 
 /// `fstat` of an fd.

@@ -29,14 +29,19 @@ pub struct FsPolicy {
     pub jail: jail::Jail,
     /// The configuration's coder globs, compiled once here rather than on every coder call.
     pub coder_globs: globs::CoderGlobs,
+    /// The key of this policy's walk, taken when it was built ([`FsPolicy::scan_key`]).
+    scan_key: ScanKey,
 }
 
-/// What the walk for protected entries depends on: the canonical roots, the denylist and the
-/// globs. Two policies with the same key find the same entries in the same tree.
+/// What the walk for protected entries depends on: the canonical roots, the denylist (and
+/// what each of its entries is now: a denylisted path that appeared, or now names another
+/// inode, changes the key) and the globs. Two policies with the same key find the same
+/// entries in the same tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanKey {
     pub roots: Vec<std::path::PathBuf>,
     pub denylist_paths: Vec<String>,
+    pub denylisted: Vec<(std::path::PathBuf, Option<(u64, u64)>)>,
     pub non_accessible_globs: Vec<String>,
 }
 
@@ -51,19 +56,23 @@ impl FsPolicy {
             &config.code.non_accessible_globs,
         )?;
         let coder_globs = globs::CoderGlobs::new(&config.code);
+        let scan_key = ScanKey {
+            roots: jail.roots().iter().map(|r| r.path.clone()).collect(),
+            denylist_paths: config.fs.denylist_paths.clone(),
+            denylisted: jail.denylisted_now(),
+            non_accessible_globs: config.code.non_accessible_globs.clone(),
+        };
         Ok(FsPolicy {
             config,
             jail,
             coder_globs,
+            scan_key,
         })
     }
 
-    /// The key of this policy's walk for protected entries.
-    pub fn scan_key(&self) -> ScanKey {
-        ScanKey {
-            roots: self.jail.roots().iter().map(|r| r.path.clone()).collect(),
-            denylist_paths: self.config.fs.denylist_paths.clone(),
-            non_accessible_globs: self.config.code.non_accessible_globs.clone(),
-        }
+    /// The key of this policy's walk for protected entries, as it was when the policy was
+    /// built (so a denylisted path that appeared since makes a newer policy's key differ).
+    pub fn scan_key(&self) -> &ScanKey {
+        &self.scan_key
     }
 }

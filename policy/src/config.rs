@@ -322,7 +322,7 @@ pub struct FsConfig {
     pub max_read_bytes: u64,
     /// Largest file `shell::fs::write` accepts, in bytes; 0 = unlimited.
     pub max_write_bytes: u64,
-    /// Paths the fs surface (`shell::fs::*`, `shell::workspace::*`, later `coder::*`) hides: they read exactly like missing ones (S211), with everything under them, and so do hardlinks and renamed copies of the entries that exist when the policy is built (matched by device and inode). Commands are governed by `confinement.secret_paths` instead. Default: `/etc/passwd`, `/etc/shadow`, `/etc/gshadow` and the `-` backups of passwd, shadow, group and gshadow.
+    /// Paths the fs surface (`shell::fs::*`, `shell::workspace::*`, later `coder::*`) hides: they read exactly like missing ones (S211), with everything under them, and so do hardlinks and renamed copies of the entries that existed when the roots were last walked (matched by device and inode; the executor walks them after each policy whose roots, denylist or globs changed). Commands are governed by `confinement.secret_paths` instead. Default: `/etc/passwd`, `/etc/shadow`, `/etc/gshadow` and the `-` backups of passwd, shadow, group and gshadow.
     #[serde(deserialize_with = "null_as_empty")]
     #[schemars(with = "Option<Vec<String>>")]
     pub denylist_paths: Vec<String>,

@@ -1625,7 +1625,7 @@ async fn escape_113_command_reads_non_accessible_files() {
 
 #[tokio::test]
 async fn escape_114_limit_non_accessible_file_created_later() {
-    // LIMIT: Landlock rules attach to inodes that exist when the policy is built; a `.env`
+    // LIMIT: Landlock rules attach to inodes that exist when the roots are walked; a `.env`
     // created afterwards is readable by commands. The fs surface still hides it by name.
     require_abi!(1, "Landlock");
     let j = Jail::new();

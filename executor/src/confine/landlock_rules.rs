@@ -4,8 +4,8 @@
 //!
 //! Here the executor supplies what only it knows: the protected entries its jail found
 //! inside the roots ([`iii_shell_files::jail::Protected::in_roots`]: the `fs.denylist_paths` entries
-//! inside a root and the entries that matched `code.non_accessible_globs` when the policy
-//! was built), the host's devices, and the gap of a protected-entry scan that stopped short.
+//! inside a root and the entries that matched `code.non_accessible_globs` when the roots
+//! were walked), the host's devices, and the gap of a protected-entry scan that stopped short.
 
 use iii_shell_protocol::config::Config;
 

@@ -398,7 +398,7 @@ impl Sink for FileSink<'_> {
 
 /// Opens a regular file `rel` beneath `root` without following any symlink; with its
 /// (device, inode).
-fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<(File, (u64, u64))> {
+fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<(File, (u64, u64), u64)> {
     let fd = open_beneath(
         Some(root),
         rel,
@@ -410,7 +410,11 @@ fn open_regular(root: &OwnedFd, rel: &Path, max: u64) -> Option<(File, (u64, u64
     if !is_file(&st) || st.st_size as u64 > max {
         return None;
     }
-    Some((File::from(fd), (st.st_dev, st.st_ino)))
+    Some((
+        File::from(fd),
+        (st.st_dev, st.st_ino),
+        crate::jail::nlink(&st),
+    ))
 }
 
 /// Quick-open score of `cand` (a root-relative path) for `query`: `None` when the query's
@@ -609,7 +613,9 @@ pub fn search_with_threads(
         e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) || !p2.prunes_dir(e.path())
     });
     let single_file = is_file(&root_st);
-    let protected = ctx.policy.jail.has_records();
+    // The per-file identity check: against the record when it has anything in it, or (until
+    // the walk has made it) a hardlink check for files with several links.
+    let protected = ctx.policy.jail.has_records() || ctx.policy.jail.protected().is_none();
     b.build_parallel().run(|| {
         let mut searcher: Searcher = SearcherBuilder::new()
             .line_number(true)
@@ -703,10 +709,10 @@ pub fn search_with_threads(
                 let c = lock(contents);
                 c.full() && c.beyond(&sort_key(abs))
             };
-            let Some((file, id)) = open_regular(root_fd, rel, max_read) else {
+            let Some((file, id, nlink)) = open_regular(root_fd, rel, max_read) else {
                 return WalkState::Continue;
             };
-            if protected && policy.jail.is_recorded(id) {
+            if protected && policy.jail.inode_is_protected(abs, id, nlink, false) {
                 return WalkState::Continue;
             }
             let mut sink = FileSink {

@@ -102,9 +102,12 @@ pub fn grep_with_threads(
                         // Every match this file could hold sorts after a full result set.
                         return;
                     }
-                    let Some((file, _)) = open_regular(fd, rel) else {
+                    let Some((file, st)) = open_regular(fd, rel) else {
                         return;
                     };
+                    if policy.jail.stat_is_protected(abs, &st) {
+                        return;
+                    }
                     // A file past the end of a full result set is only searched to learn
                     // whether anything was dropped, so one match is enough.
                     let cap = if beyond { 0 } else { limit };

@@ -401,6 +401,9 @@ fn edit_tree(
                     let Some((file, st)) = open_regular(fd, rel) else {
                         return;
                     };
+                    if policy.jail.stat_is_protected(abs, &st) {
+                        return;
+                    }
                     let display = abs.to_string_lossy();
                     let outcome = edit.apply(file, &st, &display, true, || {
                         tree_parent(fd, root, rel, &display)
