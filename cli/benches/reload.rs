@@ -11,6 +11,8 @@
 //!    serving the big jail against one serving the empty jail: a reload that keeps the roots,
 //!    denylist and globs (it shares the walk), and one that adds a denylist entry (it walks
 //!    again, off the call path). Goal ≤ 1.2×.
+//!    The two workers take turns at going first, each round once both have settled.
+//!    `RELOAD_BENCH_ONLY=reloads` runs this part alone.
 //! 3. **Calls in flight during a reload**: `shell::fs::stat` calls back to back on the big
 //!    jail's worker, at rest and across each kind of reload; the worst latency in the window
 //!    against the worst at rest (goal: never more than 10 ms beyond). With the second kind,
@@ -160,6 +162,12 @@ impl Served {
         t.elapsed().as_secs_f64() * 1e3
     }
 
+    /// Waits for the walk (a command runs) and then for the worker to be idle again.
+    async fn settle(&self) {
+        self.commands_ready().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
     /// The reload's value: `n` moves a limit (the walk's key stays); with `new_key`, the
     /// denylist entry changes too (a new walk). The entry kept between reloads is the last
     /// one set.
@@ -204,11 +212,19 @@ async fn reloads(empty: &Served, big: &Served, files: usize, rounds: usize) {
         let (mut e, mut b) = (Vec::new(), Vec::new());
         for round in 0..rounds + 1 {
             n += 1;
-            let te = empty.reload(n, new_key).await;
-            let tb = big.reload(n, new_key).await;
-            // The next round starts once the walks are done (not timed).
-            empty.commands_ready().await;
-            big.commands_ready().await;
+            // Taking turns at going first, each once the other worker has settled (its
+            // walk done, its pool of pre-started processes refilled; not timed).
+            let (te, tb) = if round % 2 == 0 {
+                let te = empty.reload(n, new_key).await;
+                empty.settle().await;
+                (te, big.reload(n, new_key).await)
+            } else {
+                let tb = big.reload(n, new_key).await;
+                big.settle().await;
+                (empty.reload(n, new_key).await, tb)
+            };
+            empty.settle().await;
+            big.settle().await;
             if round > 0 {
                 e.push(te);
                 b.push(tb);
@@ -295,7 +311,11 @@ async fn main() {
         t.elapsed().as_secs_f64()
     );
     let (empty_root, big_root) = (canon(empty.path()), canon(big.path()));
-    calls(&empty_root, &big_root, files, rounds);
+    // `RELOAD_BENCH_ONLY=reloads` runs the reload round trips alone.
+    let only_reloads = std::env::var("RELOAD_BENCH_ONLY").is_ok_and(|v| v == "reloads");
+    if !only_reloads {
+        calls(&empty_root, &big_root, files, rounds);
+    }
     let t = Instant::now();
     let big_served = serve(&big_root).await;
     println!(
@@ -304,5 +324,7 @@ async fn main() {
     );
     let empty_served = serve(&empty_root).await;
     reloads(&empty_served, &big_served, files, rounds).await;
-    in_flight(&big_served).await;
+    if !only_reloads {
+        in_flight(&big_served).await;
+    }
 }
