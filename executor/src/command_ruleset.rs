@@ -56,13 +56,22 @@ pub fn strict_refusal(config: &Config, gaps: &[String]) -> Option<String> {
 
 /// Off the call path: walks `fs`'s roots for protected entries (unless the record is shared
 /// with an earlier policy, whose walk is done or under way), waits for the record, and builds
-/// the command ruleset from it. On a thread of its own, or here when no thread can be had.
+/// the command ruleset from it. On a thread of its own, or here when that work is small (no
+/// roots, or the record already made) or no thread can be had.
 pub fn walk_then_finish(
     fs: Arc<FsPolicy>,
     ruleset: Arc<Ready<Ruleset>>,
     gaps: Vec<String>,
     walk: bool,
 ) {
+    // Unjailed, the walk is the denylisted paths alone, and a shared record that is there
+    // leaves only the ruleset: both are done here. A thread of its own would also turn the
+    // executor multi-threaded for good, which costs every later call (glibc's malloc takes
+    // its locks from then on).
+    if (walk && !fs.jail.is_jailed()) || fs.jail.protected().is_some() {
+        walk_and_finish(&fs, &ruleset, &gaps, walk);
+        return;
+    }
     let (f, r, g) = (fs.clone(), ruleset.clone(), gaps.clone());
     let spawned = std::thread::Builder::new()
         .name("iii-shell-walk".into())
@@ -76,12 +85,12 @@ pub fn walk_then_finish(
 fn walk_and_finish(fs: &Arc<FsPolicy>, ruleset: &Ready<Ruleset>, gaps: &[String], walk: bool) {
     if walk {
         let t = std::time::Instant::now();
-        // A walk that panicked must still fill the record, or every command would wait on
-        // it forever: it counts as one that stopped short.
         // Given up once nobody else holds the policy or its record (replaced, and its last
         // call done): no one would read it.
         let unwanted =
             || Arc::strong_count(fs) == 1 && Arc::strong_count(fs.jail.protected_cell()) == 1;
+        // A walk that panicked must still fill the record, or every command would wait on
+        // it forever: it counts as one that stopped short.
         let protected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             fs.jail.scan_protected_until(&unwanted)
         }))
@@ -92,9 +101,10 @@ fn walk_and_finish(fs: &Arc<FsPolicy>, ruleset: &Ready<Ruleset>, gaps: &[String]
                 ..Default::default()
             }
         });
-        tracing::debug!(
+        tracing::info!(
+            walked = protected.walked,
+            protected = protected.in_roots.len(),
             ids = protected.ids.len(),
-            in_roots = protected.in_roots.len(),
             truncated = protected.truncated,
             ms = t.elapsed().as_millis() as u64,
             "walked the roots for protected entries"

@@ -77,8 +77,10 @@ pub struct Protected {
     /// The entries inside the roots that match `code.non_accessible_globs` (top-most only),
     /// and the `fs.denylist_paths` entries inside the roots: what commands are denied too.
     pub in_roots: Vec<PathBuf>,
-    /// True when the scan stopped at [`SCAN_LIMIT`].
+    /// True when the scan stopped at [`SCAN_LIMIT`] (or was given up).
     pub truncated: bool,
+    /// How many entries the walk visited.
+    pub walked: usize,
 }
 
 /// True when a listing failed for a reason other than the directory being gone (or no longer
@@ -245,6 +247,7 @@ impl Jail {
             while let Some(dir) = stack.pop() {
                 if stop() {
                     p.truncated = true;
+                    p.walked = SCAN_LIMIT - budget;
                     return p;
                 }
                 let rd = match std::fs::read_dir(&dir) {
@@ -266,6 +269,7 @@ impl Jail {
                 for e in rd.flatten() {
                     if budget == 0 {
                         p.truncated = true;
+                        p.walked = SCAN_LIMIT;
                         return p;
                     }
                     budget -= 1;
@@ -292,6 +296,7 @@ impl Jail {
         if budget == 0 {
             p.truncated = true;
         }
+        p.walked = SCAN_LIMIT - budget;
         p
     }
 
@@ -921,6 +926,9 @@ mod tests {
             ]
         );
         assert!(!p.truncated);
+        // root: private, sub, clean, .env; private: key.txt; sub: secrets; secrets: deeper;
+        // deeper (protected, its ids): k; clean: ok.
+        assert_eq!(p.walked, 9);
         // The key, .env, the deeper dir and its file.
         assert_eq!(p.ids.len(), 4);
         jail.set_protected(std::sync::Arc::new(p));

@@ -62,9 +62,9 @@ mod tests {
 
     fn protected(in_roots: Vec<std::path::PathBuf>, truncated: bool) -> Protected {
         Protected {
-            ids: Default::default(),
             in_roots,
             truncated,
+            ..Default::default()
         }
     }
 
