@@ -519,6 +519,37 @@ fn prune_jail(policy: &FsPolicy) -> Option<std::sync::Arc<Jail>> {
 mod tests {
     use super::*;
 
+    /// Before the walk has made the record, a same-directory hardlink of a protected file is
+    /// not searched, and the plain files beside it are.
+    #[test]
+    fn before_the_record_a_hardlink_of_a_protected_file_is_not_searched() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/.env"), "NEEDLE=secret\n").unwrap();
+        std::fs::hard_link(root.join("a/.env"), root.join("a/copy.txt")).unwrap();
+        std::fs::write(root.join("a/plain.txt"), "NEEDLE=plain\n").unwrap();
+        let mut config = iii_shell_protocol::config::Config::default();
+        config.fs.host_roots = vec![root.to_string_lossy().into_owned()];
+        config.fs.allow_unjailed = false;
+        config.code.non_accessible_globs = vec!["**/.env".into()];
+        let policy = crate::FsPolicy::build(config).unwrap();
+        assert!(policy.jail.protected().is_none());
+        let spec = GrepSpec {
+            path: ".".into(),
+            pattern: "NEEDLE".into(),
+            recursive: true,
+            ignore_case: false,
+            include_glob: vec![],
+            exclude_glob: vec![],
+            max_matches: 100,
+            max_line_bytes: 1000,
+        };
+        let r = grep_with_threads(&policy, &spec, 1).unwrap();
+        let found: Vec<_> = r.matches.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(found, ["NEEDLE=plain"], "{r:?}");
+    }
+
     #[test]
     fn a_bad_or_empty_filter_glob_is_s210_named_as_the_caller_wrote_it() {
         let bad = |inc: &[&str], exc: &[&str]| {
