@@ -1,8 +1,10 @@
 // Terminals on shell::pty::*: xterm.js in the page, output pushed by the worker to a
 // browser-side function, reattach after a reload (the session id and reconnect token live in
 // the page's ui-state), adopt an orphaned session, and a per-browser font size (8–40 px).
-import { Terminal } from "@xterm/xterm";
-import { FitAddon } from "@xterm/addon-fit";
+// Namespace imports: the packages are CommonJS, which node (the unit tests, which pass a
+// stand-in) cannot import by name; the bundler resolves both forms alike.
+import * as xterm from "@xterm/xterm";
+import * as xtermFit from "@xterm/addon-fit";
 import { h, clear, errorText, bytesToBase64, base64ToBytes } from "./dom.js";
 
 export const FONT_KEY = "iii-shell:terminal-font-size";
@@ -16,7 +18,7 @@ export function clampFont(n) {
   return Math.min(FONT_MAX, Math.max(FONT_MIN, v));
 }
 
-function loadFont() {
+export function loadFont() {
   try {
     const v = localStorage.getItem(FONT_KEY);
     return v === null ? FONT_DEFAULT : clampFont(v);
@@ -25,7 +27,7 @@ function loadFont() {
   }
 }
 
-function saveFont(n) {
+export function saveFont(n) {
   try {
     localStorage.setItem(FONT_KEY, String(n));
   } catch {
@@ -36,10 +38,11 @@ function saveFont(n) {
 const encoder = new TextEncoder();
 
 // ctx: {call(fid, payload), outputFid, cwd(), saved(), save(state|null), onOutput(cb) -> unsubscribe}
-export function createTerminalPane(el, ctx) {
+// lib: the terminal emulator (xterm.js; the unit tests pass a stand-in).
+export function createTerminalPane(el, ctx, lib = { Terminal: xterm.Terminal, FitAddon: xtermFit.FitAddon }) {
   let fontSize = loadFont();
-  const term = new Terminal({ fontSize, convertEol: false, scrollback: 5000, fontFamily: "monospace" });
-  const fit = new FitAddon();
+  const term = new lib.Terminal({ fontSize, convertEol: false, scrollback: 5000, fontFamily: "monospace" });
+  const fit = new lib.FitAddon();
   term.loadAddon(fit);
 
   const status = h("span", { class: "shell-muted", "data-testid": "term-status", text: "no terminal" });
