@@ -155,14 +155,14 @@ function hostFor(path) {
 // ---- assets, as the console loads them
 async function loadAssets() {
   const manifest = await (await fetch("/ui")).json();
-  for (const a of manifest.assets.filter((a) => a.kind === "style")) {
+  for (const a of manifest.assets.filter((x) => x.kind === "style")) {
     const link = document.createElement("link");
     link.rel = "stylesheet";
     link.href = `/ui/${a.path}?v=${a.hash}`;
     document.head.append(link);
     await new Promise((r) => { link.onload = r; link.onerror = r; });
   }
-  for (const a of manifest.assets.filter((a) => a.kind === "script")) {
+  for (const a of manifest.assets.filter((x) => x.kind === "script")) {
     const mod = await import(`/ui/${a.path}?v=${a.hash}`);
     await mod.default(hostFor(a.path));
   }
