@@ -7,6 +7,9 @@
 //! again). The executor's [`Event::Changed`] batches are fired, fire-and-forget, to each
 //! binding's function with its `metadata` and `namespace`.
 //!
+//! * A binding already served that is offered again with a config that is refused is torn
+//!   down: its watcher is stopped, the refusal says so and a WARN log names it. The engine
+//!   holds the refusal, so no watcher it does not know of goes on firing.
 //! * `unregistertrigger` stops the watcher. The engine unregisters a binding whose owner
 //!   disconnects, so that tears it down too.
 //! * Reconnect: the engine replays every live binding when we register the type again; a
@@ -137,7 +140,6 @@ impl ChangedFeed {
     }
 
     async fn register(feed: &ChangedFeed, offer: OfferedBinding) -> Result<(), ErrorBody> {
-        let config = parse_config(&offer.config).map_err(refused)?;
         let number = {
             let mut st = lock(&feed.state);
             st.next_offer += 1;
@@ -146,17 +148,9 @@ impl ChangedFeed {
             n
         };
         let epoch = feed.engine.get().map(|l| l.connection_epoch()).unwrap_or(0);
-        let reply = feed
-            .executor
-            .call(Request::Watch(WatchOp::Start {
-                binding_id: offer.id.clone(),
-                path: config.path.clone(),
-                include_ignored: config.include_ignored,
-            }))
-            .await
-            .map_err(|e| refused(format!("{} {}", e.code, e.message)))?;
-        let Reply::Watch(WatchReply::Started { root, .. }) = reply else {
-            return Err(refused("unexpected reply from the executor"));
+        let (config, root) = match Self::start_watcher(feed, &offer).await {
+            Ok(started) => started,
+            Err(e) => return Err(feed.refuse(&offer.id, number, e).await),
         };
         let stale = {
             let mut st = lock(&feed.state);
@@ -186,6 +180,60 @@ impl ChangedFeed {
                 .await;
         }
         Ok(())
+    }
+
+    /// Checks an offer's config and has the executor start (or keep) its watcher: the config
+    /// and the watched root.
+    async fn start_watcher(
+        feed: &ChangedFeed,
+        offer: &OfferedBinding,
+    ) -> Result<(BindingConfig, String), ErrorBody> {
+        let config = parse_config(&offer.config).map_err(refused)?;
+        let reply = feed
+            .executor
+            .call(Request::Watch(WatchOp::Start {
+                binding_id: offer.id.clone(),
+                path: config.path.clone(),
+                include_ignored: config.include_ignored,
+            }))
+            .await
+            .map_err(|e| refused(format!("{} {}", e.code, e.message)))?;
+        let Reply::Watch(WatchReply::Started { root, .. }) = reply else {
+            return Err(refused("unexpected reply from the executor"));
+        };
+        Ok((config, root))
+    }
+
+    /// A refused offer (`number`) of binding `id`. When it is still the latest offer of a
+    /// binding already served, that binding is torn down: the engine now holds the refusal,
+    /// so the earlier watcher must not go on firing (no watcher at all, rather than one the
+    /// engine does not know of). The refusal says so.
+    async fn refuse(&self, id: &str, number: u64, e: ErrorBody) -> ErrorBody {
+        let was_bound = {
+            let mut st = lock(&self.state);
+            if st.offers.get(id) != Some(&number) {
+                return e;
+            }
+            st.offers.remove(id);
+            st.bound.remove(id).is_some()
+        };
+        if !was_bound {
+            return e;
+        }
+        let _ = self
+            .executor
+            .call(Request::Watch(WatchOp::Stop {
+                binding_id: id.to_string(),
+            }))
+            .await;
+        tracing::warn!(binding = %id, reason = %e.message, "shell::changed binding offered again with a config that was refused; its earlier watcher was stopped, so the binding fires no more until it is offered with a config that is accepted");
+        ErrorBody::new(
+            e.code,
+            format!(
+                "{}; the earlier binding {id} was stopped and fires no more",
+                e.message
+            ),
+        )
     }
 
     fn unregister(&self, id: &str) {

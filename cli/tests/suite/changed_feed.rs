@@ -718,3 +718,51 @@ async fn a_revert_in_a_subdirectory_of_a_watched_root_produces_an_event_for_that
         assert_one_event(&ev, &s.root, p, &["modified", "created"], "rv");
     }
 }
+
+/// A binding served now, offered again (same id) with a config that is refused: the refusal
+/// says the earlier binding was stopped, and from then on no watcher fires for that id, for
+/// a config the broker refuses itself and for a path the executor refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reoffer_of_a_live_binding_stops_its_watcher_and_says_so() {
+    let s = setup(|_| {}).await;
+    let refusals = [
+        ("by-broker", json!({"path": 7})),
+        (
+            "by-executor",
+            json!({"path": s.outside.to_string_lossy()}),
+        ),
+    ];
+    for (id, bad) in refusals {
+        s.bind_ok(id).await;
+        std::fs::write(s.root.join(format!("{id}-before.txt")), "x").unwrap();
+        let ev = s.settled_events(&format!("{id}-before.txt")).await;
+        // Every binding made so far watches the root: one event per binding still live.
+        assert!(
+            ev.iter()
+                .any(|(_, m)| m.as_ref().unwrap()["subscription"] == id),
+            "{id}: {ev:?}"
+        );
+        s.bind(id, bad);
+        let r = s.wait_results(id, 2).await;
+        let e = r[1].as_ref().unwrap_or_else(|| panic!("{id}: re-offer accepted"));
+        assert_eq!(e.code, "trigger_registration_failed", "{id}: {e:?}");
+        assert!(
+            e.message
+                .ends_with(&format!("; the earlier binding {id} was stopped and fires no more")),
+            "{id}: {}",
+            e.message
+        );
+        s.worker
+            .expect_log("its earlier watcher was stopped")
+            .await;
+        std::fs::write(s.root.join(format!("{id}-after.txt")), "x").unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let after = s.events_for(&format!("{id}-after.txt"));
+        assert!(
+            after
+                .iter()
+                .all(|(_, m)| m.as_ref().unwrap()["subscription"] != id),
+            "{id}: the refused binding's old watcher still fires: {after:?}"
+        );
+    }
+}

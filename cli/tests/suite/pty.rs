@@ -1567,3 +1567,64 @@ async fn an_open_handed_to_a_stopped_process_holds_up_no_other_call() {
         unsafe { libc::kill(pid, libc::SIGCONT) };
     }
 }
+
+/// `detach` with the session's own credentials.
+async fn detach(caller: &TestClient, s: &Session) {
+    caller
+        .call(
+            "shell::pty::detach",
+            json!({"session_id": s.id, "access_key": s.key}),
+        )
+        .await
+        .expect("shell::pty::detach");
+}
+
+/// Polls `sessions` until the session holds `bytes` bytes of output.
+async fn wait_frame_bytes(caller: &TestClient, id: &str, bytes: u64) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = summary(caller, id).await.expect("session listed");
+        if s["frame_bytes"].as_u64() == Some(bytes) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "never held {bytes} bytes: {s}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The `sequence` that `sessions` reports names a frame that no longer grows: output that
+/// arrives after the listing goes into a later frame, so a page that resumes from the listed
+/// sequence with `attach {after_sequence}` gets it (before, it was appended to the listed
+/// frame and such a page never saw it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_sequence_names_a_frame_that_no_longer_grows() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let script = "stty -echo; printf READY; read a; printf AAA; read b; printf BBB; exec sleep 60";
+    let s = open(&caller, &page, json!({"args": ["-c", script]})).await;
+    page.wait_text(&s.id, "READY").await;
+    detach(&caller, &s).await;
+    let base = summary(&caller, &s.id).await.unwrap()["frame_bytes"]
+        .as_u64()
+        .unwrap();
+    write(&caller, &s, "\n").await;
+    let listed = wait_frame_bytes(&caller, &s.id, base + 3).await;
+    let seq = listed["sequence"].as_u64().unwrap();
+    write(&caller, &s, "\n").await;
+    wait_frame_bytes(&caller, &s.id, base + 6).await;
+    let a = caller
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": seq,
+                   "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&decode_frames(&a["frames"])),
+        "BBB",
+        "resumed after the listed sequence {seq}: {a}"
+    );
+}

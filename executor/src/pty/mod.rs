@@ -165,7 +165,10 @@ pub struct Session {
 
 impl Session {
     fn summary(&self) -> SessionSummary {
-        let st = lock(&self.st);
+        let mut st = lock(&self.st);
+        // The sequence reported must name a frame that no longer grows: a page that resumes
+        // with `after_sequence` from it would otherwise miss what is appended to that frame.
+        st.ring.seal();
         SessionSummary {
             session_id: self.id.clone(),
             cwd: self.cwd.clone(),
