@@ -98,6 +98,10 @@ pub struct PtyConfig {
     pub exited_retention_secs: u64,
     /// A live session nobody is attached to is killed and removed after this many seconds detached.
     pub detached_retention_secs: u64,
+    /// Running sessions one caller (the engine worker the engine names in `_caller_worker_id`) may hold at once; at least 1.
+    pub max_sessions_per_caller: u32,
+    /// Who may take a detached session with `shell::pty::adopt`, which needs no token: `any` caller, only the `opener` (the engine worker holding the session), or nobody (`off`).
+    pub adopt: PtyAdopt,
 }
 
 impl Default for PtyConfig {
@@ -106,8 +110,24 @@ impl Default for PtyConfig {
             max_sessions: 32,
             exited_retention_secs: 3600,
             detached_retention_secs: 86_400,
+            max_sessions_per_caller: 16,
+            adopt: PtyAdopt::Any,
         }
     }
+}
+
+/// Who may adopt a detached terminal session (`pty.adopt`), widest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PtyAdopt {
+    /// Any caller that names the session and its page family (the seed's rule).
+    #[default]
+    Any,
+    /// Only the engine worker that holds the session: the one that opened it, or the last
+    /// to attach to it with its reconnect token.
+    Opener,
+    /// Nobody: a session whose reconnect token is lost stays lost.
+    Off,
 }
 
 /// How strictly configured confinement layers must be enforced.
@@ -640,6 +660,12 @@ impl Config {
         if self.turns.data_dir.is_empty() {
             return Err(ConfigError("turns.data_dir is empty".into()));
         }
+        if self.pty.max_sessions_per_caller == 0 {
+            return Err(ConfigError(
+                "pty.max_sessions_per_caller is 0: set at least 1 (no caller could open a terminal)"
+                    .into(),
+            ));
+        }
         if self.max_timeout_ms == 0 {
             return Err(ConfigError("max_timeout_ms must be greater than 0".into()));
         }
@@ -884,9 +910,29 @@ mod tests {
             PtyConfig {
                 max_sessions: 32,
                 exited_retention_secs: 3600,
-                detached_retention_secs: 86_400
+                detached_retention_secs: 86_400,
+                max_sessions_per_caller: 16,
+                adopt: PtyAdopt::Any,
             }
         );
+        let narrowed = Config::from_value(&json!({"fs": {"allow_unjailed": true},
+            "pty": {"adopt": "opener", "max_sessions_per_caller": 4}}))
+        .unwrap();
+        assert_eq!(narrowed.pty.adopt, PtyAdopt::Opener);
+        assert_eq!(narrowed.pty.max_sessions_per_caller, 4);
+        let off =
+            Config::from_value(&json!({"fs": {"allow_unjailed": true}, "pty": {"adopt": "off"}}))
+                .unwrap();
+        assert_eq!(off.pty.adopt, PtyAdopt::Off);
+        assert!(Config::from_value(
+            &json!({"fs": {"allow_unjailed": true}, "pty": {"adopt": "anyone"}})
+        )
+        .is_err());
+        let zero = Config::from_value(
+            &json!({"fs": {"allow_unjailed": true}, "pty": {"max_sessions_per_caller": 0}}),
+        )
+        .unwrap_err();
+        assert!(zero.0.starts_with("pty.max_sessions_per_caller is 0"), "{zero}");
         let part = Config::from_value(
             &json!({"fs": {"allow_unjailed": true}, "pty": {"max_sessions": 2}}),
         )

@@ -103,6 +103,11 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
         ),
         ("env.inherit", n.env.inherit, b.env.inherit),
         ("sandbox.enabled", n.sandbox.enabled, b.sandbox.enabled),
+        (
+            "pty.adopt",
+            adopt_reach(n.pty.adopt) > adopt_reach(b.pty.adopt),
+            false,
+        ),
     ] {
         if new_on && !base_on {
             w.push(Widening::Enabled(key));
@@ -218,7 +223,7 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
     let zero_unlimited = |v: u64| (v != 0).then_some(v);
     let r = (&n.confinement.rlimits, &b.confinement.rlimits);
     let j = (&n.confinement.job_limits, &b.confinement.job_limits);
-    let limits: [(&'static str, Option<u64>, Option<u64>); 19] = [
+    let limits: [(&'static str, Option<u64>, Option<u64>); 20] = [
         (
             "fs.max_read_bytes",
             zero_unlimited(n.fs.max_read_bytes),
@@ -253,6 +258,11 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
             "pty.max_sessions",
             Some(n.pty.max_sessions.into()),
             Some(b.pty.max_sessions.into()),
+        ),
+        (
+            "pty.max_sessions_per_caller",
+            Some(n.pty.max_sessions_per_caller.into()),
+            Some(b.pty.max_sessions_per_caller.into()),
         ),
         (
             "watch.max_watchers",
@@ -363,6 +373,15 @@ pub fn describe(w: &[Widening]) -> String {
         .join("; ")
 }
 
+/// How many callers `pty.adopt` lets take a session, as an order: `off` < `opener` < `any`.
+fn adopt_reach(a: crate::config::PtyAdopt) -> u8 {
+    match a {
+        crate::config::PtyAdopt::Off => 0,
+        crate::config::PtyAdopt::Opener => 1,
+        crate::config::PtyAdopt::Any => 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +392,30 @@ mod tests {
         c.fs.allow_unjailed = false;
         c.fs.host_roots = vec!["/srv/work".into()];
         c
+    }
+
+    /// `pty.adopt` widens from `off` to `opener` to `any`; a higher per-caller terminal cap
+    /// is a raised limit.
+    #[test]
+    fn adoption_and_the_per_caller_cap() {
+        use crate::config::PtyAdopt::{Any, Off, Opener};
+        let with = |a, per| {
+            let mut c = jailed();
+            c.pty.adopt = a;
+            c.pty.max_sessions_per_caller = per;
+            c
+        };
+        let said = |b: &Config, n: &Config| -> Vec<String> {
+            widening(b, n).iter().map(|w| w.to_string()).collect()
+        };
+        assert_eq!(said(&with(Off, 16), &with(Opener, 16)), ["pty.adopt enabled"]);
+        assert_eq!(said(&with(Opener, 16), &with(Any, 16)), ["pty.adopt enabled"]);
+        assert!(said(&with(Any, 16), &with(Off, 16)).is_empty());
+        assert!(said(&with(Any, 16), &with(Opener, 4)).is_empty());
+        assert_eq!(
+            said(&with(Any, 16), &with(Any, 17)),
+            ["pty.max_sessions_per_caller raised from 16 to 17"]
+        );
     }
 
     /// Each change alone, and exactly what it reports.
@@ -646,3 +689,4 @@ mod tests {
         assert_eq!(widening(&base, &new), vec![]);
     }
 }
+

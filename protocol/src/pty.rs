@@ -246,6 +246,25 @@ pub fn bad_output_target(id: &str) -> String {
     )
 }
 
+/// The longest caller id kept; a longer `_caller_worker_id` is cut to its first bytes at
+/// a character boundary (engine worker ids are UUIDs).
+pub const MAX_CALLER_LEN: usize = 128;
+
+/// Who a call comes from: the `_caller_worker_id` the engine adds to the payload of a call
+/// made by another worker connection, or `""` for a call without one (a call the engine
+/// makes itself, e.g. a trigger fire). Every call without one counts as the same caller.
+pub fn caller_of(payload: &serde_json::Value) -> String {
+    let id = payload
+        .get("_caller_worker_id")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("");
+    let mut end = id.len().min(MAX_CALLER_LEN);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    id[..end].to_string()
+}
+
 /// Largest decoded `write` payload.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 
@@ -270,6 +289,9 @@ pub struct OpenSpec {
     /// its arguments.
     pub argv: Option<Vec<String>>,
     pub env: Vec<(String, String)>,
+    /// Who opens it ([`caller_of`]): the session's holder, for the per-caller cap and
+    /// `pty.adopt: opener`.
+    pub caller: String,
 }
 
 /// A session operation on the executor socket.
@@ -295,6 +317,8 @@ pub enum PtyOp {
         cols: u16,
         rows: u16,
         output_function_id: String,
+        /// Who attaches ([`caller_of`]); the session's holder from then on.
+        caller: String,
     },
     Adopt {
         session_id: String,
@@ -302,6 +326,8 @@ pub enum PtyOp {
         cols: u16,
         rows: u16,
         after_sequence: u64,
+        /// Who adopts ([`caller_of`]); the session's holder from then on.
+        caller: String,
     },
     Detach {
         session_id: String,
@@ -447,5 +473,17 @@ mod tests {
         }
         let long = format!("iii::shell-ui::pty-output::console-{}", "a".repeat(129));
         assert!(parse_output_target(&long).is_none());
+    }
+
+    #[test]
+    fn callers() {
+        use serde_json::json;
+        assert_eq!(caller_of(&json!({"_caller_worker_id": "w-1"})), "w-1");
+        assert_eq!(caller_of(&json!({})), "");
+        assert_eq!(caller_of(&json!(null)), "");
+        assert_eq!(caller_of(&json!({"_caller_worker_id": 7})), "");
+        let long = "é".repeat(100); // 200 bytes
+        let cut = caller_of(&json!({ "_caller_worker_id": long }));
+        assert_eq!(cut, "é".repeat(64));
     }
 }

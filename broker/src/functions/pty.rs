@@ -9,7 +9,7 @@ use iii_shell_policy::command::{check_command, CommandCheck};
 use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::pty::{
-    bad_output_target, parse_output_target, AdoptRequest, AttachRequest, AttachResponse, Attached,
+    bad_output_target, caller_of, parse_output_target, AdoptRequest, AttachRequest, AttachResponse, Attached,
     CloseRequest, CloseResponse, DetachRequest, DetachResponse, OpenRequest, OpenResponse,
     OpenSpec, OutputFrame, PtyOp, PtyReply, ResizeRequest, ResizeResponse, SessionsRequest,
     SessionsResponse, WriteRequest, WriteResponse, MAX_WRITE_BYTES,
@@ -134,6 +134,7 @@ pub fn open_spec(
         output_function_id: req.output_function_id,
         argv,
         env,
+        caller: String::new(),
     })
 }
 
@@ -190,7 +191,8 @@ pub async fn dispatch(
                 .get()
                 .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))?;
             let req: OpenRequest = parse(&payload)?;
-            let spec = open_spec(req, rt.config.fs.host_roots.is_empty(), rt.denylist()?)?;
+            let mut spec = open_spec(req, rt.config.fs.host_roots.is_empty(), rt.denylist()?)?;
+            spec.caller = caller_of(&payload);
             match call(services, PtyOp::Open(spec)).await? {
                 PtyReply::Opened(r, epoch) => {
                     release_after_answer(services, &r.session_id, epoch);
@@ -259,6 +261,7 @@ pub async fn dispatch(
                     cols: req.cols,
                     rows: req.rows,
                     output_function_id: req.output_function_id,
+                    caller: caller_of(&payload),
                 },
             )
             .await?
@@ -283,6 +286,7 @@ pub async fn dispatch(
                     cols: req.cols,
                     rows: req.rows,
                     after_sequence: req.after_sequence,
+                    caller: caller_of(&payload),
                 },
             )
             .await?

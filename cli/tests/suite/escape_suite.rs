@@ -2493,6 +2493,7 @@ async fn special_bits_on_every_path(h: &Harness, j: &Jail) -> [(String, String);
             output_function_id: "iii::shell-ui::pty-output::console-escape125".into(),
             argv: Some(vec!["sh".into(), "-c".into(), special_bits_script("pty")]),
             env: Vec::new(),
+            caller: String::new(),
         })))
         .await
         .expect("pty open");

@@ -1628,3 +1628,142 @@ async fn a_listed_sequence_names_a_frame_that_no_longer_grows() {
         "resumed after the listed sequence {seq}: {a}"
     );
 }
+
+/// A worker whose `pty` section is tweaked, ready, with a page of family `shell`.
+async fn pty_worker(
+    engine: &TestEngine,
+    tweak: impl FnOnce(&mut iii_shell_policy::config::PtyConfig),
+) -> Worker {
+    let mut cfg = iii_shell_protocol::config::Config::builtin_default();
+    tweak(&mut cfg.pty);
+    let w = Worker::builder().engine(engine).seed(&cfg).start();
+    wait_ready(engine, &w).await;
+    w
+}
+
+/// The review's attack: a caller opening sessions whose program exits at once held every
+/// slot for the whole exited retention (an hour), and only it could close them. Now an
+/// exited session keeps its output replayable until an open needs its slot (the one that
+/// exited first goes first), and one caller (engine worker) holds at most
+/// `pty.max_sessions_per_caller` running sessions, so another caller always finds a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_caller_can_hold_every_terminal_slot() {
+    let engine = TestEngine::start().await;
+    let _w = pty_worker(&engine, |p| {
+        p.max_sessions = 3;
+        p.max_sessions_per_caller = 2;
+    })
+    .await;
+    let hog = engine.client().await;
+    let other = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    // Sessions whose program exits at once, as many as there are slots.
+    let mut exited = Vec::new();
+    for i in 0..3 {
+        let s = open(&hog, &page, json!({"args": ["-c", format!("echo gone-{i}")]})).await;
+        wait_exited(&hog, &s.id).await;
+        exited.push(s);
+    }
+    // Exited, each still replayable.
+    let a = hog
+        .call(
+            "shell::pty::attach",
+            json!({"session_id": exited[0].id, "reconnect_token": exited[0].token,
+                   "after_sequence": 0, "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&decode_frames(&a["frames"])).contains("gone-0"));
+    // Another caller still opens: the session that exited first made room.
+    let mine = open(&other, &page, json!({})).await;
+    assert!(summary(&other, &exited[0].id).await.is_none());
+    assert!(summary(&other, &exited[1].id).await.is_some());
+    let closed = hog
+        .call(
+            "shell::pty::close",
+            json!({"session_id": exited[0].id, "access_key": exited[0].key}),
+        )
+        .await;
+    assert_code(&closed, "S211");
+    // Running sessions: the hog gets two, never the last slot.
+    open(&hog, &page, json!({})).await;
+    open(&hog, &page, json!({})).await;
+    let r = hog
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_code(&r, "invocation_failed");
+    let m = r.unwrap_err().message;
+    assert!(
+        m.starts_with("max pty sessions per caller reached (2 running for caller ")
+            && m.ends_with("of pty.max_sessions_per_caller = 2): close one with shell::pty::close, or raise pty.max_sessions_per_caller"),
+        "{m}"
+    );
+    // Every slot is running now: the total cap still holds, for everyone.
+    let r = other
+        .call(
+            "shell::pty::open",
+            json!({"cwd": "/tmp", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await;
+    assert_eq!(
+        r.unwrap_err().message,
+        "max pty sessions reached (3 of pty.max_sessions = 3): close one with shell::pty::close, or raise pty.max_sessions"
+    );
+    // The other caller's own session frees a slot when it is closed.
+    other
+        .call(
+            "shell::pty::close",
+            json!({"session_id": mine.id, "access_key": mine.key}),
+        )
+        .await
+        .unwrap();
+    open(&other, &page, json!({})).await;
+}
+
+/// `pty.adopt`: `any` (the default, the seed's rule) lets any caller take a detached
+/// session; `opener` only the engine worker that holds it; `off` nobody. Refusals are S210.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_can_be_narrowed_to_the_opener_or_turned_off() {
+    use iii_shell_policy::config::PtyAdopt;
+    for mode in [PtyAdopt::Any, PtyAdopt::Opener, PtyAdopt::Off] {
+        let engine = TestEngine::start().await;
+        let _w = pty_worker(&engine, |p| p.adopt = mode).await;
+        let opener = engine.client().await;
+        let stranger = engine.client().await;
+        let page = Page::new(&engine, "shell").await;
+        let s = open(&opener, &page, json!({})).await;
+        detach(&opener, &s).await;
+        let adopt = json!({"session_id": s.id, "output_function_id": page.id, "cols": 80, "rows": 24});
+        let by_stranger = stranger.call("shell::pty::adopt", adopt.clone()).await;
+        if mode == PtyAdopt::Any {
+            assert_eq!(by_stranger.unwrap()["status"], "attached");
+            continue;
+        }
+        let e = by_stranger.unwrap_err();
+        assert_eq!(e.code, "S210", "{e:?}");
+        match mode {
+            PtyAdopt::Any => unreachable!(),
+            PtyAdopt::Opener => assert_eq!(
+                e.message,
+                format!("pty session {} is held by another engine worker: with pty.adopt: opener only the worker that opened it (or last attached to it) may adopt it", s.id)
+            ),
+            PtyAdopt::Off => assert_eq!(
+                e.message,
+                "shell::pty::adopt is turned off on this worker (pty.adopt: off): a session is taken back only with its reconnect token (shell::pty::attach)"
+            ),
+        }
+        let by_opener = opener.call("shell::pty::adopt", adopt.clone()).await;
+        if mode == PtyAdopt::Off {
+            assert_code(&by_opener, "S210");
+        } else {
+            assert_eq!(by_opener.unwrap()["status"], "attached");
+        }
+        if mode == PtyAdopt::Off {
+            // The refused adoptions changed nothing: the old credentials still work.
+            assert_eq!(write(&opener, &s, "true\n").await["written"], 5);
+        }
+    }
+}

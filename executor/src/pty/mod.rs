@@ -15,6 +15,7 @@
 //! that falls behind is not waited for, and what the ring cannot keep is reported by the next
 //! push as a gap ([`pacing`]).
 
+pub mod admission;
 pub mod creds;
 pub mod pacing;
 pub mod process;
@@ -72,6 +73,9 @@ struct State {
     target: Option<String>,
     /// The page family of the session's owner (kept while detached).
     ui: String,
+    /// The caller holding the session ([`admission`]): the one that opened it, or the last
+    /// to attach to it or adopt it.
+    holder: String,
     /// Bumped whenever the target changes; pushes and acks name it.
     epoch: u64,
     /// Pushes of this epoch wait until the broker has answered the attach (or open) that
@@ -378,6 +382,48 @@ impl Table {
         }
     }
 
+    /// Admits an open by `caller` ([`admission::admit`]), removing the session that exited
+    /// first when only exited sessions stand in the way.
+    async fn make_room(
+        &self,
+        cfg: &iii_shell_policy::config::PtyConfig,
+        caller: &str,
+    ) -> Result<(), ExecError> {
+        let (census, oldest_exited) = {
+            let t = lock(&self.inner.sessions);
+            let mut c = admission::Census::default();
+            let mut oldest: Option<(Instant, String)> = None;
+            for (id, s) in t.iter() {
+                let st = lock(&s.st);
+                match st.exited_at {
+                    Some(at) => {
+                        c.exited += 1;
+                        if oldest.as_ref().is_none_or(|o| at < o.0) {
+                            oldest = Some((at, id.clone()));
+                        }
+                    }
+                    None => {
+                        c.running += 1;
+                        c.running_of_caller += usize::from(st.holder == caller);
+                    }
+                }
+            }
+            (c, oldest.map(|o| o.1))
+        };
+        match admission::admit(cfg, caller, &census) {
+            admission::Admission::Open => Ok(()),
+            admission::Admission::Refuse(m) => Err(ExecError::Plain(m)),
+            admission::Admission::EvictOldestExited => {
+                let gone = oldest_exited.and_then(|id| lock(&self.inner.sessions).remove(&id));
+                if let Some(s) = gone {
+                    tracing::info!(session_id = %s.id, "pty session removed: it had exited and an open needed its slot (the session that exited first goes first)");
+                    s.terminate().await;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// The sessions held (running, or exited and not yet closed).
     pub fn len(&self) -> usize {
         lock(&self.inner.sessions).len()
@@ -447,13 +493,7 @@ impl Table {
         spec: iii_shell_protocol::pty::OpenSpec,
     ) -> Result<PtyReply, ExecError> {
         let _guard = self.open_lock.lock().await;
-        let limit = policy.config.pty.max_sessions as usize;
-        let count = lock(&self.inner.sessions).len();
-        if count >= limit {
-            return Err(ExecError::Plain(format!(
-                "max pty sessions reached ({count} of pty.max_sessions = {limit}): close one with shell::pty::close, or raise pty.max_sessions"
-            )));
-        }
+        self.make_room(&policy.config.pty, &spec.caller).await?;
         let ui = parse_output_target(&spec.output_function_id)
             .map(|t| t.ui.to_string())
             .ok_or_else(|| {
@@ -527,6 +567,7 @@ impl Table {
                 reconnect_token: reconnect_token.clone(),
                 target: Some(spec.output_function_id.clone()),
                 ui,
+                holder: spec.caller.clone(),
                 epoch: 1,
                 released: false,
                 pushed: 0,
@@ -699,6 +740,7 @@ impl Table {
                 cols,
                 rows,
                 output_function_id,
+                caller,
             } => {
                 let target = parse_output_target(&output_function_id).ok_or_else(|| {
                     ExecError::Invalid(iii_shell_protocol::pty::bad_output_target(
@@ -713,6 +755,7 @@ impl Table {
                 }
                 Self::apply_size(&s, &mut st, cols, rows)?;
                 st.ui = target.ui.to_string();
+                st.holder = caller;
                 st.retarget(Some(output_function_id.clone()));
                 s.room.notify_one();
                 Ok(PtyReply::Attached(self.attached(
@@ -727,6 +770,7 @@ impl Table {
                 cols,
                 rows,
                 after_sequence,
+                caller,
             } => {
                 let target = parse_output_target(&output_function_id).ok_or_else(|| {
                     ExecError::Invalid(iii_shell_protocol::pty::bad_output_target(
@@ -753,7 +797,14 @@ impl Table {
                         st.ui, target.ui
                     )));
                 }
+                let mode = policy
+                    .as_ref()
+                    .map(|p| p.config.pty.adopt)
+                    .ok_or_else(|| ExecError::Internal("executor has no policy yet".into()))?;
+                admission::may_adopt(mode, &session_id, &st.holder, &caller)
+                    .map_err(ExecError::Invalid)?;
                 Self::apply_size(&s, &mut st, cols, rows)?;
+                st.holder = caller;
                 st.access_key = access_key;
                 st.reconnect_token = reconnect_token;
                 st.retarget(Some(output_function_id.clone()));

@@ -365,6 +365,7 @@ mod tests {
             output_function_id: "iii::console-ui::pty-output::console-test".into(),
             argv: Some(vec!["sleep".into(), "30".into()]),
             env: Vec::new(),
+            caller: String::new(),
         };
         let started = start(&policy, &spec).await.expect("a session");
         let cg = started.cgroup.as_ref().expect("a job cgroup");
