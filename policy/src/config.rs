@@ -932,7 +932,10 @@ mod tests {
             &json!({"fs": {"allow_unjailed": true}, "pty": {"max_sessions_per_caller": 0}}),
         )
         .unwrap_err();
-        assert!(zero.0.starts_with("pty.max_sessions_per_caller is 0"), "{zero}");
+        assert!(
+            zero.0.starts_with("pty.max_sessions_per_caller is 0"),
+            "{zero}"
+        );
         let part = Config::from_value(
             &json!({"fs": {"allow_unjailed": true}, "pty": {"max_sessions": 2}}),
         )

@@ -408,8 +408,14 @@ mod tests {
         let said = |b: &Config, n: &Config| -> Vec<String> {
             widening(b, n).iter().map(|w| w.to_string()).collect()
         };
-        assert_eq!(said(&with(Off, 16), &with(Opener, 16)), ["pty.adopt enabled"]);
-        assert_eq!(said(&with(Opener, 16), &with(Any, 16)), ["pty.adopt enabled"]);
+        assert_eq!(
+            said(&with(Off, 16), &with(Opener, 16)),
+            ["pty.adopt enabled"]
+        );
+        assert_eq!(
+            said(&with(Opener, 16), &with(Any, 16)),
+            ["pty.adopt enabled"]
+        );
         assert!(said(&with(Any, 16), &with(Off, 16)).is_empty());
         assert!(said(&with(Any, 16), &with(Opener, 4)).is_empty());
         assert_eq!(
@@ -689,4 +695,3 @@ mod tests {
         assert_eq!(widening(&base, &new), vec![]);
     }
 }
-

@@ -9,10 +9,10 @@ use iii_shell_policy::command::{check_command, CommandCheck};
 use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::messages::{Reply, Request};
 use iii_shell_protocol::pty::{
-    bad_output_target, caller_of, parse_output_target, AdoptRequest, AttachRequest, AttachResponse, Attached,
-    CloseRequest, CloseResponse, DetachRequest, DetachResponse, OpenRequest, OpenResponse,
-    OpenSpec, OutputFrame, PtyOp, PtyReply, ResizeRequest, ResizeResponse, SessionsRequest,
-    SessionsResponse, WriteRequest, WriteResponse, MAX_WRITE_BYTES,
+    bad_output_target, caller_of, parse_output_target, AdoptRequest, AttachRequest, AttachResponse,
+    Attached, CloseRequest, CloseResponse, DetachRequest, DetachResponse, OpenRequest,
+    OpenResponse, OpenSpec, OutputFrame, PtyOp, PtyReply, ResizeRequest, ResizeResponse,
+    SessionsRequest, SessionsResponse, WriteRequest, WriteResponse, MAX_WRITE_BYTES,
 };
 use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;

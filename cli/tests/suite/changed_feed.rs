@@ -727,10 +727,7 @@ async fn a_refused_reoffer_of_a_live_binding_stops_its_watcher_and_says_so() {
     let s = setup(|_| {}).await;
     let refusals = [
         ("by-broker", json!({"path": 7})),
-        (
-            "by-executor",
-            json!({"path": s.outside.to_string_lossy()}),
-        ),
+        ("by-executor", json!({"path": s.outside.to_string_lossy()})),
     ];
     for (id, bad) in refusals {
         s.bind_ok(id).await;
@@ -744,17 +741,18 @@ async fn a_refused_reoffer_of_a_live_binding_stops_its_watcher_and_says_so() {
         );
         s.bind(id, bad);
         let r = s.wait_results(id, 2).await;
-        let e = r[1].as_ref().unwrap_or_else(|| panic!("{id}: re-offer accepted"));
+        let e = r[1]
+            .as_ref()
+            .unwrap_or_else(|| panic!("{id}: re-offer accepted"));
         assert_eq!(e.code, "trigger_registration_failed", "{id}: {e:?}");
         assert!(
-            e.message
-                .ends_with(&format!("; the earlier binding {id} was stopped and fires no more")),
+            e.message.ends_with(&format!(
+                "; the earlier binding {id} was stopped and fires no more"
+            )),
             "{id}: {}",
             e.message
         );
-        s.worker
-            .expect_log("its earlier watcher was stopped")
-            .await;
+        s.worker.expect_log("its earlier watcher was stopped").await;
         std::fs::write(s.root.join(format!("{id}-after.txt")), "x").unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let after = s.events_for(&format!("{id}-after.txt"));

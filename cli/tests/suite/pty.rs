@@ -1660,7 +1660,12 @@ async fn no_caller_can_hold_every_terminal_slot() {
     // Sessions whose program exits at once, as many as there are slots.
     let mut exited = Vec::new();
     for i in 0..3 {
-        let s = open(&hog, &page, json!({"args": ["-c", format!("echo gone-{i}")]})).await;
+        let s = open(
+            &hog,
+            &page,
+            json!({"args": ["-c", format!("echo gone-{i}")]}),
+        )
+        .await;
         wait_exited(&hog, &s.id).await;
         exited.push(s);
     }
@@ -1736,7 +1741,8 @@ async fn adoption_can_be_narrowed_to_the_opener_or_turned_off() {
         let page = Page::new(&engine, "shell").await;
         let s = open(&opener, &page, json!({})).await;
         detach(&opener, &s).await;
-        let adopt = json!({"session_id": s.id, "output_function_id": page.id, "cols": 80, "rows": 24});
+        let adopt =
+            json!({"session_id": s.id, "output_function_id": page.id, "cols": 80, "rows": 24});
         let by_stranger = stranger.call("shell::pty::adopt", adopt.clone()).await;
         if mode == PtyAdopt::Any {
             assert_eq!(by_stranger.unwrap()["status"], "attached");
@@ -1765,5 +1771,318 @@ async fn adoption_can_be_narrowed_to_the_opener_or_turned_off() {
             // The refused adoptions changed nothing: the old credentials still work.
             assert_eq!(write(&opener, &s, "true\n").await["written"], 5);
         }
+    }
+}
+
+/// Hostile session ids on every call that takes one: each is S211, exactly like an unknown
+/// session, and the refusal repeats at most 64 bytes of the id, quoted and escaped (a
+/// 200 KiB id came back whole before, and a NUL or newline in it raw).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_session_ids_are_unknown_sessions_and_never_echoed_whole() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({})).await;
+    let long = "a".repeat(200 * 1024);
+    let ids = [
+        ("".to_string(), "\"\"".to_string()),
+        ("../../etc/passwd".into(), "\"../../etc/passwd\"".into()),
+        ("x\u{0}y\nz".into(), "\"x\\0y\\nz\"".into()),
+        (format!("{}x", s.id), format!("\"{}x\"", s.id)),
+        (long.clone(), format!("\"{}\"…", &long[..64])),
+        ("é".repeat(40), format!("\"{}\"…", "é".repeat(32))),
+    ];
+    for (id, shown) in &ids {
+        let calls = [
+            (
+                "shell::pty::write",
+                json!({"session_id": id, "access_key": s.key, "data": "eA=="}),
+            ),
+            (
+                "shell::pty::resize",
+                json!({"session_id": id, "access_key": s.key, "cols": 9, "rows": 9}),
+            ),
+            (
+                "shell::pty::detach",
+                json!({"session_id": id, "access_key": s.key}),
+            ),
+            (
+                "shell::pty::close",
+                json!({"session_id": id, "access_key": s.key}),
+            ),
+            (
+                "shell::pty::attach",
+                json!({"session_id": id, "reconnect_token": s.token,
+                "after_sequence": 0, "cols": 80, "rows": 24, "output_function_id": page.id}),
+            ),
+        ];
+        for (f, req) in calls {
+            let e = caller.call(f, req).await.unwrap_err();
+            assert_eq!(e.code, "S211", "{f}");
+            assert_eq!(
+                e.message,
+                format!("no such pty session, or the credential does not match: {shown}"),
+                "{f}"
+            );
+        }
+    }
+    // The real session is untouched and the worker is fine.
+    write(&caller, &s, "echo still-$((40+2))\n").await;
+    page.wait_text(&s.id, "still-42").await;
+    let mut w = w;
+    assert!(w.try_exit().is_none(), "{}", w.stderr());
+}
+
+/// Sizes: 0 in either dimension is S210 on open, resize and attach, and changes nothing;
+/// 65535x65535 (the most a `u16` holds) is applied as it is; past it is a malformed payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_sizes_at_the_edges() {
+    let engine = TestEngine::start().await;
+    let _w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let s = open(&caller, &page, json!({"cols": 65535, "rows": 65535})).await;
+    write(&caller, &s, "stty size; echo sized-$((40+2))\n").await;
+    page.wait_text(&s.id, "65535 65535\r\nsized-42").await;
+    for (cols, rows) in [(0, 0), (0, 5), (5, 0)] {
+        let r = caller
+            .call(
+                "shell::pty::resize",
+                json!({"session_id": s.id, "access_key": s.key, "cols": cols, "rows": rows}),
+            )
+            .await;
+        let e = r.unwrap_err();
+        assert_eq!(e.code, "S210");
+        assert_eq!(
+            e.message,
+            format!("cols and rows must be at least 1 (got {cols}x{rows})")
+        );
+        let r = caller
+            .call(
+                "shell::pty::attach",
+                json!({"session_id": s.id, "reconnect_token": s.token, "after_sequence": 0,
+                       "cols": cols, "rows": rows, "output_function_id": page.id}),
+            )
+            .await;
+        assert_code(&r, "S210");
+        let r = caller
+            .call(
+                "shell::pty::open",
+                json!({"cwd": "/tmp", "cols": cols, "rows": rows, "output_function_id": page.id}),
+            )
+            .await;
+        assert_code(&r, "S210");
+    }
+    let r = caller
+        .call(
+            "shell::pty::resize",
+            json!({"session_id": s.id, "access_key": s.key, "cols": 65536, "rows": 1}),
+        )
+        .await;
+    assert_code(&r, "S210");
+    // Nothing above changed the size.
+    write(&caller, &s, "stty size; echo again-$((40+2))\n").await;
+    page.wait_text(&s.id, "65535 65535\r\nagain-42").await;
+    let r = caller
+        .call(
+            "shell::pty::resize",
+            json!({"session_id": s.id, "access_key": s.key, "cols": 1, "rows": 1}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"cols": 1, "rows": 1}));
+}
+
+/// Close racing adopts of the same detached session: exactly one wins. Either the close
+/// (every adopt after it is S211) or one adopt (the close then meets rotated credentials,
+/// S211, and the adopter keeps a live session). Before, a close that had checked the key
+/// could still kill a session an adopt had just taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_and_adopt_races_have_exactly_one_winner() {
+    let engine = TestEngine::start().await;
+    let _w = pty_worker(&engine, |p| p.max_sessions_per_caller = 32).await;
+    let caller = Arc::new(engine.client().await);
+    let page = Page::new(&engine, "shell").await;
+    for round in 0..12 {
+        let s = open(&caller, &page, json!({})).await;
+        detach(&caller, &s).await;
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let (c, id, key, target) =
+                (caller.clone(), s.id.clone(), s.key.clone(), page.id.clone());
+            tasks.push(tokio::spawn(async move {
+                if i == 2 {
+                    (
+                        "close",
+                        c.call(
+                            "shell::pty::close",
+                            json!({"session_id": id, "access_key": key}),
+                        )
+                        .await,
+                    )
+                } else {
+                    (
+                        "adopt",
+                        c.call(
+                            "shell::pty::adopt",
+                            json!({"session_id": id,
+                        "output_function_id": target, "cols": 80, "rows": 24}),
+                        )
+                        .await,
+                    )
+                }
+            }));
+        }
+        let mut wins = Vec::new();
+        for t in tasks {
+            let (what, r) = t.await.unwrap();
+            match r {
+                Ok(v) => wins.push((what, v)),
+                Err(e) => assert!(
+                    e.code == "S211" || e.code == "S210",
+                    "round {round}: {what}: {e:?}"
+                ),
+            }
+        }
+        assert_eq!(wins.len(), 1, "round {round}: {wins:?}");
+        let listed = summary(&caller, &s.id).await;
+        if wins[0].0 == "close" {
+            assert!(listed.is_none(), "round {round}");
+        } else {
+            assert_eq!(listed.unwrap()["status"], "attached", "round {round}");
+            let key = wins[0].1["access_key"].as_str().unwrap();
+            caller
+                .call(
+                    "shell::pty::close",
+                    json!({"session_id": s.id, "access_key": key}),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// What a command tries on every terminal it can name: writing to it and pushing input into
+/// it (`TIOCSTI`, 0x5412). One line per success; `tried N` at the end.
+const TERMINAL_REACH: &str = r#"n=0
+try() {
+  n=$((n+1))
+  if (printf INJECTED > "$1") 2>/dev/null; then echo "wrote $1"; fi
+  if perl -e 'open(my $h, "<", $ARGV[0]) or exit 2; ioctl($h, 0x5412, "J") or exit 3; exit 0' "$1" 2>/dev/null; then echo "tiocsti $1"; fi
+}
+for l in /proc/[0-9]*/fd/*; do
+  t=$(readlink "$l" 2>/dev/null) || continue
+  case "$t" in /dev/pts/*|/dev/tty*) try "$l";; esac
+done
+for p in /dev/tty /dev/pts/[0-9]* "$@"; do [ -e "$p" ] && try "$p"; done
+perl -e 'for my $f (0,1,2) { open(my $h, "<&=", $f) or next; ioctl($h, 0x5412, "J") and print "tiocsti fd $f\n" }'
+echo "tried $n""#;
+
+/// The terminal the worker was started from (its stdin and controlling terminal) and another
+/// session's terminal are out of every command's reach, from `shell::exec` and from inside a
+/// terminal session, jailed as another user and unjailed as root: no write, no `TIOCSTI`
+/// (through `/proc/<pid>/fd`, `/dev/pts/N`, `/dev/tty` or an inherited descriptor), and
+/// nothing arrives on either terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_reaches_the_workers_terminal_or_another_sessions() {
+    use std::os::fd::AsRawFd;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::fs::set_permissions(
+        &root_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut configs = vec![(
+        "unjailed",
+        iii_shell_protocol::config::Config::builtin_default(),
+        None,
+    )];
+    if is_root() {
+        let mut c = jailed(&root_path);
+        c.confinement.run_as = Some("4242:4242".into());
+        configs.push(("jailed run_as 4242", c, Some(".")));
+    }
+    for (what, config, cwd) in configs {
+        let tty = nix::pty::openpty(None, None).unwrap();
+        let slave = nix::unistd::ttyname(&tty.slave).unwrap();
+        let redirect = format!("exec setsid -c \"$@\" 0<>{}", slave.display());
+        let engine = TestEngine::start().await;
+        let w = Worker::builder()
+            .engine(&engine)
+            .seed(&config)
+            .wrapper(&["sh", "-c", &redirect, "sh"])
+            .start();
+        wait_ready(&engine, &w).await;
+        let caller = engine.client().await;
+        let page = Page::new(&engine, "shell").await;
+        let extra = match cwd {
+            Some(c) => json!({"cwd": c}),
+            None => json!({}),
+        };
+        let target = open(&caller, &page, extra.clone()).await;
+        write(&caller, &target, "tty; echo tty-$((40+2))\n").await;
+        page.wait_text(&target.id, "tty-42\r\n").await;
+        let text = page.text(&target.id);
+        let at = text.rfind("/dev/pts/").expect("the session has a tty");
+        let pts: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '/')
+            .collect();
+        let slave_path = slave.to_string_lossy().into_owned();
+        let mut req = json!({"command": "sh",
+            "args": ["-c", TERMINAL_REACH, "sh", pts, slave_path], "timeout_ms": 30000});
+        if let Some(c) = cwd {
+            req["cwd"] = json!(c);
+        }
+        let r = caller.call("shell::exec", req).await.expect("shell::exec");
+        let out = r["stdout"].as_str().unwrap();
+        assert!(
+            out.starts_with("tried ") && out.lines().count() == 1,
+            "{what}: exec: {r}"
+        );
+        eprintln!("{what}: shell::exec {}", out.trim());
+        // The same from inside a terminal session.
+        let inside = open(&caller, &page, extra).await;
+        write(&caller, &inside, &format!("sh -c '{}' sh {pts} {slave_path} 2>/dev/null | sed 's/^/got: /'; echo end-$((40+2))\n",
+            TERMINAL_REACH.replace('\'', "'\\''"))).await;
+        page.wait_text(&inside.id, "end-42\r\n").await;
+        let got: Vec<String> = page
+            .text(&inside.id)
+            .lines()
+            .filter(|l| l.starts_with("got: "))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(got.len(), 1, "{what}: session: {got:?}");
+        assert!(
+            got[0].starts_with("got: tried "),
+            "{what}: session: {got:?}"
+        );
+        // Nothing reached the other session or the worker's terminal.
+        write(&caller, &target, "echo after-$((40+2))\n").await;
+        page.wait_text(&target.id, "after-42\r\n").await;
+        let t = page.text(&target.id);
+        assert!(!t.contains("INJECTED") && !t.contains('J'), "{what}: {t:?}");
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int through the pointer, which is valid.
+        let rc = unsafe { libc::ioctl(tty.slave.as_raw_fd(), libc::FIONREAD, &mut queued) };
+        assert_eq!(rc, 0);
+        assert_eq!(
+            queued, 0,
+            "{what}: input was pushed into the worker's terminal"
+        );
+        nix::fcntl::fcntl(
+            &tty.master,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .unwrap();
+        let mut buf = [0u8; 4096];
+        let n = nix::unistd::read(&tty.master, &mut buf).unwrap_or(0);
+        let shown = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            !shown.contains("INJECTED") && !shown.contains('J'),
+            "{what}: the worker's terminal shows {shown:?}"
+        );
     }
 }

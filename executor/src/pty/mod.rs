@@ -335,9 +335,18 @@ pub struct Table {
     open_lock: tokio::sync::Mutex<()>,
 }
 
+/// Longest session id a refusal repeats (ours are 36-byte UUIDs; a caller's can be anything).
+const SHOWN_ID_BYTES: usize = 64;
+
 fn not_found(id: &str) -> ExecError {
+    let mut end = id.len().min(SHOWN_ID_BYTES);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < id.len() { "…" } else { "" };
     ExecError::Missing(format!(
-        "no such pty session, or the credential does not match: {id}"
+        "no such pty session, or the credential does not match: {:?}{more}",
+        &id[..end]
     ))
 }
 
@@ -837,8 +846,16 @@ impl Table {
                 session_id,
                 access_key,
             } => {
-                let s = self.with_key(&session_id, &access_key)?;
-                lock(&self.inner.sessions).remove(&session_id);
+                // Checked and removed under the table's lock: an adopt that rotates the key
+                // in between cannot win a session this close then kills.
+                let s = {
+                    let mut t = lock(&self.inner.sessions);
+                    let held = t
+                        .get(&session_id)
+                        .is_some_and(|s| creds::matches(&access_key, &lock(&s.st).access_key));
+                    held.then(|| t.remove(&session_id)).flatten()
+                }
+                .ok_or_else(|| not_found(&session_id))?;
                 s.terminate().await;
                 tracing::info!(session_id = %session_id, "pty session closed");
                 Ok(PtyReply::Closed(CloseResponse { closed: true }))
