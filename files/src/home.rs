@@ -280,6 +280,27 @@ mod tests {
         );
         assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o7777, 0o755);
         std::fs::remove_file(scratch.join(&name)).unwrap();
+        // A dangling symlink (one that would make the directory where it points), and a FIFO
+        // (opened, it would block until a writer came): refused at once, nothing made.
+        std::os::unix::fs::symlink(t.path().join("made-there"), scratch.join(&name)).unwrap();
+        let w = settle(&c, None, me(), "id").warning.unwrap();
+        assert!(
+            w.contains("is not a directory (a symlink or a file was put there"),
+            "{w}"
+        );
+        assert!(!t.path().join("made-there").exists());
+        std::fs::remove_file(scratch.join(&name)).unwrap();
+        nix::unistd::mkfifo(
+            &scratch.join(&name),
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+        )
+        .unwrap();
+        let w = settle(&c, None, me(), "id").warning.unwrap();
+        assert!(
+            w.contains("is not a directory (a symlink or a file was put there"),
+            "{w}"
+        );
+        std::fs::remove_file(scratch.join(&name)).unwrap();
         if me() != 0 {
             return;
         }
