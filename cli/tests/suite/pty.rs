@@ -2086,3 +2086,43 @@ async fn no_command_reaches_the_workers_terminal_or_another_sessions() {
         );
     }
 }
+
+/// Adopting a running session counts against `pty.max_sessions_per_caller` as opening one
+/// does: a caller at its cap cannot collect more slots by adopting other callers' detached
+/// sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopting_counts_against_the_per_caller_cap() {
+    let engine = TestEngine::start().await;
+    let _w = pty_worker(&engine, |p| {
+        p.max_sessions = 4;
+        p.max_sessions_per_caller = 1;
+    })
+    .await;
+    let a = engine.client().await;
+    let b = engine.client().await;
+    let page = Page::new(&engine, "shell").await;
+    let orphan = open(&a, &page, json!({})).await;
+    detach(&a, &orphan).await;
+    let own = open(&b, &page, json!({})).await;
+    let adopt =
+        json!({"session_id": orphan.id, "output_function_id": page.id, "cols": 80, "rows": 24});
+    let e = b
+        .call("shell::pty::adopt", adopt.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "invocation_failed");
+    assert!(
+        e.message
+            .starts_with("max pty sessions per caller reached (1 running for caller "),
+        "{e:?}"
+    );
+    assert_eq!(summary(&b, &orphan.id).await.unwrap()["status"], "detached");
+    b.call(
+        "shell::pty::close",
+        json!({"session_id": own.id, "access_key": own.key}),
+    )
+    .await
+    .unwrap();
+    let taken = b.call("shell::pty::adopt", adopt).await.unwrap();
+    assert_eq!(taken["status"], "attached");
+}

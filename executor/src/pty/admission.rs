@@ -35,12 +35,8 @@ pub enum Admission {
 /// an exited one keeps its output replayable until an open needs its slot. One caller holds
 /// at most `max_sessions_per_caller` running sessions, so no caller can take every slot.
 pub fn admit(cfg: &PtyConfig, caller: &str, c: &Census) -> Admission {
-    let per_caller = cfg.max_sessions_per_caller as usize;
-    if c.running_of_caller >= per_caller {
-        return Admission::Refuse(format!(
-            "max pty sessions per caller reached ({} running for caller {caller:?} of pty.max_sessions_per_caller = {per_caller}): close one with shell::pty::close, or raise pty.max_sessions_per_caller",
-            c.running_of_caller
-        ));
+    if let Err(m) = may_hold_one_more(cfg, caller, c.running_of_caller) {
+        return Admission::Refuse(m);
     }
     let max = cfg.max_sessions as usize;
     if c.running >= max {
@@ -54,6 +50,23 @@ pub fn admit(cfg: &PtyConfig, caller: &str, c: &Census) -> Admission {
     } else {
         Admission::Open
     }
+}
+
+/// Whether `caller`, who holds `running_of_caller` running sessions, may hold one more: by
+/// opening it, or by adopting a running one (adoption counts against the cap as opening
+/// does, so a caller cannot collect every slot by adopting).
+pub fn may_hold_one_more(
+    cfg: &PtyConfig,
+    caller: &str,
+    running_of_caller: usize,
+) -> Result<(), String> {
+    let per_caller = cfg.max_sessions_per_caller as usize;
+    if running_of_caller >= per_caller {
+        return Err(format!(
+            "max pty sessions per caller reached ({running_of_caller} running for caller {caller:?} of pty.max_sessions_per_caller = {per_caller}): close one with shell::pty::close, or raise pty.max_sessions_per_caller"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `caller` may adopt session `id`, which `holder` holds (`pty.adopt`). The refusal
@@ -123,6 +136,16 @@ mod tests {
             admit(&cfg(0, 1), "", &census(0, 0, 0)),
             Admission::Refuse(_)
         ));
+    }
+
+    #[test]
+    fn one_more() {
+        let c = cfg(4, 2);
+        assert_eq!(may_hold_one_more(&c, "w", 1), Ok(()));
+        assert_eq!(
+            may_hold_one_more(&c, "w", 2),
+            Err("max pty sessions per caller reached (2 running for caller \"w\" of pty.max_sessions_per_caller = 2): close one with shell::pty::close, or raise pty.max_sessions_per_caller".into())
+        );
     }
 
     #[test]

@@ -433,6 +433,17 @@ impl Table {
         }
     }
 
+    /// Running sessions `caller` holds, besides session `except`.
+    fn running_held_by(&self, caller: &str, except: &str) -> usize {
+        lock(&self.inner.sessions)
+            .iter()
+            .filter(|(id, s)| {
+                let st = lock(&s.st);
+                id.as_str() != except && st.exit.is_none() && st.holder == caller
+            })
+            .count()
+    }
+
     /// The sessions held (running, or exited and not yet closed).
     pub fn len(&self) -> usize {
         lock(&self.inner.sessions).len()
@@ -788,6 +799,7 @@ impl Table {
                 })?;
                 process::check_size(cols, rows)?;
                 let s = self.get(&session_id)?;
+                let held = self.running_held_by(&caller, &session_id);
                 let (access_key, reconnect_token) = (
                     creds::fresh()
                         .map_err(|e| ExecError::Internal(format!("no randomness: {e}")))?,
@@ -806,12 +818,15 @@ impl Table {
                         st.ui, target.ui
                     )));
                 }
-                let mode = policy
+                let cfg = policy
                     .as_ref()
-                    .map(|p| p.config.pty.adopt)
+                    .map(|p| &p.config.pty)
                     .ok_or_else(|| ExecError::Internal("executor has no policy yet".into()))?;
-                admission::may_adopt(mode, &session_id, &st.holder, &caller)
+                admission::may_adopt(cfg.adopt, &session_id, &st.holder, &caller)
                     .map_err(ExecError::Invalid)?;
+                if st.exit.is_none() && st.holder != caller {
+                    admission::may_hold_one_more(cfg, &caller, held).map_err(ExecError::Plain)?;
+                }
                 Self::apply_size(&s, &mut st, cols, rows)?;
                 st.holder = caller;
                 st.access_key = access_key;
