@@ -128,15 +128,21 @@ pub struct ListRequest {
 }
 
 /// `shell::turns::get` request (`GetInput`): the newest turn when `turn_id` is absent.
+/// `fs_scope` is the caller's harness-stamped scope, put in by the broker from the invocation
+/// metadata (or sent as a hidden payload field, as for `coder::*`): bodies outside its
+/// `scope_root` read as not kept. Not in the seed schema (which allows extra keys).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct GetRequest {
     pub session_id: String,
     #[serde(default)]
     pub turn_id: Option<String>,
+    #[serde(default)]
+    pub fs_scope: Option<crate::coder::FsScope>,
 }
 
 /// `shell::turns::revert` request (`RevertInput`). `force` (not in the seed) reverts a file
-/// whose after-revision was never recorded.
+/// whose after-revision was never recorded; `fs_scope` is as for [`GetRequest`] (a file
+/// outside its `scope_root` is not written).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct RevertRequest {
     pub session_id: String,
@@ -145,6 +151,8 @@ pub struct RevertRequest {
     pub paths: Option<Vec<String>>,
     #[serde(default)]
     pub force: bool,
+    #[serde(default)]
+    pub fs_scope: Option<crate::coder::FsScope>,
 }
 
 /// `shell::turns::adopt-root` request.
@@ -176,6 +184,12 @@ impl TurnsRequest {
     /// (`malformed payload: force: invalid type: string "yes", expected a boolean`). The
     /// broker reads a null `sessions` payload as `{}` before it parses.
     pub fn parse(function: &str, payload: &Value) -> Result<TurnsRequest, String> {
+        let r = Self::parse_typed(function, payload)?;
+        r.check_lengths()?;
+        Ok(r)
+    }
+
+    fn parse_typed(function: &str, payload: &Value) -> Result<TurnsRequest, String> {
         Ok(match function {
             "shell::turns::on-turn-started" => Self::TurnStarted(parse_request(payload)?),
             "shell::turns::on-turn-completed" => Self::TurnCompleted(parse_request(payload)?),
@@ -192,6 +206,94 @@ impl TurnsRequest {
             "shell::turns::adopt-root" => Self::AdoptRoot(parse_request(payload)?),
             other => return Err(format!("unknown turns function {other}")),
         })
+    }
+}
+
+// ---- Length bounds of ids and paths: every id a caller names is kept in memory (the hooks'
+// maps) and written into every record, so none may be of any length.
+
+/// The longest id accepted, in bytes: `session_id`, `turn_id`, the parent links, a hooked
+/// call's `function_id` (harness ids are UUID-sized; `shell.outside-turns` turns are
+/// `call-<32 hex>`).
+pub const MAX_ID_BYTES: usize = 256;
+/// The longest path accepted, in bytes (`PATH_MAX`): `metadata.fs_scope.root`, `root`,
+/// `paths[]`, `fs_scope.*`.
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// `Err` (the S210 message) when `value` of `field` is longer than `max` bytes.
+pub fn check_length(field: &str, value: Option<&str>, max: usize) -> Result<(), String> {
+    match value {
+        Some(v) if v.len() > max => Err(format!(
+            "'{field}' is {} bytes; it may be at most {max} bytes",
+            v.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl TurnsRequest {
+    /// Every id of the request within [`MAX_ID_BYTES`] and every path within
+    /// [`MAX_PATH_BYTES`]; `Err` names the first field that is not.
+    pub fn check_lengths(&self) -> Result<(), String> {
+        let id = |f: &str, v: Option<&str>| check_length(f, v, MAX_ID_BYTES);
+        let path = |f: &str, v: Option<&str>| check_length(f, v, MAX_PATH_BYTES);
+        let scope = |s: &Option<crate::coder::FsScope>| {
+            let s = s.as_ref();
+            path(
+                "fs_scope.scope_root",
+                s.and_then(|s| s.scope_root.as_deref()),
+            )?;
+            path(
+                "fs_scope.session_root",
+                s.and_then(|s| s.session_root.as_deref()),
+            )
+        };
+        match self {
+            Self::TurnStarted(e) | Self::TurnCompleted(e) => {
+                id("session_id", e.session_id.as_deref())?;
+                id("turn_id", e.turn_id.as_deref())?;
+                let p = e.parent.as_ref();
+                id("parent.session_id", p.and_then(|p| p.session_id.as_deref()))?;
+                id("parent.turn_id", p.and_then(|p| p.turn_id.as_deref()))
+            }
+            Self::PreTrigger(h) | Self::PostTrigger(h) => {
+                id("session_id", h.session_id.as_deref())?;
+                id("turn_id", h.turn_id.as_deref())?;
+                id(
+                    "call.function_id",
+                    h.call.as_ref().map(|c| c.function_id.as_str()),
+                )?;
+                let parent = h.parent();
+                id(
+                    "metadata.parent_session_id",
+                    parent.as_ref().map(|p| p.0.as_str()),
+                )?;
+                let pt = parent.as_ref().and_then(|p| p.1.as_deref());
+                id("metadata.parent_turn_id", pt)?;
+                id("metadata.subagent_display.name", h.agent_name().as_deref())?;
+                path("metadata.fs_scope.root", h.scope_root().as_deref())
+            }
+            Self::List(r) => id("session_id", Some(&r.session_id)),
+            Self::Sessions(_) => Ok(()),
+            Self::Get(r) => {
+                id("session_id", Some(&r.session_id))?;
+                id("turn_id", r.turn_id.as_deref())?;
+                scope(&r.fs_scope)
+            }
+            Self::Revert(r) => {
+                id("session_id", Some(&r.session_id))?;
+                id("turn_id", Some(&r.turn_id))?;
+                for p in r.paths.iter().flatten() {
+                    path("paths[]", Some(p))?;
+                }
+                scope(&r.fs_scope)
+            }
+            Self::AdoptRoot(r) => {
+                id("session_id", Some(&r.session_id))?;
+                id("turn_id", Some(&r.turn_id))?;
+                path("root", Some(&r.root))
+            }
+        }
     }
 }
 
@@ -344,6 +446,7 @@ mod tests {
                     turn_id: "t".into(),
                     paths: Some(vec!["/a".into()]),
                     force: false,
+                    fs_scope: None,
                 }
             ),
             other => panic!("{other:?}"),
@@ -421,6 +524,82 @@ mod tests {
             event(json!([1])),
             Err("the request must be an object".into())
         );
+    }
+
+    /// Ids longer than [`MAX_ID_BYTES`] and paths longer than [`MAX_PATH_BYTES`] are refused,
+    /// naming the field; ids of the harness's length pass.
+    #[test]
+    fn long_ids_and_paths_are_refused_naming_the_field() {
+        use serde_json::json;
+        let long = "x".repeat(MAX_ID_BYTES + 1);
+        let ok = "s".repeat(MAX_ID_BYTES);
+        let long_path = format!("/{}", "p".repeat(MAX_PATH_BYTES));
+        let err = |f: &str, v: Value| TurnsRequest::parse(f, &v).err();
+        let msg = |field: &str, n: usize, max: usize| {
+            Some(format!(
+                "'{field}' is {n} bytes; it may be at most {max} bytes"
+            ))
+        };
+        let n = MAX_ID_BYTES + 1;
+        assert_eq!(
+            err("shell::turns::list", json!({"session_id": long})),
+            msg("session_id", n, MAX_ID_BYTES)
+        );
+        assert_eq!(err("shell::turns::list", json!({"session_id": ok})), None);
+        assert_eq!(
+            err(
+                "shell::turns::get",
+                json!({"session_id": "s", "turn_id": long})
+            ),
+            msg("turn_id", n, MAX_ID_BYTES)
+        );
+        assert_eq!(
+            err(
+                "shell::turns::revert",
+                json!({"session_id": "s", "turn_id": "t", "paths": ["/a", long_path]})
+            ),
+            msg("paths[]", MAX_PATH_BYTES + 1, MAX_PATH_BYTES)
+        );
+        assert_eq!(
+            err(
+                "shell::turns::adopt-root",
+                json!({"session_id": long, "turn_id": "t", "root": "/r"})
+            ),
+            msg("session_id", n, MAX_ID_BYTES)
+        );
+        assert_eq!(
+            err(
+                "shell::turns::on-turn-started",
+                json!({"session_id": "s", "turn_id": "t", "parent": {"session_id": long}})
+            ),
+            msg("parent.session_id", n, MAX_ID_BYTES)
+        );
+        assert_eq!(
+            err(
+                "shell::turns::on-pre-trigger",
+                json!({"session_id": "s", "metadata": {"parent_session_id": "p", "parent_turn_id": long}})
+            ),
+            msg("metadata.parent_turn_id", n, MAX_ID_BYTES)
+        );
+        assert_eq!(
+            err(
+                "shell::turns::on-post-trigger",
+                json!({"session_id": "s", "call": {"function_id": long}})
+            ),
+            msg("call.function_id", n, MAX_ID_BYTES)
+        );
+        assert_eq!(
+            err(
+                "shell::turns::on-pre-trigger",
+                json!({"session_id": "s", "metadata": {"fs_scope": {"root": long_path}}})
+            ),
+            msg("metadata.fs_scope.root", MAX_PATH_BYTES + 1, MAX_PATH_BYTES)
+        );
+        let harness = json!({"session_id": "console-3f2a", "turn_id": "t_9",
+            "metadata": {"fs_scope": {"root": "/home/me/proj"}, "parent_session_id": "s_root",
+                "parent_turn_id": "t_1", "subagent_display": {"name": "reviewer"}},
+            "call": {"id": "fc_12", "function_id": "coder::update-file", "arguments": {}}});
+        assert_eq!(err("shell::turns::on-pre-trigger", harness), None);
     }
 
     #[test]

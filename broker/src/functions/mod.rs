@@ -68,7 +68,7 @@ pub async fn dispatch(
         Family::Workspace => workspace::dispatch(services, id, payload).await,
         Family::Coder => coder::dispatch(services, id, payload, meta).await,
         Family::Pty => pty::dispatch(services, id, payload).await,
-        Family::Turns => turns::dispatch(services, id, payload).await,
+        Family::Turns => turns::dispatch(services, id, payload, meta).await,
         Family::Ui => ui::dispatch(services, id, payload).await,
     }
 }

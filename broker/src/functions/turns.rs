@@ -9,9 +9,19 @@
 //! when the store fails (logged). `shell::turns::revert` also takes `force: true` (outside the
 //! seed schema, which allows extra keys) to revert files changed since the turn.
 //!
-//! A hook event or turn event that does not fit its type (`HookInput`, `TurnEvent`: a field of
-//! the wrong type, a `call` without `function_id`) is S210 naming the field; the bindings are
-//! `fail_open`, so the call it observed goes on.
+//! A turn event that does not fit its type (`TurnEvent`: a field of the wrong type) is S210
+//! naming the field. A hook input that does not fit (`HookInput`: a field of the wrong type, a
+//! `call` without `function_id`, an id over the bound) is answered `{"decision": "continue"}`
+//! all the same (TURNS-06: the hooks never block or alter an agent's call), with the S210
+//! reason logged at WARN; nothing is recorded for it.
+//!
+//! Every id a request names (`session_id`, `turn_id`, the parent links, a hooked call's
+//! `function_id`) is at most `MAX_ID_BYTES` (256) bytes, and every path at most
+//! `MAX_PATH_BYTES` (4096): longer is S210 naming the field (`TurnsRequest::check_lengths`).
+//!
+//! `get` and `revert` carry the caller's `fs_scope` (from the invocation metadata, else a
+//! hidden payload field, as for `coder::*`) to the executor, which serves no body and
+//! writes no file outside its `scope_root`.
 //!
 //! `shell::turns::sessions` is not in the seed (ide 0.12.9 has no function that lists
 //! sessions): the sessions with recorded turns, newest first, a page at a time, so the console
@@ -27,7 +37,7 @@ use iii_shell_protocol::turns::{SessionsRequest, SessionsResponse, TurnsCall, Tu
 use iii_shell_protocol::{Code, WireError};
 use serde_json::{json, Value};
 
-use super::definition::{meta, FunctionDef};
+use super::definition::{meta, CallMeta, FunctionDef};
 use crate::schema::schema_for;
 use crate::services::{unexpected_reply, Services};
 
@@ -65,6 +75,37 @@ pub fn hook_bindings() -> Vec<(&'static str, &'static str, Value)> {
             json!({}),
         ),
     ]
+}
+
+/// The hook targets that answer `{"decision": "continue"}` whatever they are sent.
+fn is_hook(function_id: &str) -> bool {
+    matches!(
+        function_id,
+        "shell::turns::on-pre-trigger" | "shell::turns::on-post-trigger"
+    )
+}
+
+/// `payload` with the caller's `fs_scope` (the invocation metadata's, else the payload's own,
+/// checked as `coder::*` checks it: S210 when it is not `{scope_root?, session_root?}` of
+/// absolute paths) as its `fs_scope` field, for the executor to confine `get` and `revert`.
+fn with_scope(mut payload: Value, call: &CallMeta) -> Result<Value, WireError> {
+    let scope = super::coder::scope_of(&payload, call)
+        .map_err(|e| WireError::new(Code::S210, e.message))?;
+    for (field, v) in [
+        ("fs_scope.scope_root", &scope.scope_root),
+        ("fs_scope.session_root", &scope.session_root),
+    ] {
+        iii_shell_protocol::turns::check_length(
+            field,
+            v.as_deref(),
+            iii_shell_protocol::turns::MAX_PATH_BYTES,
+        )
+        .map_err(|why| WireError::new(Code::S210, why))?;
+    }
+    if let Some(o) = payload.as_object_mut() {
+        o.insert("fs_scope".into(), super::definition::to_value(&scope)?);
+    }
+    Ok(payload)
 }
 
 /// One seed entry, borrowed from [`SEED`] (its strings hold no escapes, so they borrow; the
@@ -133,6 +174,7 @@ pub async fn dispatch(
     services: &Arc<Services>,
     function_id: &str,
     payload: Value,
+    call: CallMeta,
 ) -> Result<Value, WireError> {
     // The typed request, checked here (the executor parses it again with the same parser): a
     // malformed payload is S210 naming the field, never a default filled in for it.
@@ -142,17 +184,27 @@ pub async fn dispatch(
     } else {
         payload
     };
-    let request = TurnsRequest::parse(function_id, &payload)
-        .map_err(|why| WireError::new(Code::S210, why))?;
+    let request = match TurnsRequest::parse(function_id, &payload) {
+        Ok(r) => r,
+        Err(why) if is_hook(function_id) => {
+            // TURNS-06: a hook never blocks the call it observes, whatever it was sent.
+            tracing::warn!(function_id, code = %Code::S210, "a harness hook input does not fit HookInput ({why}); nothing recorded for this call, which goes on");
+            return Ok(json!({"decision": "continue"}));
+        }
+        Err(why) => return Err(WireError::new(Code::S210, why)),
+    };
     let hook = match request {
         // The typed request goes on, not the payload (which may be null or carry extra keys).
         TurnsRequest::Sessions(r) => {
             return forward(services, function_id, &super::definition::to_value(&r)?).await;
         }
-        TurnsRequest::List(_)
-        | TurnsRequest::Get(_)
-        | TurnsRequest::Revert(_)
-        | TurnsRequest::AdoptRoot(_) => return forward(services, function_id, &payload).await,
+        TurnsRequest::Get(_) | TurnsRequest::Revert(_) => {
+            let payload = with_scope(payload, &call)?;
+            return forward(services, function_id, &payload).await;
+        }
+        TurnsRequest::List(_) | TurnsRequest::AdoptRoot(_) => {
+            return forward(services, function_id, &payload).await
+        }
         TurnsRequest::PreTrigger(_) | TurnsRequest::PostTrigger(_) => true,
         TurnsRequest::TurnStarted(_) | TurnsRequest::TurnCompleted(_) => false,
     };
@@ -219,7 +271,7 @@ mod tests {
         ] {
             let r = tokio::time::timeout(
                 Duration::from_secs(5),
-                dispatch(&services, SESSIONS, bad.clone()),
+                dispatch(&services, SESSIONS, bad.clone(), CallMeta::default()),
             )
             .await
             .expect("answered without the executor");
@@ -227,5 +279,91 @@ mod tests {
             assert!(e.is(Code::S210), "{bad}: {e:?}");
             assert!(e.message.starts_with(why), "{bad}: {}", e.message);
         }
+    }
+
+    /// TURNS-06: a hook input that does not fit `HookInput` (a wrong type, a `call` without
+    /// its `function_id`, an id over the bound) is answered `continue` at once, with no
+    /// executor; the history functions and turn events are S210 naming the field, an id of
+    /// 257 bytes included, and one of 256 bytes passes the check.
+    #[tokio::test]
+    async fn malformed_hooks_continue_and_long_ids_are_s210_naming_the_field() {
+        use iii_shell_protocol::turns::MAX_ID_BYTES;
+        let services = Services::new();
+        let long = "x".repeat(MAX_ID_BYTES + 1);
+        let run = |f: &'static str, v: Value| {
+            let services = Arc::clone(&services);
+            async move {
+                tokio::time::timeout(
+                    Duration::from_secs(5),
+                    dispatch(&services, f, v, CallMeta::default()),
+                )
+                .await
+                .expect("answered without the executor")
+            }
+        };
+        for (f, bad) in [
+            ("shell::turns::on-pre-trigger", json!({"session_id": 5})),
+            (
+                "shell::turns::on-post-trigger",
+                json!({"call": {"arguments": {}}}),
+            ),
+            ("shell::turns::on-pre-trigger", json!([1])),
+            ("shell::turns::on-pre-trigger", json!(null)),
+            ("shell::turns::on-post-trigger", json!({"session_id": long})),
+        ] {
+            assert_eq!(
+                run(f, bad.clone()).await.map_err(|e| e.code),
+                Ok(json!({"decision": "continue"})),
+                "{f} {bad}"
+            );
+        }
+        for (f, bad, field) in [
+            (
+                "shell::turns::list",
+                json!({"session_id": long}),
+                "session_id",
+            ),
+            (
+                "shell::turns::get",
+                json!({"session_id": "s", "turn_id": long}),
+                "turn_id",
+            ),
+            (
+                "shell::turns::revert",
+                json!({"session_id": long, "turn_id": "t"}),
+                "session_id",
+            ),
+            (
+                "shell::turns::adopt-root",
+                json!({"session_id": "s", "turn_id": long, "root": "/r"}),
+                "turn_id",
+            ),
+            (
+                "shell::turns::on-turn-started",
+                json!({"session_id": long, "turn_id": "t"}),
+                "session_id",
+            ),
+        ] {
+            let e = run(f, bad).await.expect_err("refused");
+            assert!(e.is(Code::S210), "{f}: {e:?}");
+            assert_eq!(
+                e.message,
+                format!(
+                    "'{field}' is {} bytes; it may be at most {MAX_ID_BYTES} bytes",
+                    MAX_ID_BYTES + 1
+                ),
+                "{f}"
+            );
+        }
+        // At the bound, the check passes (the call then fails only for want of an executor).
+        let ok = run(
+            "shell::turns::list",
+            json!({"session_id": "s".repeat(MAX_ID_BYTES)}),
+        )
+        .await;
+        assert!(
+            ok.as_ref().err().is_none_or(|e| !e.is(Code::S210)),
+            "{ok:?}"
+        );
     }
 }

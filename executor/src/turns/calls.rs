@@ -293,12 +293,16 @@ impl Turns {
         let mut records = Vec::new();
         // Canonical path (as the coder reports it) → the turn's path, for files given a post.
         let mut posted: HashMap<String, &str> = HashMap::new();
+        // Each path the call named → a move's source (one pass: a batch of many files).
+        let mut froms: HashMap<String, Option<String>> = HashMap::new();
+        for t in &touches {
+            froms
+                .entry(Self::absolute(policy, &rec.ctx, &t.path))
+                .or_insert_with(|| t.from.clone());
+        }
         // Every recorded path: the call's own and those inside a tree it reached into.
         for (path, before) in &rec.before {
-            let from = touches
-                .iter()
-                .find(|t| Self::absolute(policy, &rec.ctx, &t.path) == *path)
-                .and_then(|t| t.from.clone());
+            let from = froms.get(path).cloned().flatten();
             let Ok(now) = super::pre_images::current_revision(policy, path) else {
                 continue;
             };

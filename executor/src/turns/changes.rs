@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use super::history::fold;
 use super::model::revision;
+use super::reach::Reach;
 use super::state::Turns;
 use crate::policy::Policy;
 use iii_shell_files::error::ExecError;
@@ -66,9 +67,15 @@ impl Turns {
     }
 
     /// `coder::change-diff` of `id` from the turn records: `Ok(None)` when no turn record
-    /// holds the change or one of its bodies is no longer kept; `Err` when the store cannot
-    /// be opened.
-    pub fn change_diff_by_id(&self, policy: &Policy, id: &str) -> Result<Option<Value>, ExecError> {
+    /// holds the change, one of its bodies is no longer kept, or `reach` refuses its path (the
+    /// path the coder reported or the turn's record of it: denied, outside the roots or the
+    /// caller's scope now); `Err` when the store cannot be opened.
+    pub fn change_diff_by_id(
+        &self,
+        policy: &Policy,
+        reach: &Reach<'_>,
+        id: &str,
+    ) -> Result<Option<Value>, ExecError> {
         self.with_store(policy, |s| {
             let (session, turn) = s.find_change(id)?;
             let records = s.records(&session);
@@ -78,10 +85,16 @@ impl Turns {
                     && r["change_id"].as_str() == Some(id)
             })?;
             let (path, file) = (change["path"].as_str()?, change["file"].as_str()?);
-            let listed = fold(&records)
+            if !reach.allows(path) {
+                return None;
+            }
+            let turns = fold(&records);
+            let record = turns
                 .iter()
-                .any(|t| t.turn_id == turn && t.files.iter().any(|f| f.path == file));
-            if !listed {
+                .filter(|t| t.turn_id == turn)
+                .flat_map(|t| t.files.iter())
+                .find(|f| f.path == file)?;
+            if !reach.allows_file(record) {
                 return None;
             }
             let old = s.read_blob(change["old"].as_str()?)?;

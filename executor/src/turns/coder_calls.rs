@@ -14,7 +14,7 @@
 use std::sync::{Arc, Mutex};
 
 use iii_shell_policy::sync::lock;
-use iii_shell_protocol::coder::{ChangeDiffOutput, CoderCall, CoderReply};
+use iii_shell_protocol::coder::{ChangeDiffOutput, CoderCall, CoderReply, FsScope};
 use iii_shell_protocol::WireError;
 
 use super::changes::Change;
@@ -31,6 +31,8 @@ pub struct TurnRecorder<'a> {
     /// The call records into a turn: its changes are kept.
     recording: bool,
     changes: Mutex<Vec<Change>>,
+    /// The call's `fs_scope`: a diff of a path outside its scope root is gone.
+    scope: FsScope,
 }
 
 impl<'a> TurnRecorder<'a> {
@@ -42,7 +44,14 @@ impl<'a> TurnRecorder<'a> {
             policy,
             recording,
             changes: Mutex::new(Vec::new()),
+            scope: FsScope::default(),
         }
+    }
+
+    /// The recorder of a call made with `scope`.
+    pub fn scoped(mut self, scope: FsScope) -> Self {
+        self.scope = scope;
+        self
     }
 
     /// The changes recorded so far.
@@ -71,8 +80,13 @@ impl ChangeRecorder for TurnRecorder<'_> {
         });
     }
 
+    /// Served under the policy in force and the call's scope: a change to a path the caller
+    /// cannot reach now is gone (C211, the same answer as an unknown id).
     fn diff(&self, id: &str) -> Result<ChangeDiffOutput, CErr> {
-        match self.turns.change_diff_by_id(self.policy, id) {
+        let Ok(reach) = super::reach::Reach::new(self.policy, Some(&self.scope)) else {
+            return Err(gone(id));
+        };
+        match self.turns.change_diff_by_id(self.policy, &reach, id) {
             Ok(Some(v)) => serde_json::from_value(v).map_err(|_| gone(id)),
             Ok(None) => Err(gone(id)),
             Err(e) => Err(CErr::io(format!("coder::change-diff {id}: {e}"))),
@@ -91,7 +105,7 @@ pub fn run(
 ) -> Result<CoderReply, WireError> {
     let rec = super::calls::coder_call(policy, &call)
         .and_then(|(f, args)| turns.begin_coder(policy, f, args));
-    let recorder = TurnRecorder::new(turns, policy, rec.is_some());
+    let recorder = TurnRecorder::new(turns, policy, rec.is_some()).scoped(call.scope.clone());
     let out = iii_shell_files::coder::handle(policy, call, locks, &recorder);
     let changes = recorder.take();
     if let Some(rec) = rec {
@@ -353,6 +367,78 @@ mod tests {
         )
         .unwrap();
         assert_eq!(diff_of(&t, &s.policy, &ids[1]), Err("C211".into()));
+    }
+
+    /// `coder::change-diff` serves a change only while its path is reachable under the policy
+    /// in force and the call's scope: made non-accessible, denylisted, its root removed, or
+    /// outside the caller's `fs_scope`, the id answers exactly as an unknown one (C211, one
+    /// message).
+    #[test]
+    fn a_change_diff_of_a_path_made_unreachable_reads_like_an_unknown_id() {
+        let s = setup(1 << 20);
+        std::fs::create_dir_all(s.root.join("sub")).unwrap();
+        std::fs::write(s.root.join("a.env"), "secret\n").unwrap();
+        let t = Arc::new(Turns::default());
+        let out = coder(
+            &t,
+            &s.policy,
+            json!({"Create": {"files": [{"path": "a.env", "content": "secret2\n", "overwrite": true}]}}),
+        )
+        .unwrap();
+        let id = out["Create"]["results"][0]["revision"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let diff = |p: &Arc<Policy>, scope: Value| {
+            let call: CoderCall = serde_json::from_value(
+                json!({"scope": scope, "op": {"ChangeDiff": {"change_id": id}}}),
+            )
+            .unwrap();
+            run(&t, p, &EditLocks::default(), call).map_err(|e| (e.code, e.message))
+        };
+        assert!(diff(&s.policy, json!({})).is_ok());
+        let with = |fs: Value, code: Value| {
+            let v = json!({"fs": fs, "code": code,
+                "turns": {"data_dir": s.data, "max_blob_bytes": 1 << 20}});
+            Arc::new(Policy::build(1, &v.to_string()).unwrap())
+        };
+        let other = s.root.parent().unwrap().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        let unknown = Err((
+            iii_shell_protocol::WireCode::Known(iii_shell_protocol::Code::C211),
+            gone(&id).message,
+        ));
+        let sub = s.root.join("sub");
+        for (why, p, scope) in [
+            (
+                "non-accessible",
+                with(
+                    json!({"host_roots": [s.root]}),
+                    json!({"non_accessible_globs": ["*.env"]}),
+                ),
+                json!({}),
+            ),
+            (
+                "denylisted",
+                with(
+                    json!({"host_roots": [s.root], "denylist_paths": [s.root.join("a.env")]}),
+                    json!({}),
+                ),
+                json!({}),
+            ),
+            (
+                "root removed",
+                with(json!({"host_roots": [other]}), json!({})),
+                json!({}),
+            ),
+            (
+                "outside the scope",
+                Arc::clone(&s.policy),
+                json!({"scope_root": sub, "session_root": sub}),
+            ),
+        ] {
+            assert_eq!(diff(&p, scope).map(|_| ()), unknown.clone(), "{why}");
+        }
     }
 
     #[test]

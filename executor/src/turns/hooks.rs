@@ -33,7 +33,7 @@ impl Turns {
     }
 
     pub(super) fn top_of(&self, session: &str, turn: Option<String>) -> (String, Option<String>) {
-        let parents = lock(&self.parents);
+        let mut parents = lock(&self.parents);
         let (mut s, mut t) = (session.to_string(), turn);
         for _ in 0..MAX_HOPS {
             match parents.get(&s) {

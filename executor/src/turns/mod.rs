@@ -23,10 +23,16 @@
 pub mod calls;
 pub mod changes;
 pub mod coder_calls;
+#[cfg(test)]
+mod fold_figure;
 mod history;
 mod hooks;
+#[cfg(test)]
+mod hostile_tests;
+mod lru;
 pub mod model;
 mod pre_images;
+pub mod reach;
 pub mod sessions;
 mod state;
 pub mod store;
@@ -36,7 +42,8 @@ mod undo;
 pub use history::fold;
 use history::inflate;
 pub use state::{
-    OpenTurn, TurnCtx, Turns, MAX_PRE_IMAGE_BYTES, MAX_RESPONSE_BODIES, MAX_STORED_BODY,
+    OpenTurn, TurnCtx, Turns, MAX_HOOK_SESSIONS, MAX_PRE_IMAGE_BYTES, MAX_RESPONSE_BODIES,
+    MAX_STORED_BODY,
 };
 
 use iii_shell_protocol::turns::TurnsRequest;
@@ -126,23 +133,28 @@ impl Turns {
             TurnsRequest::Get(r) => {
                 let session = r.session_id;
                 let want = r.turn_id;
+                let reach = reach::Reach::new(policy, r.fs_scope.as_ref())?;
                 let turn = self.with_store(policy, |s| {
                     let turns = fold(&s.records(&session));
                     let idx = match &want {
                         Some(id) => turns.iter().position(|t| &t.turn_id == id),
                         None => turns.len().checked_sub(1),
                     };
-                    idx.map(|i| inflate(s, &turns, i))
+                    idx.map(|i| inflate(s, &turns, i, &reach))
                 })?;
                 Ok(json!({"session_id": session, "turn": turn}))
             }
-            TurnsRequest::Revert(r) => self.revert(
-                policy,
-                &r.session_id,
-                &r.turn_id,
-                r.paths.as_deref(),
-                r.force,
-            ),
+            TurnsRequest::Revert(r) => {
+                let reach = reach::Reach::new(policy, r.fs_scope.as_ref())?;
+                self.revert(
+                    &reach,
+                    policy,
+                    &r.session_id,
+                    &r.turn_id,
+                    r.paths.as_deref(),
+                    r.force,
+                )
+            }
             TurnsRequest::AdoptRoot(r) => {
                 let n = self.adopt_root(policy, &r.session_id, &r.turn_id, &r.root)?;
                 Ok(json!({"recorded": n}))

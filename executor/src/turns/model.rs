@@ -56,6 +56,11 @@ pub struct FileRecord {
     /// was. Never on the wire.
     #[serde(skip)]
     pub pending: Option<(String, String)>,
+    /// Where the path resolved when its pre-image was read (the `pre` record's `real`, when
+    /// it differed from `path`): a body is served only while both names are reachable
+    /// (`super::reach`). Never on the wire.
+    #[serde(skip)]
+    pub real: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

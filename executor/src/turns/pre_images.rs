@@ -48,7 +48,8 @@ impl Turns {
             .map(|v| v.len())
     }
 
-    /// [`Self::before_call`], returning each recorded path with its pre-image revision.
+    /// [`Self::before_call`], returning each recorded path with its pre-image revision. The
+    /// records go to the session's log in one append (one fsync), before the call runs.
     pub(super) fn before_inner(
         &self,
         policy: &Policy,
@@ -56,10 +57,29 @@ impl Turns {
         function_id: &str,
         args: &Value,
     ) -> Result<Vec<(String, Option<String>)>, ExecError> {
+        let records = std::cell::RefCell::new(Vec::new());
+        let recorded = self.collect_pre(policy, ctx, function_id, args, &records)?;
+        let records = records.into_inner();
+        if !records.is_empty() {
+            self.with_store(policy, |s| s.append_all(&ctx.session, &records))?
+                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
+        }
+        Ok(recorded)
+    }
+
+    /// The records [`Self::before_inner`] appends (into `records`), and the recorded paths.
+    fn collect_pre(
+        &self,
+        policy: &Policy,
+        ctx: &TurnCtx,
+        function_id: &str,
+        args: &Value,
+        records: &std::cell::RefCell<Vec<Value>>,
+    ) -> Result<Vec<(String, Option<String>)>, ExecError> {
         let mut recorded = Vec::new();
         let append = |rec: &Value| -> Result<(), ExecError> {
-            self.with_store(policy, |s| s.append(&ctx.session, rec))?
-                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))
+            records.borrow_mut().push(rec.clone());
+            Ok(())
         };
         let meta = |e: &tree::Entry, existed: bool| {
             json!({"t": "meta", "turn_id": ctx.turn, "path": e.path, "kind": e.kind,
@@ -72,15 +92,19 @@ impl Turns {
             link: None,
         };
         let mut pre = |path: String, kind: &str, from: Option<String>| -> Result<(), ExecError> {
-            let Some(before) = self.capture(policy, &path) else {
+            let Some((before, real)) = self.capture(policy, &path) else {
                 return Ok(());
             };
             let rev = before.revision.clone();
-            append(
-                &json!({"t": "pre", "turn_id": ctx.turn, "path": path, "kind": kind,
+            let mut rec = json!({"t": "pre", "turn_id": ctx.turn, "path": path, "kind": kind,
                 "cause": function_id, "from": from, "root": ctx.root, "agent": ctx.agent,
-                "before": before, "at": now_ms()}),
-            )?;
+                "before": before, "at": now_ms()});
+            // Where the path resolved, when a link made it another name: served only while
+            // both names are reachable (`reach`).
+            if let Some(real) = real.filter(|r| Path::new(r) != Path::new(&path)) {
+                rec["real"] = json!(real);
+            }
+            append(&rec)?;
             recorded.push((path, rev));
             Ok(())
         };
@@ -155,7 +179,10 @@ impl Turns {
         Ok(recorded)
     }
 
-    /// The pre-image API, after the call: records each file's after-revision.
+    /// The pre-image API, after the call: records each file's after-revision. After a failed
+    /// call (`is_error`) each file it named, and each file still inside a tree it reached into
+    /// (a recursive `rm` that stopped half-way), is dropped again when it did not change, so
+    /// the turn's record is as it was before the call (TURNS-05). One append for the call.
     pub fn after_call(
         &self,
         policy: &Policy,
@@ -164,45 +191,63 @@ impl Turns {
         args: &Value,
         is_error: bool,
     ) -> Result<usize, ExecError> {
-        let mut n = 0;
+        let mut records = Vec::new();
+        let deep = is_error && tree::recursive_call(function_id, args);
         for t in touches(function_id, args) {
             let path = Self::absolute(policy, ctx, &t.path);
-            let now = current_revision(policy, &path);
-            let Ok(now) = now else { continue };
-            let rec = if is_error {
+            let inside = deep.then(|| tree::scan(policy, &path)).flatten();
+            for e in inside.iter().flatten().filter(|e| e.kind == "file") {
+                if let Ok(now) = current_revision(policy, &e.path) {
+                    records.push(json!({"t": "drop_if_same", "turn_id": ctx.turn, "path": e.path, "revision": now}));
+                }
+            }
+            let Ok(now) = current_revision(policy, &path) else {
+                continue;
+            };
+            records.push(if is_error {
                 json!({"t": "drop_if_same", "turn_id": ctx.turn, "path": path, "revision": now})
             } else {
                 json!({"t": "post", "turn_id": ctx.turn, "path": path, "after_revision": now, "at": now_ms()})
-            };
-            self.with_store(policy, |s| s.append(&ctx.session, &rec))?
-                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
-            n += 1;
+            });
         }
-        Ok(n)
+        if !records.is_empty() {
+            self.with_store(policy, |s| s.append_all(&ctx.session, &records))?
+                .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
+        }
+        Ok(records.len())
     }
 
-    /// Reads `path` through the jail and keeps its body; `None` for a denied path.
-    pub(super) fn capture(&self, policy: &Policy, path: &str) -> Option<PreImage> {
-        match read_capped(policy, path) {
-            Ok(None) => Some(PreImage {
-                missing: true,
-                ..Default::default()
-            }),
-            Ok(Some((data, complete))) => {
+    /// Reads `path` through the jail and keeps its body, with where the path resolved (for
+    /// an existing file); `None` for a denied path.
+    pub(super) fn capture(
+        &self,
+        policy: &Policy,
+        path: &str,
+    ) -> Option<(PreImage, Option<String>)> {
+        match read_capped_at(policy, path) {
+            Ok(None) => Some((
+                PreImage {
+                    missing: true,
+                    ..Default::default()
+                },
+                None,
+            )),
+            Ok(Some((data, complete, real))) => {
                 let rev = revision(&data);
                 let binary = std::str::from_utf8(&data).is_err();
                 let stored = complete
                     && self
                         .with_store(policy, |s| s.put_blob(&rev, &data))
                         .unwrap_or(false);
-                Some(PreImage {
+                let pre = PreImage {
                     revision: complete.then_some(rev),
                     stored,
                     missing: false,
                     binary,
                     truncated: !complete,
                     content: None,
-                })
+                };
+                Some((pre, Some(real.to_string_lossy().into_owned())))
             }
             Err(()) => None,
         }
@@ -284,6 +329,12 @@ impl Turns {
 /// Reads a regular file through the jail: `None` when missing, `(bytes, complete)` where
 /// `complete` is false past [`MAX_STORED_BODY`]. `Err` for a denied or unreadable path.
 pub(super) fn read_capped(policy: &Policy, path: &str) -> Result<Option<(Vec<u8>, bool)>, ()> {
+    Ok(read_capped_at(policy, path)?.map(|(d, c, _)| (d, c)))
+}
+
+/// [`read_capped`], with the path the file resolved to.
+type ReadBody = (Vec<u8>, bool, std::path::PathBuf);
+fn read_capped_at(policy: &Policy, path: &str) -> Result<Option<ReadBody>, ()> {
     match policy
         .jail
         // O_NONBLOCK: a FIFO a command planted at the path (or swapped in after a tree scan)
@@ -304,7 +355,7 @@ pub(super) fn read_capped(policy: &Policy, path: &str) -> Result<Option<(Vec<u8>
                 .read_to_end(&mut data)
                 .map_err(|_| ())?;
             let complete = data.len() as u64 <= MAX_STORED_BODY;
-            Ok(Some((data, complete)))
+            Ok(Some((data, complete, r.path)))
         }
         Err(ExecError::NotFound(_)) => {
             // Missing and denied read alike; a denied path is never recorded.

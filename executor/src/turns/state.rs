@@ -3,13 +3,13 @@
 //! `turns`: every role module (calls, hooks, pre-images, undo, sessions) extends [`Turns`] from
 //! here, and nothing here names them.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use iii_shell_files::error::ExecError;
 use iii_shell_policy::sync::lock;
 
+use super::lru::Lru;
 use super::model::AgentRef;
 use super::store::Store;
 use crate::policy::Policy;
@@ -24,6 +24,9 @@ pub const MAX_RESPONSE_BODIES: usize = 1024 * 1024;
 pub(super) const MAX_HOPS: usize = 16;
 /// `title` is the first characters of the message preview.
 pub(super) const TITLE_CHARS: usize = 80;
+/// Sessions whose sub-agent parent link, and whose newest turn, the hooks remember (each map
+/// forgets its least recently used session first).
+pub const MAX_HOOK_SESSIONS: usize = 4096;
 
 /// Who is calling: the top-level session/turn the change is recorded under.
 #[derive(Debug, Clone)]
@@ -34,16 +37,29 @@ pub struct TurnCtx {
     pub agent: Option<AgentRef>,
 }
 
-#[derive(Default)]
 pub struct Turns {
-    pub(super) store: Mutex<Option<Store>>,
-    /// Sub-agent session → (parent session, parent turn).
-    pub(super) parents: Mutex<HashMap<String, (String, Option<String>)>>,
-    /// Session → its newest turn.
-    pub(super) active: Mutex<HashMap<String, String>>,
+    /// The open store. Its lock is held only to open (or reopen) it and take a handle: reads
+    /// and folds run on the handle, outside it, and appends serialize per session in the store.
+    pub(super) store: Mutex<Option<Arc<Store>>>,
+    /// Sub-agent session → (parent session, parent turn), at most [`MAX_HOOK_SESSIONS`].
+    pub(super) parents: Mutex<Lru<(String, Option<String>)>>,
+    /// Session → its newest turn, at most [`MAX_HOOK_SESSIONS`].
+    pub(super) active: Mutex<Lru<String>>,
     /// Top-level turns started and not completed (`calls`: where requests record).
     pub(super) open: Mutex<Vec<OpenTurn>>,
     pub(super) seen: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Turns {
+    fn default() -> Turns {
+        Turns {
+            store: Mutex::new(None),
+            parents: Mutex::new(Lru::new(MAX_HOOK_SESSIONS)),
+            active: Mutex::new(Lru::new(MAX_HOOK_SESSIONS)),
+            open: Mutex::new(Vec::new()),
+            seen: Default::default(),
+        }
+    }
 }
 
 /// One top-level turn between `on-turn-started` and `on-turn-completed`.
@@ -58,26 +74,33 @@ pub struct OpenTurn {
 }
 
 impl Turns {
+    /// Runs `f` on the store of `policy`'s `turns.data_dir` (opened on first use, and again
+    /// when the directory changed). The lock is released before `f` runs: a fold of a long
+    /// log never holds up another session's (or this one's) recording.
     pub(super) fn with_store<R>(
         &self,
         policy: &Policy,
         f: impl FnOnce(&Store) -> R,
     ) -> Result<R, ExecError> {
+        let store = self.store_handle(policy)?;
+        Ok(f(&store))
+    }
+
+    /// The open store of `policy`, as a handle that outlives the lock.
+    pub(super) fn store_handle(&self, policy: &Policy) -> Result<Arc<Store>, ExecError> {
         let dir = PathBuf::from(&policy.config.turns.data_dir);
         let mut g = lock(&self.store);
-        let reopen = g.as_ref().is_none_or(|s| s.dir() != dir.as_path());
-        if reopen {
-            let s = Store::open(&dir, policy.config.turns.max_blob_bytes).map_err(|e| {
-                ExecError::Internal(format!(
-                    "cannot open the turn store {}: {e}; make turns.data_dir writable",
-                    dir.display()
-                ))
-            })?;
-            *g = Some(s);
+        if let Some(s) = g.as_ref().filter(|s| s.dir() == dir.as_path()) {
+            return Ok(Arc::clone(s));
         }
-        match g.as_ref() {
-            Some(s) => Ok(f(s)),
-            None => Err(ExecError::Internal("turn store unavailable".into())),
-        }
+        let s = Store::open(&dir, policy.config.turns.max_blob_bytes).map_err(|e| {
+            ExecError::Internal(format!(
+                "cannot open the turn store {}: {e}; make turns.data_dir writable",
+                dir.display()
+            ))
+        })?;
+        let s = Arc::new(s);
+        *g = Some(Arc::clone(&s));
+        Ok(s)
     }
 }

@@ -11,7 +11,10 @@
 //!
 //! * A blob is written to a temp file, fsynced, renamed into place and its directory fsynced;
 //!   a blob that exists already only has its mtime refreshed.
-//! * A log record is one JSON line, appended and fsynced before the call is answered. A crash
+//! * A log record is one JSON line, appended and fsynced before the call is answered. Appends
+//!   to one session's log are serialized by one of [`APPEND_STRIPES`] locks (chosen by the
+//!   log's name), so a new log's header is its first line; nothing else is locked: a reader
+//!   reads the log as it is (a line being appended is a torn last line, skipped). A crash
 //!   at any point leaves at most a torn last line, which loading skips: the store always opens
 //!   and lists what was recorded before.
 //! * `turns.max_blob_bytes` bounds the blob store (the sum of blob sizes). A body larger than
@@ -39,8 +42,14 @@ pub fn session_stem(id: &str) -> String {
     }
 }
 
+/// How many locks serialize appends to the session logs (a log takes the one its name hashes
+/// to): a fixed number, whatever the number of sessions.
+pub const APPEND_STRIPES: usize = 64;
+
 pub struct Store {
     dir: PathBuf,
+    /// Appends to a session log hold the stripe of its name.
+    appending: [std::sync::Mutex<()>; APPEND_STRIPES],
     max_blob_bytes: u64,
     /// The blobs' total size as last walked plus what was written since: the directory is
     /// walked again only when this passes the cap (so a write costs no directory scan).
@@ -59,6 +68,7 @@ impl Store {
         std::fs::create_dir_all(dir.join("changes"))?;
         let s = Store {
             dir: dir.to_path_buf(),
+            appending: std::array::from_fn(|_| std::sync::Mutex::new(())),
             max_blob_bytes,
             total: Default::default(),
         };
@@ -185,6 +195,7 @@ impl Store {
     /// Appends records (one line each) with one write and one fsync.
     pub fn append_all(&self, session: &str, records: &[serde_json::Value]) -> std::io::Result<()> {
         let path = self.log_path(session);
+        let _serial = iii_shell_policy::sync::lock(&self.appending[stripe(&path)]);
         let mut buf = Vec::new();
         let mut f = match std::fs::File::options()
             .create_new(true)
@@ -248,6 +259,19 @@ impl Store {
         v.retain(|r| !is_header(r));
         v
     }
+}
+
+/// The append lock of the log at `path` (FNV-1a of its name).
+fn stripe(path: &Path) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let h = path
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    (h % APPEND_STRIPES as u64) as usize
 }
 
 /// Appends `records` to the file at `path`, one JSON line each, in one write, then fsyncs.

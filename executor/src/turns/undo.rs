@@ -1,13 +1,20 @@
 //! Reverting a turn (`shell::turns::revert`): each file back to its pre-image unless it
 //! changed since (TURNS-15, TURNS-17), then the turn's structure (directories, links, modes).
+//!
+//! A file already as the revert would leave it (reverted before, or never changed) is
+//! `skipped`, a success. A file the policy in force does not let the caller reach
+//! ([`super::reach`]: denied, outside the roots or the caller's scope now) is treated as a
+//! missing file whose body is no longer kept, so it is never written: the result reads like
+//! the one of such a file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Value};
 
 use super::history::fold;
 use super::model::*;
 use super::pre_images::current_revision;
+use super::reach::Reach;
 use super::state::Turns;
 use super::tree;
 use crate::policy::Policy;
@@ -16,6 +23,7 @@ use iii_shell_files::error::ExecError;
 impl Turns {
     pub(super) fn revert(
         &self,
+        reach: &Reach<'_>,
         policy: &Policy,
         session: &str,
         turn_id: &str,
@@ -40,16 +48,14 @@ impl Turns {
                 "turn {turn_id} is not present in session {session}'s history"
             )));
         };
-        let mut files: Vec<&FileRecord> = turn
-            .files
-            .iter()
-            .filter(|f| paths.is_none_or(|p| p.iter().any(|x| x == &f.path)))
-            .collect();
+        let wanted: Option<HashSet<&str>> = paths.map(|p| p.iter().map(String::as_str).collect());
+        let picked = |path: &str| wanted.as_ref().is_none_or(|w| w.contains(path));
+        let mut files: Vec<&FileRecord> = turn.files.iter().filter(|f| picked(&f.path)).collect();
         files.sort_by_key(|f| std::cmp::Reverse(f.last_seen));
         let mut results = Vec::new();
         let (mut ok, mut failed) = (0u64, 0u64);
         for f in files {
-            let (action, outcome) = revert_one(policy, f, &bodies, force);
+            let (action, outcome) = revert_one(policy, f, &bodies, force, reach.allows_file(f));
             let mut r = json!({"path": f.path, "kind": f.kind, "action": action, "success": outcome.is_ok()});
             match outcome {
                 Ok(()) => ok += 1,
@@ -60,10 +66,11 @@ impl Turns {
             }
             results.push(r);
         }
+        // Structure of a name the caller cannot reach now is left alone (never written).
         let metas: Vec<&Meta> = turn
             .metas
             .iter()
-            .filter(|m| paths.is_none_or(|p| p.iter().any(|x| x == &m.path)))
+            .filter(|m| picked(&m.path) && reach.allows(&m.path))
             .collect();
         // Structure is applied after the bodies and counted only when it fails.
         for (path, e) in revert_metas(policy, &metas) {
@@ -77,23 +84,33 @@ impl Turns {
 }
 
 /// Undoes one file (TURNS-15, TURNS-17). Refuses a file changed since the turn (its current
-/// revision is not the turn's `after_revision`) unless `force`.
+/// revision is not the turn's `after_revision`) unless `force`; skips one already as the
+/// revert would leave it. A file not `allowed` (unreachable now) reads as missing, its body
+/// as not kept: nothing is written.
 pub(super) fn revert_one(
     policy: &Policy,
     f: &FileRecord,
     bodies: &HashMap<String, Vec<u8>>,
     force: bool,
+    allowed: bool,
 ) -> (&'static str, Result<(), String>) {
     let before = f.before.clone().unwrap_or_default();
-    let now = match current_revision(policy, &f.path) {
-        Ok(r) => r,
-        Err(()) => {
-            return (
-                "skipped",
-                Err(format!("{}: not readable under the current policy", f.path)),
-            )
+    let now = if allowed {
+        match current_revision(policy, &f.path) {
+            Ok(r) => r,
+            Err(()) => {
+                return (
+                    "skipped",
+                    Err(format!("{}: not readable under the current policy", f.path)),
+                )
+            }
         }
+    } else {
+        None
     };
+    if let Some(action) = nothing_to_undo(policy, f, &before, now.as_deref(), allowed) {
+        return (action, Ok(()));
+    }
     let changed_since = now != f.after_revision;
     let guard = |action: &'static str| -> Option<(&'static str, Result<(), String>)> {
         (changed_since && !force).then(|| {
@@ -108,12 +125,20 @@ pub(super) fn revert_one(
     let body = |p: &PreImage| -> Result<&Vec<u8>, String> {
         p.revision
             .as_ref()
+            .filter(|_| allowed)
             .and_then(|r| bodies.get(r))
             .ok_or_else(|| format!("{}: the body before this turn was not kept (stored: false: too large, evicted or unreadable); not reverting it rather than guessing", f.path))
     };
     if let Some(from) = &f.from {
         if let Some(g) = guard("moved-back") {
             return g;
+        }
+        if !allowed {
+            // What moving back a file that is not there answers.
+            return (
+                "moved-back",
+                Err(ExecError::NotFound(f.path.clone()).to_string()),
+            );
         }
         let r = iii_shell_files::fs::ops::mv(policy, &f.path, from, false)
             .map(|_| ())
@@ -126,14 +151,8 @@ pub(super) fn revert_one(
         return ("moved-back", r);
     }
     if before.missing {
-        if f.kind == "deleted" {
-            return ("skipped", Ok(()));
-        }
         if let Some(g) = guard("removed") {
             return g;
-        }
-        if now.is_none() {
-            return ("removed", Ok(()));
         }
         let r = iii_shell_files::fs::ops::rm(policy, &f.path, false)
             .map(|_| ())
@@ -147,6 +166,29 @@ pub(super) fn revert_one(
         Ok(b) => ("restored", write_back(policy, &f.path, b)),
         Err(e) => ("restored", Err(e)),
     }
+}
+
+/// `skipped` when the file is already as the revert would leave it (TURNS-15): a delete of a
+/// file that never existed, a created file that is gone, a restored body that is back, a
+/// moved file whose source is back. So a second revert of a turn skips what the first did.
+fn nothing_to_undo(
+    policy: &Policy,
+    f: &FileRecord,
+    before: &PreImage,
+    now: Option<&str>,
+    allowed: bool,
+) -> Option<&'static str> {
+    // What is at the path when the turn is undone: nothing, or the body before it.
+    let as_before = if before.missing {
+        now.is_none()
+    } else {
+        now.is_some() && now == before.revision.as_deref()
+    };
+    let done = match &f.from {
+        Some(from) => as_before && allowed && matches!(current_revision(policy, from), Ok(Some(_))),
+        None => as_before || (before.missing && f.kind == "deleted"),
+    };
+    done.then_some("skipped")
 }
 
 pub(super) fn exists(policy: &Policy, path: &str) -> bool {
