@@ -843,28 +843,46 @@ async fn hooks_continue_on_payloads_they_cannot_use() {
     assert_code(&bad, "S210");
 }
 
-/// A hook or turn event that does not fit its type is refused with S210 naming the field
-/// (the bindings fail open, so the observed call goes on), never read as an empty event: the
-/// turn it names is not opened, and nothing is recorded.
+/// TURNS-06 through the engine: a hook input that does not fit `HookInput` (a wrong type, a
+/// `call` without `function_id`, not an object, an id over 256 bytes) is answered
+/// `{"decision": "continue"}` — a hook never blocks the agent's call — and records nothing.
+/// A turn event that does not fit `TurnEvent`, or names an id over 256 bytes, is S210 naming
+/// the field, and opens nothing; so is a history request with an over-long id. Ids of 256
+/// bytes pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_hook_events_are_s210_naming_the_field() {
+async fn malformed_hooks_continue_and_bad_turn_events_are_s210_naming_the_field() {
     let s = setup().await;
-    for (function, payload, message) in [
+    let long = "x".repeat(257);
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    std::fs::write(s.root.join("x"), "x").unwrap();
+    for (function, payload) in [
         (
             "shell::turns::on-pre-trigger",
             json!({"session_id": 5, "turn_id": "t1"}),
-            "malformed payload: session_id: invalid type: integer `5`, expected a string",
         ),
         (
             "shell::turns::on-post-trigger",
             json!({"session_id": "s1", "turn_id": "t1", "call": {"arguments": {"path": "x"}}}),
-            "malformed payload: call: missing field `function_id`",
         ),
+        ("shell::turns::on-post-trigger", json!("not even an object")),
         (
-            "shell::turns::on-post-trigger",
-            json!("not even an object"),
-            "the request must be an object",
+            "shell::turns::on-pre-trigger",
+            json!({"session_id": "s1", "turn_id": long, "call": {"function_id": "shell::fs::write", "arguments": {"path": "x"}}}),
         ),
+    ] {
+        let out = s.call(function, payload.clone()).await;
+        assert_eq!(out, json!({"decision": "continue"}), "{function} {payload}");
+    }
+    let listed = s
+        .call("shell::turns::list", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(listed["turns"][0]["file_count"], 0, "{listed}");
+    let too_long = "'turn_id' is 257 bytes; it may be at most 256 bytes";
+    for (function, payload, message) in [
         (
             "shell::turns::on-turn-started",
             json!({"session_id": "bad", "turn_id": ["t1"]}),
@@ -875,17 +893,121 @@ async fn malformed_hook_events_are_s210_naming_the_field() {
             json!({"session_id": "s1", "parent": "p"}),
             "malformed payload: parent: invalid type: string \"p\", expected struct ParentRef",
         ),
+        (
+            "shell::turns::on-turn-started",
+            json!({"session_id": "bad", "turn_id": long}),
+            too_long,
+        ),
+        (
+            "shell::turns::get",
+            json!({"session_id": "s1", "turn_id": long}),
+            too_long,
+        ),
+        (
+            "shell::turns::list",
+            json!({"session_id": long}),
+            "'session_id' is 257 bytes; it may be at most 256 bytes",
+        ),
     ] {
         let r = s.harness.call(function, payload.clone()).await;
         assert_code(&r, "S210");
         let e = r.unwrap_err();
         assert_eq!(e.message, message, "{function} {payload}");
     }
-    // The refused turn-started opened nothing.
+    // The refused turn-started opened nothing; an id at the bound is served.
     let listed = s
         .call("shell::turns::list", json!({"session_id": "bad"}))
         .await;
     assert_eq!(listed["turns"], json!([]), "{listed}");
+    let at_bound = s
+        .call("shell::turns::list", json!({"session_id": "s".repeat(256)}))
+        .await;
+    assert_eq!(at_bound["turns"], json!([]), "{at_bound}");
+}
+
+/// The caller's `fs_scope` (invocation metadata) confines what the history serves: a body
+/// recorded outside its `scope_root` reads in `shell::turns::get` like one no longer kept
+/// (`stored: false`, no content), `shell::turns::revert` writes nothing there, and
+/// `coder::change-diff` of a change there is C211 with the message of an unknown id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_fs_scope_confines_get_revert_and_change_diff() {
+    let s = setup().await;
+    std::fs::write(s.root.join("top.txt"), "top\n").unwrap();
+    std::fs::write(s.root.join("src/in.txt"), "in\n").unwrap();
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for f in ["top.txt", "src/in.txt"] {
+        let out = s
+            .call(
+                "coder::create-file",
+                json!({"files": [{"path": f, "content": "changed\n", "overwrite": true}]}),
+            )
+            .await;
+        ids.push(out["results"][0]["revision"].as_str().unwrap().to_string());
+    }
+    let src = s.root.join("src").to_string_lossy().into_owned();
+    let scope = json!({"fs_scope": {"scope_root": src}});
+    let got = s
+        .harness
+        .call_with_metadata(
+            "shell::turns::get",
+            json!({"session_id": "s1"}),
+            scope.clone(),
+        )
+        .await
+        .unwrap();
+    let top = file_of(&got, "/top.txt")["before"].clone();
+    assert_eq!(
+        (&top["stored"], top.get("content")),
+        (&json!(false), None),
+        "{got}"
+    );
+    assert_eq!(file_of(&got, "/src/in.txt")["before"]["content"], "in\n");
+    // Unscoped, both bodies are there.
+    let all = s
+        .call("shell::turns::get", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(file_of(&all, "/top.txt")["before"]["content"], "top\n");
+    let unknown = s
+        .harness
+        .call("coder::change-diff", json!({"change_id": "sha256:0"}))
+        .await
+        .unwrap_err();
+    // Both files were left "changed\n": one id, its newest change (in src) is in scope.
+    assert_eq!(ids[0], ids[1]);
+    let top_id = format!("deleted:{}", s.root.join("top.txt").display());
+    s.call("coder::delete-file", json!({"paths": ["top.txt"]}))
+        .await;
+    let scoped_diff = |id: String| {
+        let (h, scope) = (&s.harness, scope.clone());
+        async move {
+            h.call_with_metadata("coder::change-diff", json!({"change_id": id}), scope)
+                .await
+        }
+    };
+    assert!(s.change_diff(&top_id).await.is_ok());
+    let e = scoped_diff(top_id.clone()).await.unwrap_err();
+    assert_eq!(e.code, "C211");
+    assert_eq!(e.message, unknown.message.replace("sha256:0", &top_id));
+    assert!(scoped_diff(ids[1].clone()).await.is_ok());
+    let rv = s
+        .harness
+        .call_with_metadata(
+            "shell::turns::revert",
+            json!({"session_id": "s1", "turn_id": "t1", "force": true}),
+            scope,
+        )
+        .await
+        .unwrap();
+    assert!(!s.root.join("top.txt").exists(), "not written: {rv}");
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("src/in.txt")).unwrap(),
+        "in\n"
+    );
 }
 
 /// The history functions' requests are typed too: a field of the wrong type is S210 naming
