@@ -90,6 +90,10 @@ fn evict(data: &Path, body: &str) {
     std::fs::remove_file(data.join("objects").join(&h[..2]).join(h)).unwrap();
 }
 
+/// Why a file is unreachable, the policy and request fields that make it so, and the files
+/// (with their recorded revisions) it hides.
+type Case<'a> = (&'a str, &'a Policy, Value, Vec<(&'a PathBuf, &'a str)>);
+
 /// A body made non-accessible, denylisted, outside the roots or outside the caller's scope
 /// since it was recorded reads exactly like a body no longer kept (an evicted one), in `get`
 /// and in `revert`, and revert never writes it, forced or not.
@@ -138,7 +142,7 @@ fn a_body_made_unreachable_reads_like_one_no_longer_kept_and_is_never_written() 
     let other = s.base.join("other");
     std::fs::create_dir_all(&other).unwrap();
     let moved_root = policy_with(&[&other], &s.data, json!({}), &[]);
-    let cases: [(&str, &Policy, Value, Vec<(&PathBuf, &str)>); 4] = [
+    let cases: [Case<'_>; 4] = [
         (
             "non-accessible glob",
             &glob,
@@ -463,10 +467,7 @@ fn a_revert_racing_a_swap_to_a_link_or_fifo_never_follows_it_or_blocks() {
             "force {force}"
         );
         let link = std::fs::symlink_metadata(&l).unwrap().file_type();
-        assert_eq!(
-            std::fs::symlink_metadata(&f).unwrap().file_type().is_fifo(),
-            true
-        );
+        assert!(std::fs::symlink_metadata(&f).unwrap().file_type().is_fifo());
         if force {
             // Forced, the link itself is replaced by the body before the turn.
             assert_eq!(result(&rv, &l)["success"], true, "{rv}");

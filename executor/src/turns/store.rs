@@ -50,6 +50,8 @@ pub struct Store {
     dir: PathBuf,
     /// Appends to a session log hold the stripe of its name.
     appending: [std::sync::Mutex<()>; APPEND_STRIPES],
+    /// One eviction at a time (two at once would each evict down to 90 % from what they saw).
+    evicting: std::sync::Mutex<()>,
     max_blob_bytes: u64,
     /// The blobs' total size as last walked plus what was written since: the directory is
     /// walked again only when this passes the cap (so a write costs no directory scan).
@@ -69,6 +71,7 @@ impl Store {
         let s = Store {
             dir: dir.to_path_buf(),
             appending: std::array::from_fn(|_| std::sync::Mutex::new(())),
+            evicting: std::sync::Mutex::new(()),
             max_blob_bytes,
             total: Default::default(),
         };
@@ -155,6 +158,7 @@ impl Store {
 
     /// Oldest-first eviction down to 90 % of the cap, sparing `keep`.
     fn evict(&self, keep: &Path) {
+        let _one = iii_shell_policy::sync::lock(&self.evicting);
         let mut blobs = self.blobs();
         let mut total: u64 = blobs.iter().map(|b| b.1).sum();
         if total <= self.max_blob_bytes {
