@@ -21,6 +21,7 @@ pub mod log_relay;
 pub mod panic_reply;
 pub mod policy;
 pub mod prepare;
+pub mod private_dir;
 pub mod pty;
 pub mod server;
 pub mod started;
