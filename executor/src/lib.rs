@@ -25,6 +25,7 @@ pub mod private_dir;
 pub mod pty;
 pub mod server;
 pub mod started;
+pub mod state_move;
 pub mod turns;
 pub mod ui_state;
 pub mod usage;

@@ -1,7 +1,8 @@
 //! The console page's per-pane state (`shell::ui-state::*`): one JSON file per pane.
 //!
-//! Where: `ui-state/` beside `turns.data_dir` (the default `data/shell/turns` puts it in
-//! `data/shell/ui-state/`), see [`store_dir`]. Each pane's file is `<stem>.json`, where the
+//! Where: `ui-state/` beside the turn store (`iii_shell_files::state_place`: beside
+//! `turns.data_dir`, or in the worker's state directory when that lies in commands' reach).
+//! Each pane's file is `<stem>.json`, where the
 //! stem is the key with every byte outside `[A-Za-z0-9_-]` written `%XX` ([`file_stem`]): a key
 //! cannot name another directory, and two keys never share a file. A stem that would be longer
 //! than a file name allows is `~<sha256 of the key>` instead (`~` never appears in an encoded
@@ -17,7 +18,7 @@
 //! lock; a file that is missing, unusable, over the cap, not JSON or not an object reads as
 //! "nothing stored".
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use iii_shell_policy::sync::lock;
@@ -34,16 +35,6 @@ use crate::private_dir::PrivateDir;
 /// Longest stem written as an encoding; longer ones are hashed (a file name is at most 255
 /// bytes, and the temp suffix needs room).
 const MAX_ENCODED_STEM: usize = 200;
-
-/// The directory holding the pane files, derived from `turns.data_dir` (absolute by the time
-/// the executor sees it): its sibling `ui-state`.
-pub fn store_dir(turns_data_dir: &str) -> PathBuf {
-    let turns = Path::new(turns_data_dir);
-    match turns.parent() {
-        Some(parent) => parent.join("ui-state"),
-        None => turns.join("ui-state"),
-    }
-}
 
 /// What a stem keeps as it is; every other byte of the key is `%XX`.
 const STEM_SAFE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'-');
@@ -206,15 +197,6 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, [format!("{}.json", "x".repeat(MAX_ENCODED_STEM))]);
-    }
-
-    #[test]
-    fn the_store_sits_beside_the_turn_store() {
-        assert_eq!(
-            store_dir("/srv/w/data/shell/turns"),
-            PathBuf::from("/srv/w/data/shell/ui-state")
-        );
-        assert_eq!(store_dir("/"), PathBuf::from("/ui-state"));
     }
 
     #[test]

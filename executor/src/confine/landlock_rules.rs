@@ -16,9 +16,18 @@ pub use iii_shell_confine::landlock_plan::{Devices, Plan, DEVICE_FILES};
 pub use iii_shell_confine::landlock_ruleset::{CommandRuleset, Enforcement};
 use iii_shell_confine::{landlock_plan, landlock_ruleset};
 
-/// The plan for `config` around `protected`, on the host's devices.
+/// The plan for `config` around `protected` and the executor's own state
+/// (`iii_shell_files::state_place`: denied to commands wherever it is, so a system path or
+/// an unjailed grant above it never reaches in), on the host's devices.
 pub fn plan(config: &Config, protected: &Protected) -> Plan {
-    landlock_plan::plan(config, &protected.in_roots, &Devices::host())
+    let state = iii_shell_files::state_place::for_config(config);
+    let denied: Vec<std::path::PathBuf> = protected
+        .in_roots
+        .iter()
+        .cloned()
+        .chain(state.dirs().iter().map(|d| d.to_path_buf()))
+        .collect();
+    landlock_plan::plan(config, &denied, &Devices::host())
 }
 
 /// What the ruleset cannot cover because of `protected`: the entries a stopped scan missed.

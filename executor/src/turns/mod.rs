@@ -162,7 +162,9 @@ mod tests {
     use std::sync::Arc;
 
     fn policy(root: &Path, data: &Path, max_blob: u64) -> Arc<Policy> {
+        // No scratch paths: the store in the temp dir stays out of commands' reach in place.
         let v = json!({"fs": {"host_roots": [root.to_string_lossy()]},
+            "confinement": {"scratch_paths": []},
             "turns": {"data_dir": data.to_string_lossy(), "max_blob_bytes": max_blob}});
         Arc::new(Policy::build(1, &v.to_string()).expect("policy"))
     }

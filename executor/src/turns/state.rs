@@ -4,7 +4,6 @@
 //! here, and nothing here names them.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use iii_shell_files::error::ExecError;
@@ -63,13 +62,15 @@ impl Turns {
         policy: &Policy,
         f: impl FnOnce(&Store) -> R,
     ) -> Result<R, ExecError> {
-        let dir = PathBuf::from(&policy.config.turns.data_dir);
+        // Where the state lives (`iii_shell_files::state_place`): the configured
+        // `turns.data_dir`, or the worker's state directory when that lies in commands' reach.
+        let dir = policy.state.turns.clone();
         let mut g = lock(&self.store);
         let reopen = g.as_ref().is_none_or(|s| s.dir() != dir.as_path());
         if reopen {
             let s = Store::open(&dir, policy.config.turns.max_blob_bytes).map_err(|e| {
                 ExecError::Internal(format!(
-                    "cannot open the turn store {}: {e}; make turns.data_dir writable",
+                    "cannot open the turn store {}: {e}; make it writable by the command user (or set turns.data_dir, see docs/configuration.md)",
                     dir.display()
                 ))
             })?;
