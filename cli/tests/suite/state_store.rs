@@ -89,7 +89,7 @@ impl Setup {
 /// Where the worker keeps its state once it moved out of the root.
 fn moved_place(config: &Config) -> PathBuf {
     let id = iii_shell_executor::home::identity(config);
-    worker_state_home().join(format!(
+    worker_state_home().join("iii-shell").join(format!(
         "{:016x}",
         iii_shell_policy::home::fnv1a64(id.as_bytes())
     ))
@@ -309,4 +309,23 @@ async fn links_and_fifos_a_command_plants_in_the_store_are_never_followed() {
 
     s.jail.outside_untouched();
     assert_eq!(std::fs::read_to_string(private_json(&s.jail)).unwrap(), PRIVATE);
+
+    // fs and coder calls read the store in the root exactly like a missing path.
+    for (f, p) in [
+        ("shell::fs::read", "data/shell/turns/sessions/s9.jsonl"),
+        ("shell::fs::ls", "data/shell/turns/sessions"),
+        ("shell::fs::read", "data/shell/ui-state/sym.json"),
+        ("coder::read-file", "data/shell/ui-state/sym.json"),
+    ] {
+        let e = s.call(f, json!({"path": p})).await.unwrap_err();
+        let m = s
+            .call(f, json!({"path": "data/shell/no-such"}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.replace(p, "P"),
+            m.replace("data/shell/no-such", "P"),
+            "{f} {p}"
+        );
+    }
 }
