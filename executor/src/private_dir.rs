@@ -208,7 +208,10 @@ impl PrivateDir {
         let too_long = || {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("{} is longer than {max} bytes", self.path.join(name).display()),
+                format!(
+                    "{} is longer than {max} bytes",
+                    self.path.join(name).display()
+                ),
             )
         };
         if st.st_size as u64 > max {
@@ -378,10 +381,8 @@ mod tests {
         assert_eq!(mode(&t.path().join("a/b/log")), 0o600);
         d.replace("r", b"y").unwrap();
         assert_eq!(mode(&t.path().join("a/b/r")), 0o600);
-        std::fs::set_permissions(t.path().join("a/b/r"), PermissionsExt::from_mode(0o644))
-            .unwrap();
-        std::fs::set_permissions(t.path().join("a/b"), PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(t.path().join("a/b/r"), PermissionsExt::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(t.path().join("a/b"), PermissionsExt::from_mode(0o755)).unwrap();
         let d = PrivateDir::open(&t.path().join("a/b"), false).unwrap();
         assert_eq!(mode(&t.path().join("a/b")), 0o700);
         assert_eq!(d.tighten_files(), 1);

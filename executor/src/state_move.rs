@@ -213,8 +213,7 @@ mod tests {
         std::fs::create_dir_all(src.join("objects/ab")).unwrap();
         std::fs::write(src.join("objects/ab/blob"), "b").unwrap();
         std::fs::write(t.path().join("outside"), "secret").unwrap();
-        std::os::unix::fs::symlink(t.path().join("outside"), src.join("objects/ab/link"))
-            .unwrap();
+        std::os::unix::fs::symlink(t.path().join("outside"), src.join("objects/ab/link")).unwrap();
         std::fs::hard_link(t.path().join("outside"), src.join("hard")).unwrap();
         let from = PrivateDir::open(&src, false).unwrap();
         let to = PrivateDir::open(&t.path().join("dst"), true).unwrap();

@@ -136,9 +136,7 @@ fn pane_name(key: &str) -> String {
 
 /// The stored document of `key`, if there is a usable one.
 fn read_pane(store: &PrivateDir, key: &str) -> Option<String> {
-    let data = store
-        .read(&pane_name(key), MAX_STATE_BYTES as u64)
-        .ok()??;
+    let data = store.read(&pane_name(key), MAX_STATE_BYTES as u64).ok()??;
     let text = String::from_utf8(data).ok()?;
     match serde_json::from_str::<serde_json::Value>(&text) {
         Ok(v) if v.is_object() => Some(text),

@@ -62,7 +62,12 @@ impl FsPolicy {
             .denylist_paths
             .iter()
             .cloned()
-            .chain(state.dirs().iter().map(|d| d.to_string_lossy().into_owned()))
+            .chain(
+                state
+                    .dirs()
+                    .iter()
+                    .map(|d| d.to_string_lossy().into_owned()),
+            )
             .collect();
         let jail = jail::Jail::new(
             &config.fs.host_roots,

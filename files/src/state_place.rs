@@ -181,7 +181,10 @@ mod tests {
     #[test]
     fn the_place_exact_values() {
         let w = [p("/srv/w"), p("/tmp")];
-        let bases = [p("/var/lib/iii-shell-state"), p("/root/.local/state/iii-shell")];
+        let bases = [
+            p("/var/lib/iii-shell-state"),
+            p("/root/.local/state/iii-shell"),
+        ];
         // Outside every root: in place, the pane store beside it.
         assert_eq!(
             decide(&p("/var/lib/iii-shell/data/shell/turns"), &w, &bases, "ab"),
@@ -206,9 +209,11 @@ mod tests {
             }
         );
         // The pane store alone inside a root (turns is the root's sibling dir) moves too.
-        assert!(decide(&p("/srv/turns"), &[p("/srv/ui-state")], &bases, "ab")
-            .legacy
-            .is_some());
+        assert!(
+            decide(&p("/srv/turns"), &[p("/srv/ui-state")], &bases, "ab")
+                .legacy
+                .is_some()
+        );
         // A base inside a root or scratch path, or holding one, is skipped.
         let inside = [p("/tmp/state"), p("/srv"), p("/opt/s")];
         assert_eq!(

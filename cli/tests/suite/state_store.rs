@@ -14,8 +14,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
 use common::s as sp;
+use common::*;
 use iii_shell_protocol::config::Config;
 use iii_test_engine::{TestClient, TestEngine};
 use serde_json::{json, Value};
@@ -63,8 +63,7 @@ async fn start(jail: Jail, env: &[(&str, &str)], tweak: impl FnOnce(&mut Config)
 impl Setup {
     async fn call(&self, f: &str, v: Value) -> Result<Value, String> {
         // A call that never answers is a wedge: fail loudly rather than hang the suite.
-        match tokio::time::timeout(Duration::from_secs(60), self.client.call(f, v.clone())).await
-        {
+        match tokio::time::timeout(Duration::from_secs(60), self.client.call(f, v.clone())).await {
             Ok(r) => r.map_err(|e| format!("{e:?}")),
             Err(_) => panic!("{f} {v} never answered; {}", self.worker.stderr()),
         }
@@ -77,8 +76,11 @@ impl Setup {
 
     /// Runs `script` as a jailed command (`sh -c`).
     async fn sh(&self, script: &str) -> Value {
-        self.ok("shell::exec", json!({"command": "sh", "args": ["-c", script]}))
-            .await
+        self.ok(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", script]}),
+        )
+        .await
     }
 
     async fn pane(&self, key: &str) -> Value {
@@ -149,7 +151,13 @@ async fn a_store_inside_the_root_moves_out_of_reach_with_its_history() {
     assert_eq!(s.pane("p").await, json!({"open": ["a.rs"]}));
 
     // Private: directories 0700, files 0600 (the old 0644 ones tightened).
-    for d in [&place, &turns, &turns.join("sessions"), &turns.join("objects/ab"), &ui] {
+    for d in [
+        &place,
+        &turns,
+        &turns.join("sessions"),
+        &turns.join("objects/ab"),
+        &ui,
+    ] {
         assert_eq!(mode(d), 0o700, "{}", d.display());
     }
     let blob = turns.join(format!("objects/ab/ab{}", "0".repeat(62)));
@@ -157,8 +165,11 @@ async fn a_store_inside_the_root_moves_out_of_reach_with_its_history() {
         assert_eq!(mode(f), 0o600, "{}", f.display());
     }
     // New files too.
-    s.ok("shell::ui-state::set", json!({"key": "q", "state": {"x": 1}}))
-        .await;
+    s.ok(
+        "shell::ui-state::set",
+        json!({"key": "q", "state": {"x": 1}}),
+    )
+    .await;
     s.ok(
         "shell::turns::on-turn-started",
         json!({"session_id": "s9", "turn_id": "t1"}),
@@ -177,7 +188,12 @@ async fn a_store_inside_the_root_moves_out_of_reach_with_its_history() {
         .await;
     assert_eq!(r["stdout"], "", "{r}");
     assert!(
-        r["stderr"].as_str().unwrap().matches("Permission denied").count() >= 3,
+        r["stderr"]
+            .as_str()
+            .unwrap()
+            .matches("Permission denied")
+            .count()
+            >= 3,
         "{r}"
     );
     assert!(!std::fs::read_to_string(turns.join("sessions/s0.jsonl"))
@@ -192,22 +208,26 @@ async fn a_store_inside_the_root_moves_out_of_reach_with_its_history() {
         ("shell::fs::ls", json!({"path": format!("{t}/sessions")})),
     ] {
         let e = s.call(f, arg.clone()).await.unwrap_err();
-        let m = s
-            .call(f, json!({"path": missing}))
-            .await
-            .unwrap_err();
+        let m = s.call(f, json!({"path": missing})).await.unwrap_err();
         assert_eq!(
             e.split("message").next(),
             m.split("message").next(),
             "{f}: {e} vs {m}"
         );
     }
-    let a = s.call("coder::read-file", json!({"path": log})).await.unwrap_err();
+    let a = s
+        .call("coder::read-file", json!({"path": log}))
+        .await
+        .unwrap_err();
     let b = s
         .call("coder::read-file", json!({"path": missing}))
         .await
         .unwrap_err();
-    assert_eq!(a.split("message").next(), b.split("message").next(), "{a} vs {b}");
+    assert_eq!(
+        a.split("message").next(),
+        b.split("message").next(),
+        "{a} vs {b}"
+    );
 }
 
 /// The planting script: symlinks and hardlinks of the outside secret and of the root's
@@ -246,17 +266,18 @@ async fn links_and_fifos_a_command_plants_in_the_store_are_never_followed() {
         .unwrap()
         .set_modified(old)
         .unwrap();
-    let s = start(
-        jail,
-        &[("HOME", &sp(&home)), ("XDG_STATE_HOME", "")],
-        |c| c.turns.max_blob_bytes = 16,
-    )
+    let s = start(jail, &[("HOME", &sp(&home)), ("XDG_STATE_HOME", "")], |c| {
+        c.turns.max_blob_bytes = 16
+    })
     .await;
     s.worker
         .expect_log("no state directory outside them was found")
         .await;
     let root = s.jail.root.clone();
-    let (turns, ui) = (root.join("data/shell/turns"), root.join("data/shell/ui-state"));
+    let (turns, ui) = (
+        root.join("data/shell/turns"),
+        root.join("data/shell/ui-state"),
+    );
     let r = s
         .sh(&plant(
             &sp(&turns),
@@ -274,16 +295,16 @@ async fn links_and_fifos_a_command_plants_in_the_store_are_never_followed() {
             json!({"session_id": session, "turn_id": "t1"}),
         )
         .await;
-        s.ok(
-            "shell::turns::get",
-            json!({"session_id": session}),
-        )
-        .await;
+        s.ok("shell::turns::get", json!({"session_id": session}))
+            .await;
     }
     s.ok("shell::turns::sessions", json!({})).await;
     // Blobs past the cap (16 bytes) evict, the change index is written: outside a turn, each
     // coder change keeps its bodies and indexes its id.
-    for (i, body) in ["first body", "second body", "third body"].iter().enumerate() {
+    for (i, body) in ["first body", "second body", "third body"]
+        .iter()
+        .enumerate()
+    {
         let v = s
             .ok(
                 "coder::create-file",
@@ -293,7 +314,9 @@ async fn links_and_fifos_a_command_plants_in_the_store_are_never_followed() {
         assert_eq!(v["results"][0]["success"], true, "{v}");
         let id = v["results"][0]["change_id"].clone();
         if id.is_string() {
-            s.call("coder::change-diff", json!({"change_id": id})).await.ok();
+            s.call("coder::change-diff", json!({"change_id": id}))
+                .await
+                .ok();
         }
     }
     // Panes: a symlink, a hardlink (of the root's protected file) and a FIFO read as nothing
@@ -302,13 +325,19 @@ async fn links_and_fifos_a_command_plants_in_the_store_are_never_followed() {
         assert_eq!(s.pane(key).await, Value::Null, "{key} was served");
     }
     for key in ["sym", "hard", "fifo"] {
-        s.ok("shell::ui-state::set", json!({"key": key, "state": {"mine": 1}}))
-            .await;
+        s.ok(
+            "shell::ui-state::set",
+            json!({"key": key, "state": {"mine": 1}}),
+        )
+        .await;
         assert_eq!(s.pane(key).await, json!({"mine": 1}), "{key}");
     }
 
     s.jail.outside_untouched();
-    assert_eq!(std::fs::read_to_string(private_json(&s.jail)).unwrap(), PRIVATE);
+    assert_eq!(
+        std::fs::read_to_string(private_json(&s.jail)).unwrap(),
+        PRIVATE
+    );
 
     // fs and coder calls read the store in the root exactly like a missing path.
     for (f, p) in [

@@ -119,9 +119,9 @@ impl Turns {
                     iii_shell_protocol::turns::sessions_page(&r).map_err(ExecError::Invalid)?;
                 // Read outside the store's lock: a page reads up to `limit` logs, and the hooks
                 // must not wait for it.
-                let dir = self.with_store(policy, |s| s.sessions_dir())?.map_err(|e| {
-                    ExecError::Internal(format!("turn store: {e}"))
-                })?;
+                let dir = self
+                    .with_store(policy, |s| s.sessions_dir())?
+                    .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
                 serde_json::to_value(sessions::list(&dir, &page))
                     .map_err(|e| ExecError::Internal(format!("sessions: {e}")))
             }

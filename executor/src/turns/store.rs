@@ -381,7 +381,10 @@ mod tests {
         assert_eq!(s.find_change("sha256:a"), None, "a prefix is another id");
         assert_eq!(s.find_change("never"), None);
         // A torn last line (a crash mid-append) is skipped.
-        let bucket = d.path().join("changes").join(Store::index_name("sha256:aa"));
+        let bucket = d
+            .path()
+            .join("changes")
+            .join(Store::index_name("sha256:aa"));
         let mut f = std::fs::File::options().append(true).open(&bucket).unwrap();
         f.write_all(b"{\"id\":\"sha256:aa\",\"sess").unwrap();
         assert_eq!(s.find_change("sha256:aa"), Some(("s3".into(), "t2".into())));
