@@ -117,12 +117,9 @@ impl Executor {
             .and_then(|p| self.within_envelope(p))
             .and_then(|p| self.launcher.apply_run_as(&p.config).map(|()| p))
             .and_then(|mut p| p.settle_home().map(|()| p))
-            .map(|p| {
-                // As the command user, and before the walk builds the command ruleset, so the
-                // state's directories exist when Landlock denies them.
-                crate::state_move::settle(&p.state);
-                p
-            })
+            // As the command user, and before the walk builds the command ruleset, so the
+            // state's directories exist when Landlock denies them.
+            .inspect(|p| crate::state_move::settle(&p.state))
             .and_then(|mut p| {
                 // The first policy decides whether the executor's own filter holds the
                 // special-bits rule (then no child loads it); place it again.
