@@ -287,6 +287,16 @@ impl PrivateDir {
         Ok(())
     }
 
+    /// Removes the empty subdirectory `name` (a link there is not a directory: refused).
+    pub fn remove_dir(&self, name: &str) -> std::io::Result<()> {
+        let c = c_name(name)?;
+        // SAFETY: unlinkat relative to a directory fd we own, with a NUL-terminated name.
+        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// fsync of the directory itself.
     pub fn sync(&self) -> std::io::Result<()> {
         // SAFETY: fsync on a descriptor we own.

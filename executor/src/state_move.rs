@@ -5,7 +5,8 @@
 //!
 //! The move is a `rename` of the whole directory when both places are on one filesystem; else
 //! a copy of the regular files of ours (links, special files and other users' files are left
-//! behind: they are what a command could have planted) and the old tree removed. The old
+//! behind: they are what a command could have planted), each unlinked from the old tree
+//! through its directory's descriptor, and the emptied directories removed. The old
 //! place's directories are opened without following a link (its path is canonical, so a link
 //! on the way is one a command made), and a place that already holds a store is never
 //! overwritten.
@@ -131,7 +132,7 @@ fn copy_then_remove(src: &PrivateDir, from: &Path, to: &Path, what: &str) {
     let copied = PrivateDir::open(to, true).and_then(|dst| copy_dir(src, &dst, 0));
     match copied {
         Ok(n) => {
-            if let Err(e) = std::fs::remove_dir_all(from) {
+            if let Err(e) = remove_old(src) {
                 tracing::warn!(from = %from.display(), error = %e, "the {what} was copied out of the commands' reach, but its old directory could not be removed: remove it by hand");
             }
             tracing::info!(from = %from.display(), to = %to.display(), files = n, "moved the {what} out of the commands' reach (it was inside a root or scratch path)");
@@ -142,18 +143,44 @@ fn copy_then_remove(src: &PrivateDir, from: &Path, to: &Path, what: &str) {
     }
 }
 
-/// Copies the regular files of ours and the directories of `src` into `dst`; how many files.
+/// Removes the old top directory (emptied by the copy) through its parent's descriptor,
+/// reached without following a link.
+fn remove_old(src: &PrivateDir) -> std::io::Result<()> {
+    let from = src.path();
+    let (Some(parent), Some(name)) = (from.parent(), from.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    };
+    let dir = iii_shell_files::jail::open_beneath(
+        None,
+        parent,
+        libc::O_PATH | libc::O_DIRECTORY,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )?;
+    let c = std::ffi::CString::new(name)?;
+    // SAFETY: unlinkat relative to a directory fd we own, with a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves the regular files of ours and the directories of `src` into `dst` (each copied,
+/// then unlinked from `src` through its descriptor; what is left behind keeps its directory);
+/// how many files.
 fn copy_dir(src: &PrivateDir, dst: &PrivateDir, depth: usize) -> std::io::Result<usize> {
     let mut n = 0;
     for e in src.entries()? {
         if e.is_dir && depth < MAX_COPY_DEPTH {
             if let Ok(from) = src.sub(&e.name, false) {
                 n += copy_dir(&from, &dst.sub(&e.name, true)?, depth + 1)?;
+                let _ = src.remove_dir(&e.name);
             }
         } else if e.is_file {
             match src.read(&e.name, MAX_COPIED_FILE) {
                 Ok(Some(data)) => {
                     dst.replace(&e.name, &data)?;
+                    src.remove(&e.name)?;
                     n += 1;
                 }
                 Ok(None) => {}
@@ -224,5 +251,10 @@ mod tests {
         );
         assert!(!t.path().join("dst/hard").exists());
         assert!(std::fs::symlink_metadata(t.path().join("dst/objects/ab/link")).is_err());
+        // Moved, not copied: the blob left the old tree; what was left behind stays there.
+        assert!(!src.join("objects/ab/blob").exists());
+        assert!(src.join("hard").exists());
+        assert_eq!(std::fs::read_to_string(t.path().join("outside")).unwrap(), "secret");
+        assert!(remove_old(&from).is_err(), "not empty: kept");
     }
 }
