@@ -25,8 +25,20 @@ const MAX_COPIED_FILE: u64 = 1 << 30;
 /// Deepest directory the copy descends into (`objects/<hh>/<blob>` is two).
 const MAX_COPY_DEPTH: usize = 2;
 
+/// Set by [`leave_alone`].
+static LEFT_ALONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`settle`] do nothing in this process (`doctor`'s executor, started from an
+/// operator's shell whose environment may name another state directory than the service's).
+pub fn leave_alone() {
+    LEFT_ALONE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Creates the state's directories, moving a store found at the configured place once.
 pub fn settle(place: &Place) {
+    if LEFT_ALONE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     if let Some(legacy) = &place.legacy {
         adopt(&legacy.turns, &place.turns, "turn store");
         adopt(&legacy.ui_state, &place.ui_state, "pane store");
@@ -254,7 +266,10 @@ mod tests {
         // Moved, not copied: the blob left the old tree; what was left behind stays there.
         assert!(!src.join("objects/ab/blob").exists());
         assert!(src.join("hard").exists());
-        assert_eq!(std::fs::read_to_string(t.path().join("outside")).unwrap(), "secret");
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("outside")).unwrap(),
+            "secret"
+        );
         assert!(remove_old(&from).is_err(), "not empty: kept");
     }
 }
