@@ -95,28 +95,60 @@ fn tighten(fd: &OwnedFd, st: &libc::stat, mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `mkdirat(dir, name, 0700)`; an existing entry is not an error (the open after it checks
+/// what it is).
+fn mkdir_at(dir: &OwnedFd, name: &OsStr) -> std::io::Result<()> {
+    let c = CString::new(name.as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: mkdirat relative to a directory fd we own, with a NUL-terminated name.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), DIR_MODE) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 impl PrivateDir {
-    /// Opens the directory at `path` (absolute; its ancestors are the operator's, created as
-    /// needed), creating its last component (0700) when `create`. The last component is not
-    /// followed; it must be a directory owned by the executor's user, and its mode becomes
-    /// 0700. Missing and not `create`: `NotFound`.
+    /// Opens the directory at `path` (absolute and canonical, as `state_place` gives it),
+    /// creating it and its missing ancestors (0700) when `create`. Every component is opened
+    /// without following a link (`RESOLVE_NO_SYMLINKS`): a directory on the way that a command
+    /// swapped for a link fails the open, it is never followed. The last component must be a
+    /// directory owned by the executor's user, and its mode becomes 0700. Missing and not
+    /// `create`: `NotFound`.
     pub fn open(path: &Path, create: bool) -> std::io::Result<PrivateDir> {
+        use std::path::Component;
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("{} names no directory in a directory", path.display()),
             ));
         };
-        if create {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(DIR_MODE)
-                .create(parent)?;
+        let mut cur = open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        for comp in parent.components() {
+            let n = match comp {
+                Component::RootDir => continue,
+                Component::Normal(n) => n,
+                _ => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{} is not an absolute, normal path", path.display()),
+                    ))
+                }
+            };
+            if create {
+                mkdir_at(&cur, n)?;
+            }
+            cur = open_beneath(
+                Some(&cur),
+                Path::new(n),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                BENEATH,
+            )?;
         }
-        let base = open_beneath(None, parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let base = PrivateDir {
-            fd: base,
+            fd: cur,
             path: parent.to_path_buf(),
         };
         base.sub_os(name, create)
@@ -129,18 +161,9 @@ impl PrivateDir {
 
     fn sub_os(&self, name: &OsStr, create: bool) -> std::io::Result<PrivateDir> {
         let path = self.path.join(name);
-        let c = c_name(&name.to_string_lossy()).and_then(|_| {
-            CString::new(name.as_bytes())
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-        })?;
+        c_name(&name.to_string_lossy())?;
         if create {
-            // SAFETY: mkdirat relative to a directory fd we own, with a NUL-terminated name.
-            if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), DIR_MODE) } != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(e);
-                }
-            }
+            mkdir_at(&self.fd, name)?;
         }
         let fd = open_beneath(
             Some(&self.fd),
@@ -425,8 +448,11 @@ mod tests {
         assert_eq!(std::fs::read(&outside).unwrap(), b"{\"secret\":1}");
         let names: Vec<String> = d.entries().unwrap().into_iter().map(|e| e.name).collect();
         assert!(names.contains(&"fifo".to_string()) && !names.contains(&"sym".to_string()));
-        // The directory itself, as a link, is refused.
+        // The directory itself, as a link, is refused; so is a link on the way to it, and
+        // nothing is made where it points.
         std::os::unix::fs::symlink(t.path().join("s"), t.path().join("link")).unwrap();
         assert!(PrivateDir::open(&t.path().join("link"), true).is_err());
+        assert!(PrivateDir::open(&t.path().join("link/inner"), true).is_err());
+        assert!(!t.path().join("s/inner").exists());
     }
 }
