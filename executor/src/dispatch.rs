@@ -119,7 +119,7 @@ impl Executor {
             .and_then(|mut p| p.settle_home().map(|()| p))
             // As the command user, and before the walk builds the command ruleset, so the
             // state's directories exist when Landlock denies them.
-            .inspect(|p| crate::state_move::settle(&p.state))
+            .inspect(|p| crate::state_move::settle(&p.state, p.jail.is_jailed()))
             .and_then(|mut p| {
                 // The first policy decides whether the executor's own filter holds the
                 // special-bits rule (then no child loads it); place it again.

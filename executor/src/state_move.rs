@@ -34,9 +34,11 @@ pub fn leave_alone() {
     LEFT_ALONE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Creates the state's directories, moving a store found at the configured place once.
-pub fn settle(place: &Place) {
-    if LEFT_ALONE.load(std::sync::atomic::Ordering::Relaxed) {
+/// Creates the state's directories when jailed (so the command ruleset denies what exists),
+/// moving a store found at the configured place once. Unjailed, the stores are made when
+/// first used, as before.
+pub fn settle(place: &Place, jailed: bool) {
+    if LEFT_ALONE.load(std::sync::atomic::Ordering::Relaxed) || !jailed {
         return;
     }
     if let Some(legacy) = &place.legacy {
@@ -228,7 +230,7 @@ mod tests {
             }),
             exposed: false,
         };
-        settle(&place);
+        settle(&place, true);
         assert_eq!(
             std::fs::read_to_string(place.turns.join("sessions/s.jsonl")).unwrap(),
             "{}\n"
@@ -238,7 +240,7 @@ mod tests {
         // A store made at the old place again later is not moved over the one in use.
         std::fs::create_dir_all(old.join("turns/sessions")).unwrap();
         std::fs::write(old.join("turns/sessions/s.jsonl"), "new\n").unwrap();
-        settle(&place);
+        settle(&place, true);
         assert_eq!(
             std::fs::read_to_string(place.turns.join("sessions/s.jsonl")).unwrap(),
             "{}\n"

@@ -21,8 +21,9 @@
 //! and to fs calls by name, with the directory rights above it still reaching in), and the
 //! executor says so.
 //!
-//! Unjailed, commands may reach the whole host anyway: the configured place is kept, and it is
-//! denied to commands (Landlock) and to the fs surface like `fs.denylist_paths`.
+//! Unjailed, commands may reach the whole host anyway: the configured place is kept, denied to
+//! the fs surface like `fs.denylist_paths` (not to commands: a Landlock carve-out there would
+//! leave every directory made later beside its path with directory rights only).
 
 use std::path::{Component, Path, PathBuf};
 
