@@ -112,6 +112,10 @@ pub struct ExecutorArgs {
     /// III_SHELL_PRESTART=0)
     #[arg(long)]
     pub no_prestart: bool,
+    /// Leave the worker's state alone: neither create its directories nor move an old store
+    /// (what `doctor`'s own executor does: its environment may not be the service's)
+    #[arg(long, hide = true)]
+    pub no_state: bool,
 }
 
 #[derive(Debug, Args)]

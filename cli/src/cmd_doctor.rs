@@ -88,7 +88,8 @@ async fn executor_report(args: &DoctorArgs, config: &Config) -> Result<DoctorRep
                 .map_err(|e| format!("cannot connect to {}: {e}", p.display()))?,
         ),
         None => {
-            let mut extra = Vec::new();
+            // Its environment may not be the service's: it must not move the service's store.
+            let mut extra = vec!["--no-state".to_string()];
             if let Some(pin) = &args.pin_config {
                 extra.push("--pin-config".to_string());
                 extra.push(pin.display().to_string());

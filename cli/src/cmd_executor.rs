@@ -71,6 +71,9 @@ pub fn harden(args: &ExecutorArgs) -> Result<Hardened, i32> {
     if args.no_prestart {
         launcher.disable_prestart();
     }
+    if args.no_state {
+        iii_shell_executor::state_move::leave_alone();
+    }
     let pinned = match &args.pin_config {
         Some(path) => match load_envelope(path) {
             Ok(c) => Some(c),

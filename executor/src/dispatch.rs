@@ -16,7 +16,7 @@ use iii_shell_protocol::{Code, WireError};
 use tokio::sync::Notify;
 
 use crate::policy::Policy;
-use crate::{confine, doctor, foreground, jobs, turns, ui_state, Executor};
+use crate::{confine, doctor, foreground, jobs, turns, Executor};
 use iii_shell_files::error::ExecError;
 use iii_shell_files::fs;
 
@@ -117,6 +117,9 @@ impl Executor {
             .and_then(|p| self.within_envelope(p))
             .and_then(|p| self.launcher.apply_run_as(&p.config).map(|()| p))
             .and_then(|mut p| p.settle_home().map(|()| p))
+            // As the command user, and before the walk builds the command ruleset, so the
+            // state's directories exist when Landlock denies them.
+            .inspect(|p| crate::state_move::settle(&p.state, p.jail.is_jailed()))
             .and_then(|mut p| {
                 // The first policy decides whether the executor's own filter holds the
                 // special-bits rule (then no child loads it); place it again.
@@ -138,6 +141,7 @@ impl Executor {
                     doctor::terminal_gap(&p.config.confinement.capabilities)
                         .into_iter()
                         .chain(p.home.warning.clone())
+                        .chain(crate::state_move::gap(&p.state))
                         .collect();
                 for gap in self.warnings.newly_standing(standing) {
                     tracing::warn!(generation, "{gap}");
@@ -257,7 +261,7 @@ impl Executor {
         let p = self.current()?;
         let store = self.ui_state.clone();
         tokio::task::spawn_blocking(move || {
-            let dir = ui_state::store_dir(&p.config.turns.data_dir);
+            let dir = p.state.ui_state.clone();
             store.handle(&dir, op)
         })
         .await

@@ -1,21 +1,24 @@
 //! The console page's per-pane state (`shell::ui-state::*`): one JSON file per pane.
 //!
-//! Where: `ui-state/` beside `turns.data_dir` (the default `data/shell/turns` puts it in
-//! `data/shell/ui-state/`), see [`store_dir`]. Each pane's file is `<stem>.json`, where the
+//! Where: `ui-state/` beside the turn store (`iii_shell_files::state_place`: beside
+//! `turns.data_dir`, or in the worker's state directory when that lies in commands' reach).
+//! Each pane's file is `<stem>.json`, where the
 //! stem is the key with every byte outside `[A-Za-z0-9_-]` written `%XX` ([`file_stem`]): a key
 //! cannot name another directory, and two keys never share a file. A stem that would be longer
 //! than a file name allows is `~<sha256 of the key>` instead (`~` never appears in an encoded
 //! key).
 //!
-//! Writes: a temp file `.<stem>.json.iii-<32 hex>.tmp` created exclusively (mode 0600), written,
-//! fsynced, renamed over the pane's file and the directory fsynced, under one store-wide lock;
-//! a reader sees the old document or the new one, never a mix, and panes never clobber each
-//! other. Reads take no lock; a file that is missing, unreadable, over the cap, not JSON or not
-//! an object reads as "nothing stored". Files are opened without following symlinks.
+//! The directory is opened once per call and every pane file relative to it
+//! ([`crate::private_dir`]): a link, a hardlink, a FIFO or a device planted at a pane's name is
+//! never followed, read or written through; the directory is 0700 and the files 0600.
+//!
+//! Writes: a temp file created exclusively (mode 0600), written, fsynced, renamed over the
+//! pane's file and the directory fsynced, under one store-wide lock; a reader sees the old
+//! document or the new one, never a mix, and panes never clobber each other. Reads take no
+//! lock; a file that is missing, unusable, over the cap, not JSON or not an object reads as
+//! "nothing stored".
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use iii_shell_policy::sync::lock;
@@ -27,19 +30,11 @@ use sha2::{Digest, Sha256};
 
 use iii_shell_files::error::ExecError;
 
+use crate::private_dir::PrivateDir;
+
 /// Longest stem written as an encoding; longer ones are hashed (a file name is at most 255
 /// bytes, and the temp suffix needs room).
 const MAX_ENCODED_STEM: usize = 200;
-
-/// The directory holding the pane files, derived from `turns.data_dir` (absolute by the time
-/// the executor sees it): its sibling `ui-state`.
-pub fn store_dir(turns_data_dir: &str) -> PathBuf {
-    let turns = Path::new(turns_data_dir);
-    match turns.parent() {
-        Some(parent) => parent.join("ui-state"),
-        None => turns.join("ui-state"),
-    }
-}
 
 /// What a stem keeps as it is; every other byte of the key is `%XX`.
 const STEM_SAFE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'-');
@@ -65,10 +60,13 @@ impl UiState {
         match op {
             UiStateOp::Get { key, legacy_key } => {
                 check_key(&key)?;
-                let mut state = read_pane(dir, &key);
+                // A store that is not there (or is not a directory of ours) holds nothing.
+                let store = PrivateDir::open(dir, false).ok();
+                let read = |k: &str| store.as_ref().and_then(|d| read_pane(d, k));
+                let mut state = read(&key);
                 if state.is_none() {
                     if let Some(legacy) = legacy_key.filter(|k| key_problem(k).is_none()) {
-                        state = read_pane(dir, &legacy);
+                        state = read(&legacy);
                     }
                 }
                 Ok(UiStateReply::Got {
@@ -91,18 +89,23 @@ impl UiState {
                     });
                 }
                 let _guard = lock(&self.write_lock);
-                if !pane_path(dir, &key).exists() && pane_count(dir) >= MAX_PANES {
+                let cannot = |e: std::io::Error| {
+                    ExecError::Internal(format!(
+                        "cannot store the pane state in {}: {e}; make the worker's state directory (see turns.data_dir in docs/configuration.md) writable by the command user",
+                        dir.display()
+                    ))
+                };
+                let store = PrivateDir::open(dir, true).map_err(cannot)?;
+                let name = pane_name(&key);
+                if !store.has_file(&name) && pane_count(&store) >= MAX_PANES {
                     return Err(ExecError::TooLarge(format!(
                         "{MAX_PANES} panes are stored already; a new pane key is refused (reuse a key, or remove files from {})",
                         dir.display()
                     )));
                 }
-                write_pane(dir, &key, state_json.as_bytes()).map_err(|e| {
-                    ExecError::Internal(format!(
-                        "cannot store the pane state in {}: {e}; make the directory beside turns.data_dir writable by the command user",
-                        dir.display()
-                    ))
-                })?;
+                store
+                    .replace(&name, state_json.as_bytes())
+                    .map_err(cannot)?;
                 Ok(UiStateReply::Set {
                     key,
                     bytes: state_json.len() as u64,
@@ -119,53 +122,27 @@ fn check_key(key: &str) -> Result<(), ExecError> {
     }
 }
 
-/// Number of pane files in `dir` (temp files excluded; a missing directory holds none).
-fn pane_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-                .count()
-        })
+/// Number of pane files in the store (temp files excluded).
+fn pane_count(store: &PrivateDir) -> usize {
+    store
+        .entries()
+        .map(|v| v.iter().filter(|e| e.name.ends_with(".json")).count())
         .unwrap_or(0)
 }
 
-fn pane_path(dir: &Path, key: &str) -> PathBuf {
-    dir.join(format!("{}.json", file_stem(key)))
+fn pane_name(key: &str) -> String {
+    format!("{}.json", file_stem(key))
 }
 
 /// The stored document of `key`, if there is a usable one.
-fn read_pane(dir: &Path, key: &str) -> Option<String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(pane_path(dir, key))
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    file.take(MAX_STATE_BYTES as u64 + 1)
-        .read_to_string(&mut text)
-        .ok()?;
-    if text.len() > MAX_STATE_BYTES {
-        return None;
-    }
+fn read_pane(store: &PrivateDir, key: &str) -> Option<String> {
+    let data = store.read(&pane_name(key), MAX_STATE_BYTES as u64).ok()??;
+    let text = String::from_utf8(data).ok()?;
     match serde_json::from_str::<serde_json::Value>(&text) {
         Ok(v) if v.is_object() => Some(text),
         _ => None,
     }
 }
-
-fn write_pane(dir: &Path, key: &str, body: &[u8]) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    iii_shell_files::fs::atomic::replace_own_file(&pane_path(dir, key), body, 0o600)
-}
-
-use std::os::unix::fs::DirBuilderExt;
 
 #[cfg(test)]
 mod tests {
@@ -218,15 +195,6 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, [format!("{}.json", "x".repeat(MAX_ENCODED_STEM))]);
-    }
-
-    #[test]
-    fn the_store_sits_beside_the_turn_store() {
-        assert_eq!(
-            store_dir("/srv/w/data/shell/turns"),
-            PathBuf::from("/srv/w/data/shell/ui-state")
-        );
-        assert_eq!(store_dir("/"), PathBuf::from("/ui-state"));
     }
 
     #[test]
@@ -358,5 +326,57 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    /// A hardlink, a symlink or a FIFO planted at a pane's name is never served, never
+    /// written through and never blocks; the store is private (0700, files 0600).
+    #[test]
+    fn links_and_fifos_at_a_pane_are_neither_served_nor_written_through() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("ui-state");
+        let s = UiState::default();
+        let set = |k: &str| {
+            s.handle(
+                &dir,
+                UiStateOp::Set {
+                    key: k.into(),
+                    state_json: r#"{"mine":1}"#.into(),
+                },
+            )
+            .unwrap()
+        };
+        let get = |k: &str| match s
+            .handle(
+                &dir,
+                UiStateOp::Get {
+                    key: k.into(),
+                    legacy_key: None,
+                },
+            )
+            .unwrap()
+        {
+            UiStateReply::Got { state_json, .. } => state_json,
+            other => panic!("{other:?}"),
+        };
+        set("first");
+        let secret = d.path().join("secret.json");
+        std::fs::write(&secret, r#"{"secret":1}"#).unwrap();
+        std::fs::hard_link(&secret, dir.join("hard.json")).unwrap();
+        std::os::unix::fs::symlink(&secret, dir.join("sym.json")).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for k in ["hard", "sym", "fifo"] {
+            assert_eq!(get(k), None, "{k} was served");
+        }
+        for k in ["hard", "sym", "fifo"] {
+            set(k);
+            assert_eq!(get(k).as_deref(), Some(r#"{"mine":1}"#), "{k}");
+        }
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), r#"{"secret":1}"#);
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(dir.join("first.json")).unwrap().mode() & 0o777,
+            0o600
+        );
     }
 }

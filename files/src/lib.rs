@@ -7,6 +7,7 @@
 //! * [`coder`]: the `coder::*` operations. Writers take [`coder::EditLocks`] and report their
 //!   changes to a [`coder::ChangeRecorder`] (the executor's turn store is one).
 //! * [`home`]: the `HOME` commands get, and the per-worker default directory.
+//! * [`state_place`]: where the executor keeps its own state, out of every command's reach.
 //!
 //! Its callers (the executor) hand it an [`FsPolicy`]: the configuration and the jail built
 //! from it. It never runs a program, and knows nothing of turns.
@@ -18,6 +19,7 @@ pub mod globs;
 pub mod home;
 pub mod jail;
 pub mod ready;
+pub mod state_place;
 
 use iii_shell_protocol::config::Config;
 
@@ -31,6 +33,9 @@ pub struct FsPolicy {
     pub coder_globs: globs::CoderGlobs,
     /// The key of this policy's walk, taken when it was built ([`FsPolicy::scan_key`]).
     scan_key: ScanKey,
+    /// Where the executor keeps its own state ([`state_place`]): denied to the fs surface
+    /// like `fs.denylist_paths`.
+    pub state: state_place::Place,
 }
 
 /// What the walk for protected entries depends on: the canonical roots, the denylist (and
@@ -50,15 +55,29 @@ impl FsPolicy {
     /// of protected entries (`jail::Jail::scan_protected`) is the caller's to make, off the
     /// call path, and to install with `jail::Jail::set_protected`.
     pub fn build(config: Config) -> Result<FsPolicy, String> {
+        let state = state_place::for_config(&config);
+        // The executor's own state reads like a missing path to every fs and coder call.
+        let denylist: Vec<String> = config
+            .fs
+            .denylist_paths
+            .iter()
+            .cloned()
+            .chain(
+                state
+                    .dirs()
+                    .iter()
+                    .map(|d| d.to_string_lossy().into_owned()),
+            )
+            .collect();
         let jail = jail::Jail::new(
             &config.fs.host_roots,
-            &config.fs.denylist_paths,
+            &denylist,
             &config.code.non_accessible_globs,
         )?;
         let coder_globs = globs::CoderGlobs::new(&config.code);
         let scan_key = ScanKey {
             roots: jail.roots().iter().map(|r| r.path.clone()).collect(),
-            denylist_paths: config.fs.denylist_paths.clone(),
+            denylist_paths: denylist,
             denylisted: jail.denylisted_now(),
             non_accessible_globs: config.code.non_accessible_globs.clone(),
         };
@@ -67,6 +86,7 @@ impl FsPolicy {
             jail,
             coder_globs,
             scan_key,
+            state,
         })
     }
 

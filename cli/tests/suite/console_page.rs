@@ -252,6 +252,8 @@ async fn the_page_works_in_headless_chromium() {
     std::fs::write(ws.join("src/lib.rs"), "pub fn demo() {}\n").unwrap();
     let mut config: Config = jailed(&ws);
     config.turns.data_dir = base.join("data/turns").to_string_lossy().into_owned();
+    // No scratch paths: the store in /tmp stays in place only out of commands' reach.
+    config.confinement.scratch_paths = Vec::new();
     let engine = TestEngine::start().await;
     let worker = Worker::builder().engine(&engine).seed(&config).start();
     wait_ready(&engine, &worker).await;

@@ -28,6 +28,9 @@ async fn setup() -> Setup {
     std::fs::create_dir_all(&root).unwrap();
     let mut config: Config = jailed(&root);
     config.turns.data_dir = base.join("data/turns").to_string_lossy().into_owned();
+    // No scratch paths: /tmp (a default one) holds the store, which stays in place only out of
+    // commands' reach.
+    config.confinement.scratch_paths = Vec::new();
     let engine = TestEngine::start().await;
     let worker = Worker::builder().engine(&engine).seed(&config).start();
     wait_ready(&engine, &worker).await;

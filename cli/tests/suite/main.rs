@@ -39,5 +39,6 @@ mod pty;
 mod sandbox_forwarding;
 mod schema_conformance;
 mod serve_smoke;
+mod state_store;
 mod telemetry;
 mod turns_engine;

@@ -37,6 +37,9 @@ async fn setup_with(tweak: impl FnOnce(&mut Config)) -> Setup {
     std::fs::create_dir_all(root.join("src")).unwrap();
     let mut config: Config = jailed(&root);
     config.turns.data_dir = base.join("turns").to_string_lossy().into_owned();
+    // No scratch paths: /tmp (a default one) holds the store, which stays in place only out of
+    // commands' reach.
+    config.confinement.scratch_paths = Vec::new();
     tweak(&mut config);
     let engine = TestEngine::start().await;
     let worker = Worker::builder().engine(&engine).seed(&config).start();

@@ -16,9 +16,27 @@ pub use iii_shell_confine::landlock_plan::{Devices, Plan, DEVICE_FILES};
 pub use iii_shell_confine::landlock_ruleset::{CommandRuleset, Enforcement};
 use iii_shell_confine::{landlock_plan, landlock_ruleset};
 
-/// The plan for `config` around `protected`, on the host's devices.
+/// The plan for `config` around `protected` and, when jailed, the executor's own state
+/// (`iii_shell_files::state_place`: denied to commands wherever it is, so a system path above
+/// it never reaches in; inside a root it is a protected entry already). Unjailed, commands
+/// reach the host anyway and the state is not carved out: a carve-out would leave every
+/// directory created later beside its path with directory rights only.
 pub fn plan(config: &Config, protected: &Protected) -> Plan {
-    landlock_plan::plan(config, &protected.in_roots, &Devices::host())
+    let state = iii_shell_files::state_place::for_config(config);
+    let jailed = !config.fs.host_roots.is_empty();
+    let denied: Vec<std::path::PathBuf> = protected
+        .in_roots
+        .iter()
+        .cloned()
+        .chain(
+            state
+                .dirs()
+                .iter()
+                .filter(|_| jailed)
+                .map(|d| d.to_path_buf()),
+        )
+        .collect();
+    landlock_plan::plan(config, &denied, &Devices::host())
 }
 
 /// What the ruleset cannot cover because of `protected`: the entries a stopped scan missed.

@@ -132,7 +132,8 @@ mod tests {
         let base = std::fs::canonicalize(d.path()).unwrap();
         let (root, data) = (base.join("root"), base.join("data"));
         std::fs::create_dir_all(&root).unwrap();
-        let v = json!({"fs": {"host_roots": [root]},
+        // No scratch paths: the store in the temp dir stays out of commands' reach in place.
+        let v = json!({"fs": {"host_roots": [root]}, "confinement": {"scratch_paths": []},
             "turns": {"data_dir": data, "max_blob_bytes": max_blob_bytes}});
         let policy = Arc::new(Policy::build(1, &v.to_string()).unwrap());
         Setup {

@@ -126,7 +126,9 @@ impl Turns {
                     iii_shell_protocol::turns::sessions_page(&r).map_err(ExecError::Invalid)?;
                 // Read outside the store's lock: a page reads up to `limit` logs, and the hooks
                 // must not wait for it.
-                let dir = self.with_store(policy, |s| s.dir().join("sessions"))?;
+                let dir = self
+                    .with_store(policy, |s| s.sessions_dir())?
+                    .map_err(|e| ExecError::Internal(format!("turn store: {e}")))?;
                 serde_json::to_value(sessions::list(&dir, &page))
                     .map_err(|e| ExecError::Internal(format!("sessions: {e}")))
             }
@@ -172,7 +174,9 @@ mod tests {
     use std::sync::Arc;
 
     fn policy(root: &Path, data: &Path, max_blob: u64) -> Arc<Policy> {
+        // No scratch paths: the store in the temp dir stays out of commands' reach in place.
         let v = json!({"fs": {"host_roots": [root.to_string_lossy()]},
+            "confinement": {"scratch_paths": []},
             "turns": {"data_dir": data.to_string_lossy(), "max_blob_bytes": max_blob}});
         Arc::new(Policy::build(1, &v.to_string()).expect("policy"))
     }

@@ -7,7 +7,6 @@
 //! the store's lock: a torn last line is skipped, as when loading.
 
 use std::collections::BinaryHeap;
-use std::path::Path;
 
 use iii_shell_protocol::turns::{
     is_stem_shape, SessionSummary, SessionsCursor, SessionsPage, SessionsResponse,
@@ -16,6 +15,7 @@ use serde_json::Value;
 
 use super::history::fold;
 use super::store::{is_header, read_log, session_stem};
+use crate::private_dir::PrivateDir;
 
 /// A session id recorded in a log's header longer than this is listed under the log's stem,
 /// which opens the same history (the stem of a hashed stem is itself): a page stays small.
@@ -102,46 +102,25 @@ pub fn summary(entry: &LogEntry, records: &[Value]) -> Option<SessionSummary> {
 }
 
 /// Every `<stem>.jsonl` regular file in `dir` (symlinks and anything else are not logs).
-fn logs(dir: &Path) -> impl Iterator<Item = LogEntry> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
-            let stem = name.to_str()?.strip_suffix(".jsonl")?;
-            if !is_stem_shape(stem) {
-                return None;
-            }
-            // DirEntry::metadata does not follow a symlink.
-            let m = e.metadata().ok()?;
-            if !m.is_file() {
-                return None;
-            }
-            // Before the epoch reads as 0; past u64 nanoseconds (year 2554) as the last one.
-            let ns = u64::try_from(m.mtime())
-                .unwrap_or(0)
-                .saturating_mul(1_000_000_000)
-                .saturating_add(u64::try_from(m.mtime_nsec()).unwrap_or(0));
-            Some(LogEntry {
-                mtime_ns: ns,
-                stem: stem.to_string(),
-            })
+fn logs(dir: &PrivateDir) -> impl Iterator<Item = LogEntry> {
+    dir.entries().into_iter().flatten().filter_map(|e| {
+        let stem = e.name.strip_suffix(".jsonl")?;
+        if !is_stem_shape(stem) || !e.is_file {
+            return None;
+        }
+        Some(LogEntry {
+            mtime_ns: e.mtime_ns,
+            stem: stem.to_string(),
         })
+    })
 }
 
 /// `shell::turns::sessions` over the logs in `sessions_dir` (the store's `sessions/`).
-pub fn list(sessions_dir: &Path, page: &SessionsPage) -> SessionsResponse {
+pub fn list(sessions_dir: &PrivateDir, page: &SessionsPage) -> SessionsResponse {
     let (entries, more) = select_page(logs(sessions_dir), page.after.as_ref(), page.limit);
     let sessions = entries
         .iter()
-        .filter_map(|e| {
-            summary(
-                e,
-                &read_log(&sessions_dir.join(format!("{}.jsonl", e.stem))),
-            )
-        })
+        .filter_map(|e| summary(e, &read_log(sessions_dir, &e.stem)))
         .collect();
     let next_cursor = more.then(|| entries.last()).flatten().map(|e| {
         SessionsCursor {
@@ -286,7 +265,7 @@ mod tests {
         std::os::unix::fs::symlink(p.join("good.jsonl"), p.join("link.jsonl")).unwrap();
         std::fs::write(p.join("empty.jsonl"), "{\"t\": \"sta").unwrap();
         let got = list(
-            p,
+            &PrivateDir::open(p, false).unwrap(),
             &SessionsPage {
                 limit: 10,
                 after: None,
@@ -300,14 +279,5 @@ mod tests {
             ["good"]
         );
         assert_eq!(got.next_cursor, None);
-        // A directory that is not there lists nothing.
-        let none = list(
-            &p.join("missing"),
-            &SessionsPage {
-                limit: 10,
-                after: None,
-            },
-        );
-        assert!(none.sessions.is_empty() && none.next_cursor.is_none());
     }
 }

@@ -3,7 +3,6 @@
 //! `turns`: every role module (calls, hooks, pre-images, undo, sessions) extends [`Turns`] from
 //! here, and nothing here names them.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use iii_shell_files::error::ExecError;
@@ -86,16 +85,18 @@ impl Turns {
         Ok(f(&store))
     }
 
-    /// The open store of `policy`, as a handle that outlives the lock.
+    /// The open store of `policy`, as a handle that outlives the lock. Where the state lives
+    /// (`iii_shell_files::state_place`): the configured `turns.data_dir`, or the worker's state
+    /// directory when that lies in commands' reach.
     pub(super) fn store_handle(&self, policy: &Policy) -> Result<Arc<Store>, ExecError> {
-        let dir = PathBuf::from(&policy.config.turns.data_dir);
+        let dir = policy.state.turns.clone();
         let mut g = lock(&self.store);
         if let Some(s) = g.as_ref().filter(|s| s.dir() == dir.as_path()) {
             return Ok(Arc::clone(s));
         }
         let s = Store::open(&dir, policy.config.turns.max_blob_bytes).map_err(|e| {
             ExecError::Internal(format!(
-                "cannot open the turn store {}: {e}; make turns.data_dir writable",
+                "cannot open the turn store {}: {e}; make it writable by the command user (or set turns.data_dir, see docs/configuration.md)",
                 dir.display()
             ))
         })?;

@@ -29,7 +29,13 @@
 //!   of that session's log (`super::changes`).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::private_dir::PrivateDir;
+
+/// Longest session log or change-index bucket read (a larger one is refused with an ERROR,
+/// never read unbounded).
+pub const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
 
 /// `<stem>` of a session's log: the id itself when it is 1-128 of `[A-Za-z0-9_.-]` not
 /// starting with `.`, else `h-<sha256 hex of the id>`.
@@ -46,12 +52,17 @@ pub fn session_stem(id: &str) -> String {
 /// to): a fixed number, whatever the number of sessions.
 pub const APPEND_STRIPES: usize = 64;
 
+/// The store, held open: its directory and its three subdirectories as descriptors
+/// ([`PrivateDir`]); nothing beneath them is opened by path.
 pub struct Store {
-    dir: PathBuf,
     /// Appends to a session log hold the stripe of its name.
     appending: [std::sync::Mutex<()>; APPEND_STRIPES],
     /// One eviction at a time (two at once would each evict down to 90 % from what they saw).
     evicting: std::sync::Mutex<()>,
+    root: PrivateDir,
+    objects: PrivateDir,
+    sessions: PrivateDir,
+    changes: PrivateDir,
     max_blob_bytes: u64,
     /// The blobs' total size as last walked plus what was written since: the directory is
     /// walked again only when this passes the cap (so a write costs no directory scan).
@@ -63,38 +74,70 @@ fn hex_of(rev: &str) -> Option<&str> {
     (h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())).then_some(h)
 }
 
+/// One blob as a walk finds it.
+struct Blob {
+    mtime_ns: u64,
+    size: u64,
+    bucket: String,
+    name: String,
+}
+
 impl Store {
+    /// Opens (creating) the store in `dir`: the directories 0700, and every file an older
+    /// version left readable by others tightened to 0600.
     pub fn open(dir: &Path, max_blob_bytes: u64) -> std::io::Result<Store> {
-        std::fs::create_dir_all(dir.join("objects"))?;
-        std::fs::create_dir_all(dir.join("sessions"))?;
-        std::fs::create_dir_all(dir.join("changes"))?;
+        let root = PrivateDir::open(dir, true)?;
         let s = Store {
-            dir: dir.to_path_buf(),
+            objects: root.sub("objects", true)?,
+            sessions: root.sub("sessions", true)?,
+            changes: root.sub("changes", true)?,
+            root,
             appending: std::array::from_fn(|_| std::sync::Mutex::new(())),
             evicting: std::sync::Mutex::new(()),
             max_blob_bytes,
             total: Default::default(),
         };
-        let total = s.blobs().iter().map(|b| b.1).sum();
+        let mut tightened = s.sessions.tighten_files() + s.changes.tighten_files();
+        for b in s.buckets() {
+            tightened += b.tighten_files();
+        }
+        if tightened > 0 {
+            tracing::info!(dir = %dir.display(), files = tightened, "turn store: files readable by other users were made private (0600)");
+        }
+        let total = s.blobs().iter().map(|b| b.size).sum();
         s.total.store(total, std::sync::atomic::Ordering::Relaxed);
         Ok(s)
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.root.path()
     }
 
-    fn blob_path(&self, rev: &str) -> Option<PathBuf> {
+    /// The `sessions/` directory, on a descriptor of its own (read outside the store's lock).
+    pub fn sessions_dir(&self) -> std::io::Result<PrivateDir> {
+        self.sessions.try_clone()
+    }
+
+    /// The bucket directory and file name of a blob.
+    fn blob_name(rev: &str) -> Option<(&str, &str)> {
         let h = hex_of(rev)?;
-        Some(self.dir.join("objects").join(&h[..2]).join(h))
+        Some((&h[..2], h))
     }
 
     pub fn has_blob(&self, rev: &str) -> bool {
-        self.blob_path(rev).is_some_and(|p| p.is_file())
+        Self::blob_name(rev)
+            .and_then(|(b, n)| Some(self.objects.sub(b, false).ok()?.has_file(n)))
+            .unwrap_or(false)
     }
 
     pub fn read_blob(&self, rev: &str) -> Option<Vec<u8>> {
-        let data = std::fs::read(self.blob_path(rev)?).ok()?;
+        let (b, n) = Self::blob_name(rev)?;
+        let data = self
+            .objects
+            .sub(b, false)
+            .ok()?
+            .read(n, self.max_blob_bytes)
+            .ok()??;
         (super::model::revision(&data) == rev).then_some(data)
     }
 
@@ -103,91 +146,104 @@ impl Store {
         if data.len() as u64 > self.max_blob_bytes {
             return false;
         }
-        let Some(path) = self.blob_path(rev) else {
+        let Some((b, n)) = Self::blob_name(rev) else {
             return false;
         };
-        if path.is_file() {
-            if let Ok(f) = std::fs::File::options().append(true).open(&path) {
-                let _ = f.set_modified(std::time::SystemTime::now());
+        let write = || -> std::io::Result<bool> {
+            let bucket = self.objects.sub(b, true)?;
+            if bucket.touch(n) {
+                return Ok(false);
             }
-            return true;
-        }
-        let Some(parent) = path.parent() else {
-            return false;
+            // Whatever else is at the name (a link, a FIFO) is replaced, never followed.
+            bucket.replace(n, data)?;
+            Ok(true)
         };
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(parent)?;
-            // 0o666 before the umask, as File::create made them.
-            iii_shell_files::fs::atomic::replace_own_file(&path, data, 0o666)
-        };
-        if let Err(e) = write() {
-            tracing::error!(error = %e, dir = %self.dir.display(), "cannot keep a pre-image in the turn store; check that turns.data_dir is writable and has space");
-            return false;
+        match write() {
+            Ok(false) => return true,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::error!(error = %e, dir = %self.dir().display(), "cannot keep a pre-image in the turn store; check that turns.data_dir is writable and has space");
+                return false;
+            }
         }
         let total = self
             .total
             .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed)
             + data.len() as u64;
         if total > self.max_blob_bytes {
-            self.evict(&path);
+            self.evict((b, n));
         }
         true
     }
 
-    /// Every blob: (mtime, size, path).
-    fn blobs(&self) -> Vec<(std::time::SystemTime, u64, PathBuf)> {
-        let mut blobs: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
-        let Ok(dirs) = std::fs::read_dir(self.dir.join("objects")) else {
-            return blobs;
+    /// The bucket directories of `objects/` (links and other entries are not buckets).
+    fn buckets(&self) -> Vec<PrivateDir> {
+        let Ok(entries) = self.objects.entries() else {
+            return Vec::new();
         };
-        for d in dirs.flatten() {
-            let Ok(files) = std::fs::read_dir(d.path()) else {
-                continue;
-            };
-            for f in files.flatten() {
-                if let Ok(m) = f.metadata() {
-                    if m.is_file() {
-                        let t = m.modified().unwrap_or(std::time::UNIX_EPOCH);
-                        blobs.push((t, m.len(), f.path()));
-                    }
-                }
+        entries
+            .into_iter()
+            .filter(|e| e.is_dir)
+            .filter_map(|e| self.objects.sub(&e.name, false).ok())
+            .collect()
+    }
+
+    /// Every blob (regular files in the buckets; nothing is followed).
+    fn blobs(&self) -> Vec<Blob> {
+        let mut blobs = Vec::new();
+        for d in self.buckets() {
+            let bucket = d
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            for f in d.entries().into_iter().flatten().filter(|f| f.is_file) {
+                blobs.push(Blob {
+                    mtime_ns: f.mtime_ns,
+                    size: f.size,
+                    bucket: bucket.clone(),
+                    name: f.name,
+                });
             }
         }
         blobs
     }
 
-    /// Oldest-first eviction down to 90 % of the cap, sparing `keep`.
-    fn evict(&self, keep: &Path) {
+    /// Oldest-first eviction down to 90 % of the cap, sparing `keep` (bucket, name). Every
+    /// removal is an `unlinkat` in the bucket's descriptor: a link is removed, never followed.
+    fn evict(&self, keep: (&str, &str)) {
         let _one = iii_shell_policy::sync::lock(&self.evicting);
         let mut blobs = self.blobs();
-        let mut total: u64 = blobs.iter().map(|b| b.1).sum();
+        let mut total: u64 = blobs.iter().map(|b| b.size).sum();
         if total <= self.max_blob_bytes {
             self.total
                 .store(total, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         let target = self.max_blob_bytes / 10 * 9;
-        blobs.sort();
-        for (_, len, p) in blobs {
+        blobs.sort_by(|a, b| (a.mtime_ns, &a.name).cmp(&(b.mtime_ns, &b.name)));
+        for b in blobs {
             if total <= target {
                 break;
             }
-            if p == keep {
+            if (b.bucket.as_str(), b.name.as_str()) == keep {
                 continue;
             }
-            if std::fs::remove_file(&p).is_ok() {
-                total -= len;
-                tracing::info!(blob = %p.display(), "turn store over turns.max_blob_bytes: evicted the oldest pre-image");
+            let removed = self
+                .objects
+                .sub(&b.bucket, false)
+                .and_then(|d| d.remove(&b.name));
+            if removed.is_ok() {
+                total -= b.size;
+                tracing::info!(blob = %b.name, "turn store over turns.max_blob_bytes: evicted the oldest pre-image");
             }
         }
         self.total
             .store(total, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn log_path(&self, session: &str) -> PathBuf {
-        self.dir
-            .join("sessions")
-            .join(format!("{}.jsonl", session_stem(session)))
+    fn log_name(session: &str) -> String {
+        format!("{}.jsonl", session_stem(session))
     }
 
     /// Appends one record (one line) and fsyncs it. A new log starts with a [`HEADER`] line
@@ -198,48 +254,48 @@ impl Store {
 
     /// Appends records (one line each) with one write and one fsync.
     pub fn append_all(&self, session: &str, records: &[serde_json::Value]) -> std::io::Result<()> {
-        let path = self.log_path(session);
-        let _serial = iii_shell_policy::sync::lock(&self.appending[stripe(&path)]);
+        let name = Self::log_name(session);
+        let _serial = iii_shell_policy::sync::lock(&self.appending[stripe(&name)]);
+        let (mut f, created) = self.sessions.append(&name)?;
         let mut buf = Vec::new();
-        let mut f = match std::fs::File::options()
-            .create_new(true)
-            .append(true)
-            .open(&path)
-        {
-            Ok(f) => {
-                serde_json::to_writer(&mut buf, &header(session))?;
-                buf.push(b'\n');
-                f
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                std::fs::File::options().append(true).open(&path)?
-            }
-            Err(e) => return Err(e),
-        };
+        if created {
+            serde_json::to_writer(&mut buf, &header(session))?;
+            buf.push(b'\n');
+        }
         for r in records {
             serde_json::to_writer(&mut buf, r)?;
             buf.push(b'\n');
         }
         f.write_all(&buf)?;
-        f.sync_data()
+        f.sync_data()?;
+        if created {
+            self.sessions.sync()?;
+        }
+        Ok(())
     }
 
-    fn index_path(&self, id: &str) -> PathBuf {
+    fn index_name(id: &str) -> String {
         let h = super::model::revision(id.as_bytes());
-        self.dir
-            .join("changes")
-            .join(format!("{}.jsonl", &h["sha256:".len()..][..2]))
+        format!("{}.jsonl", &h["sha256:".len()..][..2])
     }
 
     /// Notes that the change `id` is recorded in `session`'s log under `turn`.
     pub fn index_change(&self, id: &str, session: &str, turn: &str) -> std::io::Result<()> {
         let line = serde_json::json!({"id": id, "session": session, "turn": turn});
-        append_lines(&self.index_path(id), &[line])
+        let mut buf = serde_json::to_vec(&line)?;
+        buf.push(b'\n');
+        let (mut f, created) = self.changes.append(&Self::index_name(id))?;
+        f.write_all(&buf)?;
+        f.sync_data()?;
+        if created {
+            self.changes.sync()?;
+        }
+        Ok(())
     }
 
     /// The (session, turn) whose log holds the change `id`, from its newest index line.
     pub fn find_change(&self, id: &str) -> Option<(String, String)> {
-        let data = std::fs::read(self.index_path(id)).ok()?;
+        let data = read_bounded(&self.changes, &Self::index_name(id))?;
         // The id as it is written in a line (JSON-escaped): lines without it are not parsed.
         let needle = serde_json::to_vec(id).ok()?;
         let finder = memchr::memmem::Finder::new(&needle);
@@ -259,39 +315,30 @@ impl Store {
     /// Every complete turn record of a session, oldest first (a torn last line is skipped, and
     /// so is the header).
     pub fn records(&self, session: &str) -> Vec<serde_json::Value> {
-        let mut v = read_log(&self.log_path(session));
+        let mut v = read_log(&self.sessions, &session_stem(session));
         v.retain(|r| !is_header(r));
         v
     }
 }
 
-/// The append lock of the log at `path` (FNV-1a of its name).
-fn stripe(path: &Path) -> usize {
-    use std::os::unix::ffi::OsStrExt;
-    let h = path
-        .as_os_str()
-        .as_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-        });
+/// The append lock of the log `name` (FNV-1a of its name).
+fn stripe(name: &str) -> usize {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     (h % APPEND_STRIPES as u64) as usize
 }
 
-/// Appends `records` to the file at `path`, one JSON line each, in one write, then fsyncs.
-/// A crash leaves at most a torn last line, which readers skip.
-fn append_lines(path: &Path, records: &[serde_json::Value]) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    for r in records {
-        serde_json::to_writer(&mut buf, r)?;
-        buf.push(b'\n');
+/// The file `name` of `dir`, up to [`MAX_LOG_BYTES`]; `None` when missing or unusable (an
+/// unusable one, a link or a special file planted at the name, is said at ERROR).
+fn read_bounded(dir: &PrivateDir, name: &str) -> Option<Vec<u8>> {
+    match dir.read(name, MAX_LOG_BYTES) {
+        Ok(data) => data,
+        Err(e) => {
+            tracing::error!(error = %e, "a turn store file is not used; move it away (the store's directory is the executor's own: nothing else should write there)");
+            None
+        }
     }
-    let mut f = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    f.write_all(&buf)?;
-    f.sync_data()
 }
 
 /// The `t` of the first line of a session's log: `{"t": "session", "session_id": <id>}`
@@ -307,9 +354,10 @@ pub fn is_header(record: &serde_json::Value) -> bool {
     record.get("t").and_then(serde_json::Value::as_str) == Some(HEADER)
 }
 
-/// Every complete record of the log at `path`, oldest first (a torn last line is skipped).
-pub fn read_log(path: &Path) -> Vec<serde_json::Value> {
-    let Ok(data) = std::fs::read(path) else {
+/// Every complete record of the log `<stem>.jsonl` in `sessions` (the store's `sessions/`),
+/// oldest first (a torn last line is skipped).
+pub fn read_log(sessions: &PrivateDir, stem: &str) -> Vec<serde_json::Value> {
+    let Some(data) = read_bounded(sessions, &format!("{stem}.jsonl")) else {
         return Vec::new();
     };
     data.split(|b| *b == b'\n')
@@ -357,7 +405,10 @@ mod tests {
         assert_eq!(s.find_change("sha256:a"), None, "a prefix is another id");
         assert_eq!(s.find_change("never"), None);
         // A torn last line (a crash mid-append) is skipped.
-        let bucket = s.index_path("sha256:aa");
+        let bucket = d
+            .path()
+            .join("changes")
+            .join(Store::index_name("sha256:aa"));
         let mut f = std::fs::File::options().append(true).open(&bucket).unwrap();
         f.write_all(b"{\"id\":\"sha256:aa\",\"sess").unwrap();
         assert_eq!(s.find_change("sha256:aa"), Some(("s3".into(), "t2".into())));

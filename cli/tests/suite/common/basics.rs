@@ -33,6 +33,18 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
+/// A temp dir outside `/tmp` (a default scratch path, which commands may write): where a
+/// test keeps a worker's own state so it stays where it is configured.
+pub fn private_tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir")
+}
+
+/// `$XDG_STATE_HOME` of the workers the tests start: a worker whose turn store lies in
+/// commands' reach keeps it here (under the target directory, never the host's own).
+pub fn worker_state_home() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("worker-state")
+}
+
 pub fn canon(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap()
 }

@@ -166,6 +166,7 @@ impl WorkerBuilder {
             cmd.env_remove(k);
         }
         cmd.env("RUST_LOG", "info").env("NO_COLOR", "1");
+        cmd.env("XDG_STATE_HOME", super::worker_state_home());
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

@@ -54,7 +54,8 @@ impl Harness {
     }
 
     async fn with_services(mut config: Config, extra: &[&str], services: Arc<Services>) -> Harness {
-        let turns = tempdir();
+        // Outside /tmp (a scratch path): the store stays in place, out of commands' reach.
+        let turns = super::private_tempdir();
         if !config.turns.data_dir.starts_with('/') {
             config.turns.data_dir = turns.path().join("turns").to_string_lossy().into_owned();
         }
