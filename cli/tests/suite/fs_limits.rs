@@ -534,3 +534,35 @@ async fn random_hostile_trees_for_every_recursive_operation() {
         executor_alive(&h, &root).await;
     }
 }
+
+/// `coder::update-file` builds a replace op's result within `fs.max_write_bytes`: 200 KB of
+/// one byte and a 60 KB replacement (12 GB if built whole) is C218 with the file unchanged,
+/// under a 1 GiB address-space limit on the executor, which stays the same live process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_file_stops_a_replace_at_its_budget_and_never_allocates_past_it() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let data = vec![b'a'; 200_000];
+    std::fs::write(root.join("big.txt"), &data).unwrap();
+    let mut c = config(&root);
+    c.fs.max_write_bytes = 16 << 20;
+    let h = Harness::new(c).await;
+    limit_memory(h.executor_pid, 1 << 30);
+    for (pattern, replacement) in [("a", "R".repeat(60_000)), ("a+", "$0".repeat(30_000))] {
+        let r = call_within(
+            &h,
+            "coder::update-file",
+            json!({"files": [{"path": "big.txt", "ops": [
+                {"op": "replace", "pattern": pattern, "replacement": replacement}
+            ]}]}),
+        )
+        .await
+        .unwrap();
+        let res = &r["results"][0];
+        assert_eq!(res["success"], false, "{res}");
+        assert_eq!(res["error"]["code"], "C218", "{res}");
+        assert_eq!(std::fs::read(root.join("big.txt")).unwrap(), data);
+    }
+    executor_alive(&h, &root).await;
+}
