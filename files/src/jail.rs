@@ -135,12 +135,44 @@ pub struct Parent {
     pub dir_path: PathBuf,
     pub name: std::ffi::OsString,
     pub path: PathBuf,
+    /// The directories this resolution created (`create`), outermost first.
+    pub made: Vec<MadeDir>,
+}
+
+/// A directory [`Jail::parent`] created: its name in the directory `at`, and its identity.
+#[derive(Debug)]
+pub struct MadeDir {
+    at: OwnedFd,
+    name: CString,
+    id: (u64, u64),
 }
 
 impl Parent {
     pub fn c_name(&self) -> CString {
         // Names come from path components, which never contain NUL (checked in anchor()).
         CString::new(self.name.as_encoded_bytes()).unwrap_or_default()
+    }
+
+    /// Removes the directories this resolution created (innermost first), for a call that
+    /// failed after it: each only while it is still that directory and empty (`rmdir`), so
+    /// what another writer put there meanwhile stays.
+    pub fn remove_made(&mut self) {
+        remove_made(&mut self.made);
+    }
+}
+
+/// [`Parent::remove_made`] of a list of created directories.
+fn remove_made(made: &mut Vec<MadeDir>) {
+    for m in made.drain(..).rev() {
+        let same = crate::fs::entry::statat(&m.at, &m.name, true)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == m.id);
+        if same {
+            // SAFETY: unlinkat(AT_REMOVEDIR) of a name in a directory fd we own; it removes
+            // only an empty directory.
+            unsafe {
+                libc::unlinkat(m.at.as_raw_fd(), m.name.as_ptr(), libc::AT_REMOVEDIR);
+            }
+        }
     }
 }
 
@@ -410,34 +442,61 @@ impl Jail {
             dir_rel
         };
         let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let mut made = Vec::new();
         let dir = match open_beneath(Some(anchor.base), &dir_rel, dir_flags, anchor.resolve) {
             Ok(fd) => fd,
             Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
-                self.create_dirs(input, &anchor, &dir_rel)?
+                self.create_dirs(input, &anchor, &dir_rel, &mut made)?
             }
             Err(e) => return Err(map_errno(input, e)),
         };
-        let dir_path =
-            fd_path(&dir).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
-        let path = dir_path.join(&name);
+        let mut parent = Parent {
+            dir,
+            dir_path: PathBuf::new(),
+            name,
+            path: PathBuf::new(),
+            made,
+        };
+        let dir_path = match fd_path(&parent.dir) {
+            Ok(p) => p,
+            Err(e) => {
+                parent.remove_made();
+                return Err(ExecError::Internal(format!("resolve {input}: {e}")));
+            }
+        };
+        let path = dir_path.join(&parent.name);
         if self.is_denied(&dir_path) || self.is_denied(&path) {
+            parent.remove_made();
             return Err(ExecError::NotFound(input.to_string()));
         }
-        Ok(Parent {
-            dir,
-            dir_path,
-            name,
-            path,
-        })
+        parent.dir_path = dir_path;
+        parent.path = path;
+        Ok(parent)
     }
 
     /// `mkdir -p` of `dir_rel` beneath the anchor: finds the deepest existing prefix, then
-    /// creates each missing component with `mkdirat` and re-opens it with `O_NOFOLLOW`.
+    /// creates each missing component with `mkdirat` and re-opens it with `O_NOFOLLOW`. What
+    /// it created goes to `made`; on an error it removes those again.
     fn create_dirs(
         &self,
         input: &str,
         anchor: &Anchor<'_>,
         dir_rel: &Path,
+        made: &mut Vec<MadeDir>,
+    ) -> Result<OwnedFd, ExecError> {
+        let r = self.create_dirs_in(input, anchor, dir_rel, made);
+        if r.is_err() {
+            remove_made(made);
+        }
+        r
+    }
+
+    fn create_dirs_in(
+        &self,
+        input: &str,
+        anchor: &Anchor<'_>,
+        dir_rel: &Path,
+        made: &mut Vec<MadeDir>,
     ) -> Result<OwnedFd, ExecError> {
         let comps: Vec<Component<'_>> = dir_rel.components().collect();
         let mut split = comps.len();
@@ -484,13 +543,22 @@ impl Jail {
                     return Err(map_errno(input, e));
                 }
             }
-            cur = open_beneath(
+            let next = open_beneath(
                 Some(&cur),
                 Path::new(name),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
             )
             .map_err(|e| map_errno(input, e))?;
+            if rc == 0 {
+                let st = fstat(&next).map_err(|e| ExecError::Internal(e.to_string()))?;
+                made.push(MadeDir {
+                    at: cur,
+                    name: c,
+                    id: (st.st_dev, st.st_ino),
+                });
+            }
+            cur = next;
         }
         Ok(cur)
     }

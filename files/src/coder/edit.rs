@@ -179,7 +179,27 @@ fn create_one(
         Err(e) if e.code == Code::C211 => input.to_string(),
         Err(e) => return Err(fail(e)),
     };
-    let parent = ctx.parent(&target, spec.parents).map_err(fail)?;
+    let mut parent = ctx.parent(&target, spec.parents).map_err(fail)?;
+    let done = create_in(ctx, spec, locks, changes, &parent, mode);
+    if done.is_err() {
+        // A failed create leaves nothing behind, the folders it made included.
+        parent.remove_made();
+    }
+    done
+}
+
+/// [`create_one`] once the parent folder is resolved (and made).
+fn create_in(
+    ctx: &Ctx<'_>,
+    spec: &CreateFileSpec,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
+    parent: &Parent,
+    mode: u32,
+) -> Result<(String, u64, String), (String, CErr)> {
+    let input = spec.path.as_str();
+    let fail = |e: CErr| (input.to_string(), e);
+    let data = spec.content.as_bytes();
     let canonical = display(&parent.path);
     let failc = |e: CErr| (canonical.clone(), e);
     let _guard = locks.lock_path(&parent.path);
@@ -196,7 +216,7 @@ fn create_one(
             return Err(fail(CErr::not_found(input)));
         }
         Ok(_) => {
-            let current = read_entry(&parent, limit).map_err(failc)?;
+            let current = read_entry(parent, limit).map_err(failc)?;
             if let Some(expected) = &spec.expected_revision {
                 let now = current.as_deref().map(revision);
                 if now.as_deref() != Some(expected.as_str()) {
@@ -216,7 +236,7 @@ fn create_one(
             }
             // The replaced file's owner, group and ACL stay; the mode is the caller's.
             let keep =
-                match Replaced::of_entry(&parent).map_err(|e| failc(CErr::from_exec(e, input)))? {
+                match Replaced::of_entry(parent).map_err(|e| failc(CErr::from_exec(e, input)))? {
                     Some(old) => {
                         let keep = old.keep_with_mode(mode);
                         if let Some(msg) = keep.owner_refusal(&parent.path, old.uid, old.gid) {
@@ -241,7 +261,7 @@ fn create_one(
         }
         Err(e) => return Err(failc(CErr::io(format!("stat {input}: {e}")))),
     };
-    commit(&parent, data, mode, keep, !existed, input).map_err(failc)?;
+    commit(parent, data, mode, keep, !existed, input).map_err(failc)?;
     let rev = revision(data);
     if let Some(old) = old {
         changes.record(rev.clone(), canonical.clone(), &old, data);

@@ -467,6 +467,7 @@ fn tree_parent(
         dir_path,
         name,
         path,
+        made: Vec::new(),
     })
 }
 
