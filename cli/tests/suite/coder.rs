@@ -1009,7 +1009,10 @@ async fn a_failed_create_leaves_no_folders_behind() {
     ]});
     let v = j.h.ok("coder::create-file", scoped).await;
     assert_eq!(result(&v, 0)["error"]["code"], "C220", "{v}");
-    assert!(!j.root.join("other/made").exists(), "a folder was left behind");
+    assert!(
+        !j.root.join("other/made").exists(),
+        "a folder was left behind"
+    );
     let before = list_tree(&j.root);
     let v =
         j.h.ok(
@@ -1022,7 +1025,11 @@ async fn a_failed_create_leaves_no_folders_behind() {
         .await;
     assert_eq!(result(&v, 0)["error"]["code"], "C211", "{v}");
     assert_eq!(result(&v, 1)["error"]["code"], "C211", "{v}");
-    assert_eq!(list_tree(&j.root), before, "a failed create changed the tree");
+    assert_eq!(
+        list_tree(&j.root),
+        before,
+        "a failed create changed the tree"
+    );
 }
 
 fn list_tree(root: &std::path::Path) -> Vec<String> {

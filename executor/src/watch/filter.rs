@@ -10,6 +10,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use iii_shell_files::fs::own_temps;
 
 /// Patterns that stand in for `.gitignore` outside a repository.
 pub const OUTSIDE_REPO_PATTERNS: &[&str] = &["/data/", "/config/", "/.iii/", "node_modules/"];
@@ -20,24 +21,15 @@ pub fn is_git_internal(rel: &Path) -> bool {
         .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
 }
 
-/// True for the executor's own staging files (`fs/atomic.rs`; earlier versions also had
-/// `coder/atomic.rs`): an atomic write's visible outcome is the target's event alone.
+/// True for the executor's own temp files (`fs/atomic.rs`) under a name that exists in the
+/// directory (the link just before a rename, a batch's pre-image, the named fallback): an
+/// atomic write's visible outcome is the target's event alone. Decided by the executor's
+/// record of its own temp names (`fs::own_temps`), not by their shape, so a user's file that
+/// looks like one is still reported. (The unnamed ones' pseudo-names are the watcher's:
+/// [`super::is_own_unnamed`].)
 pub fn is_own_temp(rel: &Path) -> bool {
-    let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
-    let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
-        return false;
-    };
-    // `fs/atomic.rs` names them `.<name>.iii-<32 hex>.tmp` (a batch's pre-images too); the
-    // coder writes of earlier versions `.<name>.iii-coder-<32 hex>.tmp`.
-    match stem.rsplit_once(".iii-") {
-        Some((_, tail)) => {
-            let hex = tail.strip_prefix("coder-").unwrap_or(tail);
-            hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())
-        }
-        None => false,
-    }
+    rel.file_name()
+        .is_some_and(|n| !own_temps::looks_unnamed(n) && own_temps::is_own(n))
 }
 
 pub struct Filter {
@@ -143,28 +135,28 @@ mod tests {
         assert!(f.delivers(Path::new("data/x"), false));
     }
 
+    /// Exactly the names the executor holds as its own temp files are left out; files that
+    /// merely look like them (the same shape, another random part) are delivered.
     #[test]
     fn the_executors_staging_files_are_not_changes() {
         let d = tempfile::tempdir().unwrap();
         let f = Filter::build(d.path(), d.path(), true);
-        assert!(!f.delivers(
-            Path::new("src/.a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
-        assert!(!f.delivers(
-            Path::new("src/.a.rs.iii-coder-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
-        assert!(f.delivers(Path::new("src/.a.rs.iii-0123.tmp"), false));
-        assert!(f.delivers(Path::new("src/.a.rs.iii-coder-0123.tmp"), false));
-        assert!(f.delivers(
-            Path::new("src/.a.rs.iii-other-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
-        assert!(f.delivers(
-            Path::new("src/a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
+        let own = ".a.rs.iii-0123456789abcdef0123456789abcde0.tmp";
+        own_temps::hold(own.as_bytes());
+        assert!(!f.delivers(&Path::new("src").join(own), false));
+        own_temps::release(own.as_bytes());
+        assert!(
+            !f.delivers(&Path::new("src").join(own), false),
+            "a released name is still known while its events may arrive"
+        );
+        for lookalike in [
+            "src/.a.rs.iii-0123456789abcdef0123456789abcdef.tmp",
+            "src/.a.rs.iii-coder-0123456789abcdef0123456789abcdef.tmp",
+            "src/.a.rs.iii-0123.tmp",
+            "src/a.rs.iii-0123456789abcdef0123456789abcdef.tmp",
+        ] {
+            assert!(f.delivers(Path::new(lookalike), false), "{lookalike}");
+        }
     }
 
     #[test]

@@ -31,9 +31,9 @@ use super::paths::{display, revision, CErr, Ctx};
 use super::read::open_file;
 use super::recorder::ChangeRecorder;
 use crate::fs::atomic::TempFile;
-use crate::fs::sed::{substitute_sites, Overflow};
 use crate::fs::entry::{is_dir, statat};
 use crate::fs::keep::{Keep, Replaced};
+use crate::fs::sed::{substitute_sites, Overflow};
 use crate::jail::{fstat, Parent};
 
 // ---- per-path locks ----
@@ -821,8 +821,12 @@ mod tests {
     /// through the real executor, under an address-space limit, in the system suite).
     #[test]
     fn a_result_past_the_budget_is_c218() {
-        let e = apply_ops(&[b'a'; 2000], &[rep("a", &"R".repeat(600), None, false)], 100_000)
-            .unwrap_err();
+        let e = apply_ops(
+            &[b'a'; 2000],
+            &[rep("a", &"R".repeat(600), None, false)],
+            100_000,
+        )
+        .unwrap_err();
         assert_eq!(e.code, Code::C218, "{e}");
         assert_eq!(
             e.message,
