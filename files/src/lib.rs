@@ -16,6 +16,7 @@ pub mod error;
 pub mod fs;
 pub mod globs;
 pub mod home;
+pub mod ignore_files;
 pub mod jail;
 pub mod ready;
 

@@ -566,3 +566,60 @@ async fn update_file_stops_a_replace_at_its_budget_and_never_allocates_past_it()
     }
     executor_alive(&h, &root).await;
 }
+
+/// `coder::search` with `respect_gitignore` reads ignore files only as regular files of at
+/// most 1 MiB: a FIFO named `.ignore` (an open for reading would wait for a writer forever),
+/// a sparse 64 GiB `.gitignore` (one 64 GiB line), a FIFO as `.git/info/exclude` and a
+/// symlinked `.gitignore` are skipped, the search answers with what they would have hidden,
+/// and good ignore files beside them still apply. The executor runs under a 1 GiB
+/// address-space limit and stays the same live process; a retry answers the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_skips_hostile_ignore_files_and_answers() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    let repo = root.join("repo");
+    for d in [".git/info", "fifo", "sparse", "linked", "good"] {
+        std::fs::create_dir_all(repo.join(d)).unwrap();
+    }
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
+    mkfifo(&repo.join("fifo/.ignore"));
+    mkfifo(&repo.join(".git/info/exclude"));
+    let big = std::fs::File::create(repo.join("sparse/.gitignore")).unwrap();
+    big.set_len(64 << 30).unwrap();
+    std::fs::write(root.join("patterns"), "*.txt\n").unwrap();
+    std::os::unix::fs::symlink("../../patterns", repo.join("linked/.gitignore")).unwrap();
+    std::fs::write(repo.join("good/.gitignore"), "hidden.txt\n").unwrap();
+    for d in ["fifo", "sparse", "linked", "good"] {
+        std::fs::write(repo.join(d).join("seen.txt"), "needle\n").unwrap();
+    }
+    std::fs::write(repo.join("good/hidden.txt"), "needle\n").unwrap();
+    let h = Harness::new(config(&root)).await;
+    limit_memory(h.executor_pid, 1 << 30);
+    for _ in 0..2 {
+        let call = h.call(
+            "coder::search",
+            json!({"query": "needle", "path": s(&repo), "respect_gitignore": true, "search_paths": false}),
+        );
+        let r = tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("coder::search did not answer within 60 s")
+            .unwrap();
+        let mut got: Vec<String> = r["content_matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["path"].as_str().unwrap().to_string())
+            .collect();
+        got.sort();
+        let want: Vec<String> = ["fifo", "good", "linked", "sparse"]
+            .iter()
+            .map(|d| s(&repo.join(d).join("seen.txt")))
+            .collect();
+        assert_eq!(got, want, "{r}");
+    }
+    executor_alive(&h, &root).await;
+}

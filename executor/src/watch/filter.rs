@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use iii_shell_files::fs::own_temps;
+use iii_shell_files::ignore_files;
 
 /// Patterns that stand in for `.gitignore` outside a repository.
 pub const OUTSIDE_REPO_PATTERNS: &[&str] = &["/data/", "/config/", "/.iii/", "node_modules/"];
@@ -30,6 +31,17 @@ pub fn is_git_internal(rel: &Path) -> bool {
 pub fn is_own_temp(rel: &Path) -> bool {
     rel.file_name()
         .is_some_and(|n| !own_temps::looks_unnamed(n) && own_temps::is_own(n))
+}
+
+/// Adds the patterns of the ignore file `path` to `b`, read the one safe way (a regular file
+/// of at most `ignore_files::MAX_IGNORE_FILE_BYTES`, never a FIFO or a symlink: see
+/// `iii_shell_files::ignore_files`); a file that does not qualify is skipped with a WARN.
+fn add_file(b: &mut GitignoreBuilder, path: &Path) {
+    if let Some(bytes) = ignore_files::read(None, path, path) {
+        for line in ignore_files::lines(&bytes) {
+            let _ = b.add_line(Some(path.to_path_buf()), line);
+        }
+    }
 }
 
 pub struct Filter {
@@ -57,11 +69,11 @@ impl Filter {
                     .unwrap_or(Path::new(""))
                     .to_path_buf();
                 let mut b = GitignoreBuilder::new("");
-                let _ = b.add(top.join(".git/info/exclude"));
+                add_file(&mut b, &top.join(".git/info/exclude"));
                 // Every .gitignore from the top down to the root's parent, with patterns
                 // relative to the top (prefixes applied per file by the builder's root).
                 let mut dir = top.to_path_buf();
-                let _ = b.add(dir.join(".gitignore"));
+                add_file(&mut b, &dir.join(".gitignore"));
                 if let Ok(g) = b.build() {
                     matchers.push((g, prefix.clone()));
                 }
@@ -71,7 +83,7 @@ impl Filter {
                         break;
                     }
                     let mut b = GitignoreBuilder::new("");
-                    let _ = b.add(dir.join(".gitignore"));
+                    add_file(&mut b, &dir.join(".gitignore"));
                     if let Ok(g) = b.build() {
                         let sub = root
                             .strip_prefix(&dir)
@@ -82,7 +94,7 @@ impl Filter {
                 }
                 if root != top {
                     let mut b = GitignoreBuilder::new("");
-                    let _ = b.add(read_root.join(".gitignore"));
+                    add_file(&mut b, &read_root.join(".gitignore"));
                     if let Ok(g) = b.build() {
                         matchers.push((g, PathBuf::new()));
                     }
@@ -93,7 +105,7 @@ impl Filter {
                 for p in OUTSIDE_REPO_PATTERNS {
                     let _ = b.add_line(None, p);
                 }
-                let _ = b.add(read_root.join(".gitignore"));
+                add_file(&mut b, &read_root.join(".gitignore"));
                 if let Ok(g) = b.build() {
                     matchers.push((g, PathBuf::new()));
                 }
@@ -157,6 +169,33 @@ mod tests {
         ] {
             assert!(f.delivers(Path::new(lookalike), false), "{lookalike}");
         }
+    }
+
+    /// A command controls the ignore files: a FIFO (whose open would block the watcher's
+    /// task forever) and a sparse 64 GiB file are skipped at once; the rest still applies.
+    #[test]
+    fn hostile_ignore_files_are_skipped_without_blocking_or_reading_them() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("repo");
+        std::fs::create_dir_all(root.join(".git/info")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let fifo = std::ffi::CString::new(
+            root.join(".git/info/exclude")
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: mkfifo of a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        std::fs::write(root.join(".gitignore"), "*.log\n").unwrap();
+        let big = std::fs::File::create(root.join("sub/.gitignore")).unwrap();
+        big.set_len(64 << 30).unwrap();
+        let f = Filter::build(&root, &root, false);
+        assert!(!f.delivers(Path::new("a.log"), false));
+        assert!(f.delivers(Path::new("a.txt"), false));
+        let sub = Filter::build(&root.join("sub"), &root.join("sub"), false);
+        assert!(!sub.delivers(Path::new("b.log"), false));
+        assert!(sub.delivers(Path::new("b.txt"), false));
     }
 
     #[test]
