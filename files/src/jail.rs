@@ -55,6 +55,8 @@ pub struct Jail {
     /// Empty until the walk for this policy is done ([`Jail::set_protected`]); shared by the
     /// policies that walk the same tree the same way ([`Jail::share_protected`]).
     protected: std::sync::Arc<Ready<std::sync::Arc<Protected>>>,
+    /// A per-call scope ([`Jail::scoped`]): every path resolves beneath it.
+    scope: Option<Root>,
 }
 
 /// Most entries [`Jail::scan_protected`] visits. Past it the walk stops (and says so in the
@@ -241,7 +243,54 @@ impl Jail {
             denylist,
             non_accessible,
             protected: Default::default(),
+            scope: None,
         })
+    }
+
+    /// This jail confined further to `scope_root` (a directory it resolves; canonical path
+    /// and descriptor taken now): a path whose lexical form lies outside it is
+    /// [`ExecError::OutOfScope`] before anything is opened, and every other path is resolved
+    /// beneath the scope's descriptor (`RESOLVE_BENEATH`), so a link inside the scope
+    /// cannot lead out of it, however it is swapped meanwhile. What is denied, protected or a
+    /// root stays exactly as in this jail.
+    pub fn scoped(&self, scope_root: &str) -> Result<Jail, ExecError> {
+        let bad = |why: String| {
+            ExecError::Invalid(format!(
+                "fs_scope.scope_root {scope_root:?} is not a usable directory ({why})"
+            ))
+        };
+        let r = self
+            .resolve_with(scope_root, libc::O_PATH | libc::O_DIRECTORY)
+            .map_err(|e| bad(e.to_string()))?;
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone()
+                .map_err(|e| ExecError::Internal(e.to_string()))
+        };
+        Ok(Jail {
+            roots: self
+                .roots
+                .iter()
+                .map(|r| {
+                    Ok(Root {
+                        path: r.path.clone(),
+                        fd: dup(&r.fd)?,
+                    })
+                })
+                .collect::<Result<_, ExecError>>()?,
+            host_root: dup(&self.host_root)?,
+            denylist: self.denylist.clone(),
+            non_accessible: self.non_accessible.clone(),
+            protected: self.protected.clone(),
+            scope: Some(Root {
+                path: r.path,
+                fd: r.fd,
+            }),
+        })
+    }
+
+    /// The scope root of a scoped jail.
+    pub fn scope_root(&self) -> Option<&Path> {
+        self.scope.as_ref().map(|r| r.path.as_path())
     }
 
     /// Scans for the protected entries that exist now (see the module doc): the denylisted
@@ -396,6 +445,38 @@ impl Jail {
 
     /// Resolves `input` and opens it with `flags` (`O_CLOEXEC` is always added).
     pub fn resolve_with(&self, input: &str, flags: i32) -> Result<Resolved, ExecError> {
+        self.resolve_in(input, flags)
+            .map_err(|e| self.scope_error(input, e))
+    }
+
+    /// An escape from a scoped jail's scope (through a link inside it) is S220 when the same
+    /// path resolved in the whole jail stays inside it, S215 when it leaves the jail too.
+    fn scope_error(&self, input: &str, e: ExecError) -> ExecError {
+        if self.scope.is_none() || !matches!(e, ExecError::Escape(_)) {
+            return e;
+        }
+        let escapes_jail = match self.anchor_in_jail(input) {
+            Ok(a) => open_beneath(Some(a.base), &a.rest, libc::O_PATH, a.resolve)
+                .is_err_and(|x| x.raw_os_error() == Some(libc::EXDEV)),
+            Err(ExecError::Escape(_)) => true,
+            Err(_) => false,
+        };
+        if escapes_jail {
+            return e;
+        }
+        self.out_of_scope(input)
+    }
+
+    /// S220 for `input`, naming the scope root.
+    fn out_of_scope(&self, input: &str) -> ExecError {
+        let scope = self.scope_root().unwrap_or(Path::new("/"));
+        ExecError::OutOfScope(format!(
+            "path is outside this session's scope root {}: {input}; use a path inside it",
+            scope.display()
+        ))
+    }
+
+    fn resolve_in(&self, input: &str, flags: i32) -> Result<Resolved, ExecError> {
         let anchor = self.anchor(input)?;
         if self.is_denied(&anchor.lexical) {
             return Err(ExecError::NotFound(input.to_string()));
@@ -415,6 +496,11 @@ impl Jail {
     /// 0755), one `mkdirat` at a time beneath the anchor, so nothing is ever created outside
     /// the jail. The parent is opened `O_RDONLY | O_DIRECTORY` (so it can be fsynced).
     pub fn parent(&self, input: &str, create: bool) -> Result<Parent, ExecError> {
+        self.parent_in(input, create)
+            .map_err(|e| self.scope_error(input, e))
+    }
+
+    fn parent_in(&self, input: &str, create: bool) -> Result<Parent, ExecError> {
         let anchor = self.anchor(input)?;
         if self.is_denied(&anchor.lexical) {
             return Err(ExecError::NotFound(input.to_string()));
@@ -563,8 +649,36 @@ impl Jail {
         Ok(cur)
     }
 
-    /// Where resolution of `input` starts and what is left to walk.
+    /// Where resolution of `input` starts and what is left to walk: beneath the scope when
+    /// the jail is scoped.
     fn anchor<'a>(&'a self, input: &str) -> Result<Anchor<'a>, ExecError> {
+        let Some(scope) = &self.scope else {
+            return self.anchor_in_jail(input);
+        };
+        // Outside the scope is S220 even when it is outside every root too (the scope is
+        // what the caller was given).
+        let lexical = match self.anchor_in_jail(input) {
+            Ok(a) => a.lexical,
+            Err(ExecError::Escape(_)) => normalize(Path::new(input)),
+            Err(e) => return Err(e),
+        };
+        let Ok(rest) = lexical.strip_prefix(&scope.path) else {
+            return Err(self.out_of_scope(input));
+        };
+        let rest = if rest.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            rest.to_path_buf()
+        };
+        Ok(Anchor {
+            base: &scope.fd,
+            rest,
+            lexical,
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        })
+    }
+
+    fn anchor_in_jail<'a>(&'a self, input: &str) -> Result<Anchor<'a>, ExecError> {
         if input.is_empty() {
             return Err(ExecError::Invalid("path is empty".into()));
         }

@@ -71,6 +71,17 @@ impl FsPolicy {
         })
     }
 
+    /// This policy for a call scoped to `fs_scope.scope_root` ([`jail::Jail::scoped`]):
+    /// the same configuration and protection, every path confined to the scope.
+    pub fn scoped(&self, scope_root: &str) -> Result<FsPolicy, error::ExecError> {
+        Ok(FsPolicy {
+            config: self.config.clone(),
+            jail: self.jail.scoped(scope_root)?,
+            coder_globs: self.coder_globs.clone(),
+            scan_key: self.scan_key.clone(),
+        })
+    }
+
     /// The key of this policy's walk for protected entries, as it was when the policy was
     /// built (so a denylisted path that appeared since makes a newer policy's key differ).
     pub fn scan_key(&self) -> &ScanKey {

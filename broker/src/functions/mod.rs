@@ -64,7 +64,7 @@ pub async fn dispatch(
             )),
         },
         Family::ConfigStatus => config_status::status(services),
-        Family::Fs => fs::dispatch(services, id, payload).await,
+        Family::Fs => fs::dispatch(services, id, payload, &meta).await,
         Family::Workspace => workspace::dispatch(services, id, payload).await,
         Family::Coder => coder::dispatch(services, id, payload, meta).await,
         Family::Pty => pty::dispatch(services, id, payload).await,

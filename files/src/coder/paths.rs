@@ -76,6 +76,7 @@ impl CErr {
             ExecError::Exists(m) => CErr::new(Code::C213, format!("already exists: {m}")),
             ExecError::TooLarge(m) => CErr::too_large(m),
             ExecError::Plain(m) | ExecError::Internal(m) => CErr::io(m),
+            ExecError::OutOfScope(m) => CErr::new(Code::C220, m),
         }
     }
 }
