@@ -139,17 +139,15 @@ fn forward_body(payload: &Value) -> Value {
     v
 }
 
-/// Serves one `shell::fs::*` call. A harness-stamped `fs_scope.scope_root` (invocation
-/// metadata, or the hidden payload field) confines every path of the call: S220 outside it.
+/// Serves one `shell::fs::*` call. A harness-stamped `fs_scope.scope_root` (`scope`, read from
+/// the invocation metadata or the hidden payload field) confines every path of the call:
+/// S220 outside it.
 pub async fn dispatch(
     services: &Arc<Services>,
     function_id: &str,
     payload: Value,
-    meta: &super::CallMeta,
+    scope: Option<String>,
 ) -> Result<Value, WireError> {
-    let scope = super::coder::scope_of(&payload, meta)
-        .map_err(|e| WireError::new(Code::S210, e.message))?
-        .scope_root;
     SCOPE
         .scope(scope, dispatch_op(services, function_id, payload))
         .await

@@ -623,3 +623,68 @@ async fn search_skips_hostile_ignore_files_and_answers() {
     }
     executor_alive(&h, &root).await;
 }
+
+/// A hostile tree for `coder::search` (content and paths, ignore files respected): symlink
+/// loops and links out of the jail (never followed), a FIFO and a sparse 64 GiB file with the
+/// query's name (never read: not regular / over max_read_bytes), a 3,000-deep tree, and a
+/// command renaming folders back and forth during the search. Every call answers (within
+/// the response budget), with matches in regular files inside the root only (a deep tree's
+/// entries past what a path can address are skipped, as missing), under a 1 GiB
+/// address-space limit, and the executor lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_survives_links_fifos_sparse_files_deep_trees_and_a_racing_renamer() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(t.dir.join("outside.txt"), "needle outside\n").unwrap();
+    wide_and_looping(&root);
+    std::os::unix::fs::symlink(t.dir.join("outside.txt"), root.join("out-link")).unwrap();
+    std::os::unix::fs::symlink(&t.dir, root.join("out-dir")).unwrap();
+    let fifo =
+        std::ffi::CString::new(root.join("needle.fifo").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo of a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let big = std::fs::File::create(root.join("needle.sparse")).unwrap();
+    big.set_len(64 << 30).unwrap();
+    nest(&root, "deep", 3_000);
+    std::fs::create_dir_all(root.join("race/x")).unwrap();
+    std::fs::write(root.join("race/x/f"), "needle race\n").unwrap();
+    let mut c = config(&root);
+    c.fs.max_read_bytes = 1 << 20;
+    let h = Harness::new(c).await;
+    limit_memory(h.executor_pid, 1 << 30);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renamer = {
+        let (stop, race) = (stop.clone(), root.join("race"));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::rename(race.join("x"), race.join("y"));
+                let _ = std::fs::rename(race.join("y"), race.join("x"));
+            }
+        })
+    };
+    for respect in [false, true] {
+        let r = call_within(
+            &h,
+            "coder::search",
+            json!({"query": "needle", "path": s(&root), "respect_gitignore": respect,
+                   "max_matches": 100000}),
+        )
+        .await
+        .unwrap();
+        let matches = r["content_matches"].as_array().unwrap();
+        for m in matches {
+            let p = m["path"].as_str().unwrap();
+            assert!(p.starts_with(&s(&root)), "{p}");
+            assert!(!p.contains("out-") && !p.contains("needle."), "{p}");
+            assert!(
+                !p.contains("/up/") && !p.contains("/top/") && !p.contains("/abs/"),
+                "{p}"
+            );
+        }
+        assert!(!matches.is_empty(), "{r}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renamer.join().unwrap();
+    executor_alive(&h, &root).await;
+}
