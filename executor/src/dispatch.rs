@@ -67,7 +67,14 @@ impl Executor {
             Request::JobList => done(Ok(Reply::JobList(self.jobs.list()))),
             Request::JobKill { job_id } => done(self.jobs.kill(&job_id).await.map(Reply::JobKill)),
             Request::Fs(op) => match self.current() {
-                Ok(p) => self.fs_call(p, op, io).await,
+                Ok(p) => {
+                    let fs = p.fs.clone();
+                    self.fs_call(p, fs, op, io).await
+                }
+                Err(e) => done(Err(e)),
+            },
+            Request::FsScoped { scope_root, op } => match self.current() {
+                Ok(p) => self.fs_scoped_call(p, &scope_root, op, io).await,
                 Err(e) => done(Err(e)),
             },
             Request::Doctor => {
@@ -198,7 +205,29 @@ impl Executor {
 
     /// `Fs`: checked and served by `fs::handle`; a mutating call records its pre-images into
     /// the open turn, if any (`turns::calls`).
-    async fn fs_call(&self, p: Arc<Policy>, op: FsOp, io: &mut fs::RequestIo) -> Handled {
+    /// `FsScoped`: `fs_call` under the policy confined to `scope_root` (the executor resolves
+    /// the scope itself: `Jail::scoped`).
+    async fn fs_scoped_call(
+        &self,
+        p: Arc<Policy>,
+        scope_root: &str,
+        op: FsOp,
+        io: &mut fs::RequestIo,
+    ) -> Handled {
+        let scoped = match p.fs.scoped(scope_root) {
+            Ok(s) => Arc::new(s),
+            Err(e) => return (Err(e.to_wire()), None),
+        };
+        self.fs_call(p, scoped, op, io).await
+    }
+
+    async fn fs_call(
+        &self,
+        p: Arc<Policy>,
+        fs_policy: Arc<iii_shell_files::FsPolicy>,
+        op: FsOp,
+        io: &mut fs::RequestIo,
+    ) -> Handled {
         let rec = match turns::calls::fs_call(&p, &op) {
             Some((f, args)) if self.turns.any_open() => {
                 let (t, pp) = (self.turns.clone(), p.clone());
@@ -209,7 +238,7 @@ impl Executor {
             }
             _ => None,
         };
-        let out = fs::handle(p.fs.clone(), op, io).await;
+        let out = fs::handle(fs_policy, op, io).await;
         if let Some(rec) = rec {
             let t = self.turns.clone();
             let _ = tokio::task::spawn_blocking(move || t.finish(&p, rec, &[])).await;

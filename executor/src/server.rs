@@ -8,9 +8,7 @@ use std::time::Duration;
 use iii_shell_policy::sync::lock;
 use iii_shell_protocol::frame::{encode, read_frame, write_frame, FrameError};
 use iii_shell_protocol::fs::FsOp;
-use iii_shell_protocol::messages::{
-    ClientFrame, Hello, Request, ServerFrame, MAGIC, STREAM_WINDOW,
-};
+use iii_shell_protocol::messages::{ClientFrame, Hello, ServerFrame, MAGIC, STREAM_WINDOW};
 use iii_shell_protocol::sink::{send_now, send_queued, Sent, SharedWriter};
 use iii_shell_protocol::{Code, WireError, PROTOCOL_VERSION};
 use tokio::net::UnixStream;
@@ -232,8 +230,8 @@ pub async fn serve_connection_limited(
                 };
                 let credits = Arc::new(Semaphore::new(STREAM_WINDOW));
                 let inbound = if matches!(
-                    request,
-                    Request::Fs(FsOp::WriteStream { .. } | FsOp::WriteStage { .. })
+                    request.fs_op(),
+                    Some(FsOp::WriteStream { .. } | FsOp::WriteStage { .. })
                 ) {
                     let (stx, srx) = mpsc::channel(STREAM_WINDOW + 2);
                     lock(&streams).inbound.insert(id, stx);

@@ -38,6 +38,9 @@ pub enum ExecError {
     /// S216: an internal failure (spawn error, signal delivery, …).
     #[error("{0}")]
     Internal(String),
+    /// S220: the path lies outside the call's `fs_scope.scope_root` (the full message).
+    #[error("{0}")]
+    OutOfScope(String),
 }
 
 impl ExecError {
@@ -53,6 +56,7 @@ impl ExecError {
             ExecError::BadRegex(_) => Code::S217,
             ExecError::TooLarge(_) => Code::S218,
             ExecError::Internal(_) => Code::S216,
+            ExecError::OutOfScope(_) => Code::S220,
         }
     }
 

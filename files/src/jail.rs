@@ -55,6 +55,8 @@ pub struct Jail {
     /// Empty until the walk for this policy is done ([`Jail::set_protected`]); shared by the
     /// policies that walk the same tree the same way ([`Jail::share_protected`]).
     protected: std::sync::Arc<Ready<std::sync::Arc<Protected>>>,
+    /// A per-call scope ([`Jail::scoped`]): every path resolves beneath it.
+    scope: Option<Root>,
 }
 
 /// Most entries [`Jail::scan_protected`] visits. Past it the walk stops (and says so in the
@@ -135,12 +137,44 @@ pub struct Parent {
     pub dir_path: PathBuf,
     pub name: std::ffi::OsString,
     pub path: PathBuf,
+    /// The directories this resolution created (`create`), outermost first.
+    pub made: Vec<MadeDir>,
+}
+
+/// A directory [`Jail::parent`] created: its name in the directory `at`, and its identity.
+#[derive(Debug)]
+pub struct MadeDir {
+    at: OwnedFd,
+    name: CString,
+    id: (u64, u64),
 }
 
 impl Parent {
     pub fn c_name(&self) -> CString {
         // Names come from path components, which never contain NUL (checked in anchor()).
         CString::new(self.name.as_encoded_bytes()).unwrap_or_default()
+    }
+
+    /// Removes the directories this resolution created (innermost first), for a call that
+    /// failed after it: each only while it is still that directory and empty (`rmdir`), so
+    /// what another writer put there meanwhile stays.
+    pub fn remove_made(&mut self) {
+        remove_made(&mut self.made);
+    }
+}
+
+/// [`Parent::remove_made`] of a list of created directories.
+fn remove_made(made: &mut Vec<MadeDir>) {
+    for m in made.drain(..).rev() {
+        let same = crate::fs::entry::statat(&m.at, &m.name, true)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == m.id);
+        if same {
+            // SAFETY: unlinkat(AT_REMOVEDIR) of a name in a directory fd we own; it removes
+            // only an empty directory.
+            unsafe {
+                libc::unlinkat(m.at.as_raw_fd(), m.name.as_ptr(), libc::AT_REMOVEDIR);
+            }
+        }
     }
 }
 
@@ -209,7 +243,54 @@ impl Jail {
             denylist,
             non_accessible,
             protected: Default::default(),
+            scope: None,
         })
+    }
+
+    /// This jail confined further to `scope_root` (a directory it resolves; canonical path
+    /// and descriptor taken now): a path whose lexical form lies outside it is
+    /// [`ExecError::OutOfScope`] before anything is opened, and every other path is resolved
+    /// beneath the scope's descriptor (`RESOLVE_BENEATH`), so a link inside the scope
+    /// cannot lead out of it, however it is swapped meanwhile. What is denied, protected or a
+    /// root stays exactly as in this jail.
+    pub fn scoped(&self, scope_root: &str) -> Result<Jail, ExecError> {
+        let bad = |why: String| {
+            ExecError::Invalid(format!(
+                "fs_scope.scope_root {scope_root:?} is not a usable directory ({why})"
+            ))
+        };
+        let r = self
+            .resolve_with(scope_root, libc::O_PATH | libc::O_DIRECTORY)
+            .map_err(|e| bad(e.to_string()))?;
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone()
+                .map_err(|e| ExecError::Internal(e.to_string()))
+        };
+        Ok(Jail {
+            roots: self
+                .roots
+                .iter()
+                .map(|r| {
+                    Ok(Root {
+                        path: r.path.clone(),
+                        fd: dup(&r.fd)?,
+                    })
+                })
+                .collect::<Result<_, ExecError>>()?,
+            host_root: dup(&self.host_root)?,
+            denylist: self.denylist.clone(),
+            non_accessible: self.non_accessible.clone(),
+            protected: self.protected.clone(),
+            scope: Some(Root {
+                path: r.path,
+                fd: r.fd,
+            }),
+        })
+    }
+
+    /// The scope root of a scoped jail.
+    pub fn scope_root(&self) -> Option<&Path> {
+        self.scope.as_ref().map(|r| r.path.as_path())
     }
 
     /// Scans for the protected entries that exist now (see the module doc): the denylisted
@@ -364,6 +445,38 @@ impl Jail {
 
     /// Resolves `input` and opens it with `flags` (`O_CLOEXEC` is always added).
     pub fn resolve_with(&self, input: &str, flags: i32) -> Result<Resolved, ExecError> {
+        self.resolve_in(input, flags)
+            .map_err(|e| self.scope_error(input, e))
+    }
+
+    /// An escape from a scoped jail's scope (through a link inside it) is S220 when the same
+    /// path resolved in the whole jail stays inside it, S215 when it leaves the jail too.
+    fn scope_error(&self, input: &str, e: ExecError) -> ExecError {
+        if self.scope.is_none() || !matches!(e, ExecError::Escape(_)) {
+            return e;
+        }
+        let escapes_jail = match self.anchor_in_jail(input) {
+            Ok(a) => open_beneath(Some(a.base), &a.rest, libc::O_PATH, a.resolve)
+                .is_err_and(|x| x.raw_os_error() == Some(libc::EXDEV)),
+            Err(ExecError::Escape(_)) => true,
+            Err(_) => false,
+        };
+        if escapes_jail {
+            return e;
+        }
+        self.out_of_scope(input)
+    }
+
+    /// S220 for `input`, naming the scope root.
+    fn out_of_scope(&self, input: &str) -> ExecError {
+        let scope = self.scope_root().unwrap_or(Path::new("/"));
+        ExecError::OutOfScope(format!(
+            "path is outside this session's scope root {}: {input}; use a path inside it",
+            scope.display()
+        ))
+    }
+
+    fn resolve_in(&self, input: &str, flags: i32) -> Result<Resolved, ExecError> {
         let anchor = self.anchor(input)?;
         if self.is_denied(&anchor.lexical) {
             return Err(ExecError::NotFound(input.to_string()));
@@ -383,6 +496,11 @@ impl Jail {
     /// 0755), one `mkdirat` at a time beneath the anchor, so nothing is ever created outside
     /// the jail. The parent is opened `O_RDONLY | O_DIRECTORY` (so it can be fsynced).
     pub fn parent(&self, input: &str, create: bool) -> Result<Parent, ExecError> {
+        self.parent_in(input, create)
+            .map_err(|e| self.scope_error(input, e))
+    }
+
+    fn parent_in(&self, input: &str, create: bool) -> Result<Parent, ExecError> {
         let anchor = self.anchor(input)?;
         if self.is_denied(&anchor.lexical) {
             return Err(ExecError::NotFound(input.to_string()));
@@ -410,34 +528,61 @@ impl Jail {
             dir_rel
         };
         let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let mut made = Vec::new();
         let dir = match open_beneath(Some(anchor.base), &dir_rel, dir_flags, anchor.resolve) {
             Ok(fd) => fd,
             Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
-                self.create_dirs(input, &anchor, &dir_rel)?
+                self.create_dirs(input, &anchor, &dir_rel, &mut made)?
             }
             Err(e) => return Err(map_errno(input, e)),
         };
-        let dir_path =
-            fd_path(&dir).map_err(|e| ExecError::Internal(format!("resolve {input}: {e}")))?;
-        let path = dir_path.join(&name);
+        let mut parent = Parent {
+            dir,
+            dir_path: PathBuf::new(),
+            name,
+            path: PathBuf::new(),
+            made,
+        };
+        let dir_path = match fd_path(&parent.dir) {
+            Ok(p) => p,
+            Err(e) => {
+                parent.remove_made();
+                return Err(ExecError::Internal(format!("resolve {input}: {e}")));
+            }
+        };
+        let path = dir_path.join(&parent.name);
         if self.is_denied(&dir_path) || self.is_denied(&path) {
+            parent.remove_made();
             return Err(ExecError::NotFound(input.to_string()));
         }
-        Ok(Parent {
-            dir,
-            dir_path,
-            name,
-            path,
-        })
+        parent.dir_path = dir_path;
+        parent.path = path;
+        Ok(parent)
     }
 
     /// `mkdir -p` of `dir_rel` beneath the anchor: finds the deepest existing prefix, then
-    /// creates each missing component with `mkdirat` and re-opens it with `O_NOFOLLOW`.
+    /// creates each missing component with `mkdirat` and re-opens it with `O_NOFOLLOW`. What
+    /// it created goes to `made`; on an error it removes those again.
     fn create_dirs(
         &self,
         input: &str,
         anchor: &Anchor<'_>,
         dir_rel: &Path,
+        made: &mut Vec<MadeDir>,
+    ) -> Result<OwnedFd, ExecError> {
+        let r = self.create_dirs_in(input, anchor, dir_rel, made);
+        if r.is_err() {
+            remove_made(made);
+        }
+        r
+    }
+
+    fn create_dirs_in(
+        &self,
+        input: &str,
+        anchor: &Anchor<'_>,
+        dir_rel: &Path,
+        made: &mut Vec<MadeDir>,
     ) -> Result<OwnedFd, ExecError> {
         let comps: Vec<Component<'_>> = dir_rel.components().collect();
         let mut split = comps.len();
@@ -484,19 +629,56 @@ impl Jail {
                     return Err(map_errno(input, e));
                 }
             }
-            cur = open_beneath(
+            let next = open_beneath(
                 Some(&cur),
                 Path::new(name),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
             )
             .map_err(|e| map_errno(input, e))?;
+            if rc == 0 {
+                let st = fstat(&next).map_err(|e| ExecError::Internal(e.to_string()))?;
+                made.push(MadeDir {
+                    at: cur,
+                    name: c,
+                    id: (st.st_dev, st.st_ino),
+                });
+            }
+            cur = next;
         }
         Ok(cur)
     }
 
-    /// Where resolution of `input` starts and what is left to walk.
+    /// Where resolution of `input` starts and what is left to walk: beneath the scope when
+    /// the jail is scoped.
     fn anchor<'a>(&'a self, input: &str) -> Result<Anchor<'a>, ExecError> {
+        let Some(scope) = &self.scope else {
+            return self.anchor_in_jail(input);
+        };
+        // Outside the scope is S220 even when it is outside every root too (the scope is
+        // what the caller was given).
+        let lexical = match self.anchor_in_jail(input) {
+            Ok(a) => a.lexical,
+            Err(ExecError::Escape(_)) => normalize(Path::new(input)),
+            Err(e) => return Err(e),
+        };
+        let Ok(rest) = lexical.strip_prefix(&scope.path) else {
+            return Err(self.out_of_scope(input));
+        };
+        let rest = if rest.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            rest.to_path_buf()
+        };
+        Ok(Anchor {
+            base: &scope.fd,
+            rest,
+            lexical,
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        })
+    }
+
+    fn anchor_in_jail<'a>(&'a self, input: &str) -> Result<Anchor<'a>, ExecError> {
         if input.is_empty() {
             return Err(ExecError::Invalid("path is empty".into()));
         }

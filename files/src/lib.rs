@@ -17,6 +17,7 @@ pub mod error;
 pub mod fs;
 pub mod globs;
 pub mod home;
+pub mod ignore_files;
 pub mod jail;
 pub mod ready;
 pub mod state_place;
@@ -87,6 +88,17 @@ impl FsPolicy {
             coder_globs,
             scan_key,
             state,
+        })
+    }
+
+    /// This policy for a call scoped to `fs_scope.scope_root` ([`jail::Jail::scoped`]):
+    /// the same configuration and protection, every path confined to the scope.
+    pub fn scoped(&self, scope_root: &str) -> Result<FsPolicy, error::ExecError> {
+        Ok(FsPolicy {
+            config: self.config.clone(),
+            jail: self.jail.scoped(scope_root)?,
+            coder_globs: self.coder_globs.clone(),
+            scan_key: self.scan_key.clone(),
         })
     }
 

@@ -150,9 +150,24 @@ pub enum Request {
     /// the new one. (Version 7: a request of its own, no longer a `PtyOp`, so the session
     /// operations have no arm for it.)
     PtySubscribe,
+    /// A `shell::fs::*` call scoped by the harness (`fs_scope.scope_root`): `op` with every
+    /// path confined to `scope_root` (S220 outside it). The executor resolves and checks the
+    /// scope itself. (Added in protocol version 8.)
+    FsScoped {
+        scope_root: String,
+        op: FsOp,
+    },
 }
 
 impl Request {
+    /// The filesystem operation of an `Fs` or `FsScoped` request.
+    pub fn fs_op(&self) -> Option<&FsOp> {
+        match self {
+            Request::Fs(op) | Request::FsScoped { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+
     /// Short name for logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -162,7 +177,7 @@ impl Request {
             Request::JobStatus { .. } => "job_status",
             Request::JobList => "job_list",
             Request::JobKill { .. } => "job_kill",
-            Request::Fs(_) => "fs",
+            Request::Fs(_) | Request::FsScoped { .. } => "fs",
             Request::Doctor => "doctor",
             Request::Ping => "ping",
             Request::Coder(_) => "coder",

@@ -91,8 +91,23 @@ fn sandbox_of(rt: &ConfigSnapshot, target: &Target) -> Result<Option<String>, Wi
     }
 }
 
+tokio::task_local! {
+    /// The call's `fs_scope.scope_root`, set around the whole of one `shell::fs::*` call
+    /// ([`dispatch`]); every executor request of the call is built by [`request`] under it.
+    static SCOPE: Option<String>;
+}
+
+/// The executor request of `op` in this call: scoped (`FsScoped`) when the call carries
+/// `fs_scope.scope_root`. The executor resolves and enforces the scope itself.
+fn request(op: FsOp) -> Request {
+    match SCOPE.try_with(Clone::clone).ok().flatten() {
+        Some(scope_root) => Request::FsScoped { scope_root, op },
+        None => Request::Fs(op),
+    }
+}
+
 async fn host(services: &Services, op: FsOp) -> Result<FsReply, WireError> {
-    match services.executor.call(Request::Fs(op)).await? {
+    match services.executor.call(request(op)).await? {
         Reply::Fs(r) => Ok(r),
         _ => Err(unexpected_reply()),
     }
@@ -124,7 +139,21 @@ fn forward_body(payload: &Value) -> Value {
     v
 }
 
+/// Serves one `shell::fs::*` call. A harness-stamped `fs_scope.scope_root` (`scope`, read from
+/// the invocation metadata or the hidden payload field) confines every path of the call:
+/// S220 outside it.
 pub async fn dispatch(
+    services: &Arc<Services>,
+    function_id: &str,
+    payload: Value,
+    scope: Option<String>,
+) -> Result<Value, WireError> {
+    SCOPE
+        .scope(scope, dispatch_op(services, function_id, payload))
+        .await
+}
+
+async fn dispatch_op(
     services: &Arc<Services>,
     function_id: &str,
     payload: Value,
@@ -562,7 +591,7 @@ async fn streamed_write(
     rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
     feeder: tokio::task::JoinHandle<()>,
 ) -> Result<WriteResponse, WireError> {
-    let reply = services.executor.call_with_input(Request::Fs(op), rx).await;
+    let reply = services.executor.call_with_input(request(op), rx).await;
     feeder.abort();
     match reply? {
         Reply::Fs(FsReply::Write(w)) => Ok(w),
@@ -582,7 +611,7 @@ async fn read(services: &Arc<Services>, payload: Value) -> Result<Value, WireErr
     // engine the opened stream is dropped, which cancels it in the executor.
     let (reply, mut stream) = services
         .executor
-        .call_with_output(Request::Fs(FsOp::Read { path: r.path }))
+        .call_with_output(request(FsOp::Read { path: r.path }))
         .await?;
     let start = match reply {
         Reply::Fs(FsReply::ReadStart(s)) => s,

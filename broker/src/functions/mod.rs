@@ -64,7 +64,12 @@ pub async fn dispatch(
             )),
         },
         Family::ConfigStatus => config_status::status(services),
-        Family::Fs => fs::dispatch(services, id, payload).await,
+        Family::Fs => {
+            let scope = coder::scope_of(&payload, &meta)
+                .map_err(|e| WireError::new(Code::S210, e.message))?
+                .scope_root;
+            fs::dispatch(services, id, payload, scope).await
+        }
         Family::Workspace => workspace::dispatch(services, id, payload).await,
         Family::Coder => coder::dispatch(services, id, payload, meta).await,
         Family::Pty => pty::dispatch(services, id, payload).await,

@@ -993,6 +993,62 @@ async fn create_file_entries() {
     expect_code(&j.h, "coder::create-file", json!({"files": "x"}), "C210").await;
 }
 
+/// A create that fails after making its parent folders leaves none of them behind: a name
+/// the policy protects once the folder is made (a link inside the scope leading out of it,
+/// C220; a folder link into a protected tree, C211), and a target that became a folder.
+/// Folders that existed before stay.
+#[tokio::test]
+async fn a_failed_create_leaves_no_folders_behind() {
+    let j = jailed_root().await;
+    let proj = j.root.join("proj");
+    std::fs::create_dir_all(proj.join("kept")).unwrap();
+    std::fs::create_dir_all(j.root.join("other")).unwrap();
+    std::os::unix::fs::symlink("../other", proj.join("out")).unwrap();
+    let scoped = json!({"fs_scope": {"scope_root": s(&proj)}, "files": [
+        {"path": s(&proj.join("out/made/deeper/f.txt")), "content": "x"},
+    ]});
+    let v = j.h.ok("coder::create-file", scoped).await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C220", "{v}");
+    assert!(
+        !j.root.join("other/made").exists(),
+        "a folder was left behind"
+    );
+    let before = list_tree(&j.root);
+    let v =
+        j.h.ok(
+            "coder::create-file",
+            json!({"files": [
+                {"path": "proj/kept/new/sub/.env", "content": "S=1"},
+                {"path": "proj/kept/a/b/c.pem", "content": "k"},
+            ]}),
+        )
+        .await;
+    assert_eq!(result(&v, 0)["error"]["code"], "C211", "{v}");
+    assert_eq!(result(&v, 1)["error"]["code"], "C211", "{v}");
+    assert_eq!(
+        list_tree(&j.root),
+        before,
+        "a failed create changed the tree"
+    );
+}
+
+fn list_tree(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.push(s(&p));
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// CODER-51: a stale expected_revision fails C221 and writes nothing; a current one
 /// overwrites; the revision returned chains into the next write.
 #[tokio::test]

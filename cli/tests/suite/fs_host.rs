@@ -2737,3 +2737,169 @@ async fn chmod_chowns_when_the_pinned_envelope_keeps_cap_chown() {
 fn c_scratch() -> Vec<String> {
     Config::builtin_default().confinement.scratch_paths
 }
+
+// ---------------------------------------------------------------- fs_scope
+
+/// `fs_scope.scope_root` confines every `shell::fs::*` call as it does `coder::*`: a path
+/// outside the scope (spelled outside it, relative from the primary root, or reached
+/// through a link inside it) is S220 naming the scope, and nothing is read or written
+/// there; a path that leaves the whole jail stays S215; inside the scope every function
+/// works. The metadata form of the scope counts too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scoped_call_reaches_only_its_scope() {
+    let j = Jail::new();
+    let h = Harness::new(jailed(&j.root)).await;
+    let root = &j.root;
+    let proj = root.join("proj");
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("other")).unwrap();
+    std::fs::write(proj.join("src/in.txt"), "needle in\n").unwrap();
+    std::fs::write(root.join("other/out.txt"), "needle out\n").unwrap();
+    std::os::unix::fs::symlink("../other", proj.join("dirlink")).unwrap();
+    std::os::unix::fs::symlink("../other/out.txt", proj.join("filelink")).unwrap();
+    std::os::unix::fs::symlink(&j.outside, proj.join("jaillink")).unwrap();
+    let scope = json!({"scope_root": s(&proj)});
+    let scoped = |mut p: Value| {
+        p["fs_scope"] = scope.clone();
+        p
+    };
+    let out = s(&root.join("other/out.txt"));
+    let outside_scope: Vec<(&str, Value)> = vec![
+        ("shell::fs::stat", json!({"path": out})),
+        ("shell::fs::stat", json!({"path": "other/out.txt"})),
+        (
+            "shell::fs::sed",
+            json!({"path": s(&proj.join("filelink")), "pattern": "needle", "replacement": "x"}),
+        ),
+        ("shell::fs::ls", json!({"path": s(&proj.join("dirlink"))})),
+        ("shell::fs::ls", json!({"path": s(&root.join("other"))})),
+        (
+            "shell::fs::mkdir",
+            json!({"path": s(&root.join("other/new"))}),
+        ),
+        (
+            "shell::fs::mkdir",
+            json!({"path": s(&proj.join("dirlink/new2"))}),
+        ),
+        ("shell::fs::rm", json!({"path": out})),
+        ("shell::fs::chmod", json!({"path": out, "mode": "0600"})),
+        (
+            "shell::fs::mv",
+            json!({"src": out, "dst": s(&proj.join("stolen.txt"))}),
+        ),
+        (
+            "shell::fs::mv",
+            json!({"src": s(&proj.join("src/in.txt")), "dst": s(&root.join("other/put.txt"))}),
+        ),
+        (
+            "shell::fs::grep",
+            json!({"path": s(&root.join("other")), "pattern": "needle"}),
+        ),
+        (
+            "shell::fs::sed",
+            json!({"path": out, "pattern": "needle", "replacement": "x"}),
+        ),
+        (
+            "shell::fs::write",
+            json!({"path": s(&root.join("other/w.txt")), "content": "x"}),
+        ),
+        (
+            "shell::fs::write",
+            json!({"path": s(&proj.join("dirlink/w2.txt")), "content": "x"}),
+        ),
+        (
+            "shell::fs::write",
+            json!({"files": [
+                {"path": s(&proj.join("src/ok.txt")), "content": "x"},
+                {"path": s(&root.join("other/w3.txt")), "content": "x"},
+            ]}),
+        ),
+    ];
+    for (f, p) in outside_scope {
+        let e = expect_code(&h, f, scoped(p.clone()), "S220").await;
+        assert!(e.message.contains(&s(&proj)), "{f} {p}: {e:?}");
+    }
+    // The per-entry form of sed says so per entry.
+    let r = h
+        .ok(
+            "shell::fs::sed",
+            scoped(json!({"files": [out], "pattern": "needle", "replacement": "x"})),
+        )
+        .await;
+    assert_eq!(r["results"][0]["success"], false, "{r}");
+    assert!(
+        r["results"][0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!(
+                "path is outside this session's scope root {}",
+                s(&proj)
+            )),
+        "{r}"
+    );
+    let e = expect_code(
+        &h,
+        "shell::fs::ls",
+        scoped(json!({"path": s(&proj.join("jaillink"))})),
+        "S215",
+    )
+    .await;
+    assert!(!e.message.contains("scope"), "{e:?}");
+    // Nothing happened outside the scope.
+    let mut other: Vec<String> = std::fs::read_dir(root.join("other"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    other.sort();
+    assert_eq!(other, ["out.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(root.join("other/out.txt")).unwrap(),
+        "needle out\n"
+    );
+    assert!(!proj.join("stolen.txt").exists());
+    assert!(proj.join("src/in.txt").exists());
+    // Inside the scope everything works.
+    h.ok(
+        "shell::fs::stat",
+        scoped(json!({"path": s(&proj.join("src/in.txt"))})),
+    )
+    .await;
+    h.ok("shell::fs::ls", scoped(json!({"path": s(&proj)})))
+        .await;
+    h.ok(
+        "shell::fs::write",
+        scoped(json!({"path": s(&proj.join("new/w.txt")), "content": "w", "parents": true})),
+    )
+    .await;
+    let g = h
+        .ok(
+            "shell::fs::grep",
+            scoped(json!({"path": s(&proj), "pattern": "needle", "recursive": true})),
+        )
+        .await;
+    assert_eq!(g["matches"].as_array().unwrap().len(), 1, "{g}");
+    h.ok(
+        "shell::fs::mv",
+        scoped(json!({"src": s(&proj.join("new/w.txt")), "dst": s(&proj.join("w.txt"))})),
+    )
+    .await;
+    // A scope that is not a directory inside the jail is refused as a bad request.
+    let mut bad = json!({"path": s(&proj)});
+    bad["fs_scope"] = json!({"scope_root": s(&j.outside)});
+    expect_code(&h, "shell::fs::stat", bad, "S210").await;
+    // The metadata form.
+    let meta = iii_shell_broker::functions::CallMeta {
+        metadata: Some(json!({"fs_scope": {"scope_root": s(&proj)}})),
+    };
+    let e = iii_shell_broker::functions::dispatch(
+        &h.services,
+        "shell::fs::stat",
+        json!({"path": out}),
+        meta,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, "S220");
+    // Unscoped, the same path is fine.
+    h.ok("shell::fs::stat", json!({"path": out})).await;
+}

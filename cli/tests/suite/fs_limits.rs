@@ -534,3 +534,157 @@ async fn random_hostile_trees_for_every_recursive_operation() {
         executor_alive(&h, &root).await;
     }
 }
+
+/// `coder::update-file` builds a replace op's result within `fs.max_write_bytes`: 200 KB of
+/// one byte and a 60 KB replacement (12 GB if built whole) is C218 with the file unchanged,
+/// under a 1 GiB address-space limit on the executor, which stays the same live process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_file_stops_a_replace_at_its_budget_and_never_allocates_past_it() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let data = vec![b'a'; 200_000];
+    std::fs::write(root.join("big.txt"), &data).unwrap();
+    let mut c = config(&root);
+    c.fs.max_write_bytes = 16 << 20;
+    let h = Harness::new(c).await;
+    limit_memory(h.executor_pid, 1 << 30);
+    for (pattern, replacement) in [("a", "R".repeat(60_000)), ("a+", "$0".repeat(30_000))] {
+        let r = call_within(
+            &h,
+            "coder::update-file",
+            json!({"files": [{"path": "big.txt", "ops": [
+                {"op": "replace", "pattern": pattern, "replacement": replacement}
+            ]}]}),
+        )
+        .await
+        .unwrap();
+        let res = &r["results"][0];
+        assert_eq!(res["success"], false, "{res}");
+        assert_eq!(res["error"]["code"], "C218", "{res}");
+        assert_eq!(std::fs::read(root.join("big.txt")).unwrap(), data);
+    }
+    executor_alive(&h, &root).await;
+}
+
+/// `coder::search` with `respect_gitignore` reads ignore files only as regular files of at
+/// most 1 MiB: a FIFO named `.ignore` (an open for reading would wait for a writer forever),
+/// a sparse 64 GiB `.gitignore` (one 64 GiB line), a FIFO as `.git/info/exclude` and a
+/// symlinked `.gitignore` are skipped, the search answers with what they would have hidden,
+/// and good ignore files beside them still apply. The executor runs under a 1 GiB
+/// address-space limit and stays the same live process; a retry answers the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_skips_hostile_ignore_files_and_answers() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    let repo = root.join("repo");
+    for d in [".git/info", "fifo", "sparse", "linked", "good"] {
+        std::fs::create_dir_all(repo.join(d)).unwrap();
+    }
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
+    mkfifo(&repo.join("fifo/.ignore"));
+    mkfifo(&repo.join(".git/info/exclude"));
+    let big = std::fs::File::create(repo.join("sparse/.gitignore")).unwrap();
+    big.set_len(64 << 30).unwrap();
+    std::fs::write(root.join("patterns"), "*.txt\n").unwrap();
+    std::os::unix::fs::symlink("../../patterns", repo.join("linked/.gitignore")).unwrap();
+    std::fs::write(repo.join("good/.gitignore"), "hidden.txt\n").unwrap();
+    for d in ["fifo", "sparse", "linked", "good"] {
+        std::fs::write(repo.join(d).join("seen.txt"), "needle\n").unwrap();
+    }
+    std::fs::write(repo.join("good/hidden.txt"), "needle\n").unwrap();
+    let h = Harness::new(config(&root)).await;
+    limit_memory(h.executor_pid, 1 << 30);
+    for _ in 0..2 {
+        let call = h.call(
+            "coder::search",
+            json!({"query": "needle", "path": s(&repo), "respect_gitignore": true, "search_paths": false}),
+        );
+        let r = tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("coder::search did not answer within 60 s")
+            .unwrap();
+        let mut got: Vec<String> = r["content_matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["path"].as_str().unwrap().to_string())
+            .collect();
+        got.sort();
+        let want: Vec<String> = ["fifo", "good", "linked", "sparse"]
+            .iter()
+            .map(|d| s(&repo.join(d).join("seen.txt")))
+            .collect();
+        assert_eq!(got, want, "{r}");
+    }
+    executor_alive(&h, &root).await;
+}
+
+/// A hostile tree for `coder::search` (content and paths, ignore files respected): symlink
+/// loops and links out of the jail (never followed), a FIFO and a sparse 64 GiB file with the
+/// query's name (never read: not regular / over max_read_bytes), a 3,000-deep tree, and a
+/// command renaming folders back and forth during the search. Every call answers (within
+/// the response budget), with matches in regular files inside the root only (a deep tree's
+/// entries past what a path can address are skipped, as missing), under a 1 GiB
+/// address-space limit, and the executor lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_survives_links_fifos_sparse_files_deep_trees_and_a_racing_renamer() {
+    let t = Tree::new();
+    let root = t.dir.join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(t.dir.join("outside.txt"), "needle outside\n").unwrap();
+    wide_and_looping(&root);
+    std::os::unix::fs::symlink(t.dir.join("outside.txt"), root.join("out-link")).unwrap();
+    std::os::unix::fs::symlink(&t.dir, root.join("out-dir")).unwrap();
+    let fifo =
+        std::ffi::CString::new(root.join("needle.fifo").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo of a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let big = std::fs::File::create(root.join("needle.sparse")).unwrap();
+    big.set_len(64 << 30).unwrap();
+    nest(&root, "deep", 3_000);
+    std::fs::create_dir_all(root.join("race/x")).unwrap();
+    std::fs::write(root.join("race/x/f"), "needle race\n").unwrap();
+    let mut c = config(&root);
+    c.fs.max_read_bytes = 1 << 20;
+    let h = Harness::new(c).await;
+    limit_memory(h.executor_pid, 1 << 30);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renamer = {
+        let (stop, race) = (stop.clone(), root.join("race"));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::rename(race.join("x"), race.join("y"));
+                let _ = std::fs::rename(race.join("y"), race.join("x"));
+            }
+        })
+    };
+    for respect in [false, true] {
+        let r = call_within(
+            &h,
+            "coder::search",
+            json!({"query": "needle", "path": s(&root), "respect_gitignore": respect,
+                   "max_matches": 100000}),
+        )
+        .await
+        .unwrap();
+        let matches = r["content_matches"].as_array().unwrap();
+        for m in matches {
+            let p = m["path"].as_str().unwrap();
+            assert!(p.starts_with(&s(&root)), "{p}");
+            assert!(!p.contains("out-") && !p.contains("needle."), "{p}");
+            assert!(
+                !p.contains("/up/") && !p.contains("/top/") && !p.contains("/abs/"),
+                "{p}"
+            );
+        }
+        assert!(!matches.is_empty(), "{r}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renamer.join().unwrap();
+    executor_alive(&h, &root).await;
+}

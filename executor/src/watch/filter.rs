@@ -10,6 +10,8 @@
 use std::path::{Component, Path, PathBuf};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use iii_shell_files::fs::own_temps;
+use iii_shell_files::ignore_files;
 
 /// Patterns that stand in for `.gitignore` outside a repository.
 pub const OUTSIDE_REPO_PATTERNS: &[&str] = &["/data/", "/config/", "/.iii/", "node_modules/"];
@@ -20,23 +22,25 @@ pub fn is_git_internal(rel: &Path) -> bool {
         .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
 }
 
-/// True for the executor's own staging files (`fs/atomic.rs`; earlier versions also had
-/// `coder/atomic.rs`): an atomic write's visible outcome is the target's event alone.
+/// True for the executor's own temp files (`fs/atomic.rs`) under a name that exists in the
+/// directory (the link just before a rename, a batch's pre-image, the named fallback): an
+/// atomic write's visible outcome is the target's event alone. Decided by the executor's
+/// record of its own temp names (`fs::own_temps`), not by their shape, so a user's file that
+/// looks like one is still reported. (The unnamed ones' pseudo-names are the watcher's:
+/// [`super::is_own_unnamed`].)
 pub fn is_own_temp(rel: &Path) -> bool {
-    let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
-    let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
-        return false;
-    };
-    // `fs/atomic.rs` names them `.<name>.iii-<32 hex>.tmp` (a batch's pre-images too); the
-    // coder writes of earlier versions `.<name>.iii-coder-<32 hex>.tmp`.
-    match stem.rsplit_once(".iii-") {
-        Some((_, tail)) => {
-            let hex = tail.strip_prefix("coder-").unwrap_or(tail);
-            hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    rel.file_name()
+        .is_some_and(|n| !own_temps::looks_unnamed(n) && own_temps::is_own(n))
+}
+
+/// Adds the patterns of the ignore file `path` to `b`, read the one safe way (a regular file
+/// of at most `ignore_files::MAX_IGNORE_FILE_BYTES`, never a FIFO or a symlink: see
+/// `iii_shell_files::ignore_files`); a file that does not qualify is skipped with a WARN.
+fn add_file(b: &mut GitignoreBuilder, path: &Path) {
+    if let Some(bytes) = ignore_files::read(None, path, path) {
+        for line in ignore_files::lines(&bytes) {
+            let _ = b.add_line(Some(path.to_path_buf()), line);
         }
-        None => false,
     }
 }
 
@@ -65,11 +69,11 @@ impl Filter {
                     .unwrap_or(Path::new(""))
                     .to_path_buf();
                 let mut b = GitignoreBuilder::new("");
-                let _ = b.add(top.join(".git/info/exclude"));
+                add_file(&mut b, &top.join(".git/info/exclude"));
                 // Every .gitignore from the top down to the root's parent, with patterns
                 // relative to the top (prefixes applied per file by the builder's root).
                 let mut dir = top.to_path_buf();
-                let _ = b.add(dir.join(".gitignore"));
+                add_file(&mut b, &dir.join(".gitignore"));
                 if let Ok(g) = b.build() {
                     matchers.push((g, prefix.clone()));
                 }
@@ -79,7 +83,7 @@ impl Filter {
                         break;
                     }
                     let mut b = GitignoreBuilder::new("");
-                    let _ = b.add(dir.join(".gitignore"));
+                    add_file(&mut b, &dir.join(".gitignore"));
                     if let Ok(g) = b.build() {
                         let sub = root
                             .strip_prefix(&dir)
@@ -90,7 +94,7 @@ impl Filter {
                 }
                 if root != top {
                     let mut b = GitignoreBuilder::new("");
-                    let _ = b.add(read_root.join(".gitignore"));
+                    add_file(&mut b, &read_root.join(".gitignore"));
                     if let Ok(g) = b.build() {
                         matchers.push((g, PathBuf::new()));
                     }
@@ -101,7 +105,7 @@ impl Filter {
                 for p in OUTSIDE_REPO_PATTERNS {
                     let _ = b.add_line(None, p);
                 }
-                let _ = b.add(read_root.join(".gitignore"));
+                add_file(&mut b, &read_root.join(".gitignore"));
                 if let Ok(g) = b.build() {
                     matchers.push((g, PathBuf::new()));
                 }
@@ -143,28 +147,55 @@ mod tests {
         assert!(f.delivers(Path::new("data/x"), false));
     }
 
+    /// Exactly the names the executor holds as its own temp files are left out; files that
+    /// merely look like them (the same shape, another random part) are delivered.
     #[test]
     fn the_executors_staging_files_are_not_changes() {
         let d = tempfile::tempdir().unwrap();
         let f = Filter::build(d.path(), d.path(), true);
-        assert!(!f.delivers(
-            Path::new("src/.a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
-        assert!(!f.delivers(
-            Path::new("src/.a.rs.iii-coder-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
-        assert!(f.delivers(Path::new("src/.a.rs.iii-0123.tmp"), false));
-        assert!(f.delivers(Path::new("src/.a.rs.iii-coder-0123.tmp"), false));
-        assert!(f.delivers(
-            Path::new("src/.a.rs.iii-other-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
-        assert!(f.delivers(
-            Path::new("src/a.rs.iii-0123456789abcdef0123456789abcdef.tmp"),
-            false
-        ));
+        let own = ".a.rs.iii-0123456789abcdef0123456789abcde0.tmp";
+        own_temps::hold(own.as_bytes());
+        assert!(!f.delivers(&Path::new("src").join(own), false));
+        own_temps::release(own.as_bytes());
+        assert!(
+            !f.delivers(&Path::new("src").join(own), false),
+            "a released name is still known while its events may arrive"
+        );
+        for lookalike in [
+            "src/.a.rs.iii-0123456789abcdef0123456789abcdef.tmp",
+            "src/.a.rs.iii-coder-0123456789abcdef0123456789abcdef.tmp",
+            "src/.a.rs.iii-0123.tmp",
+            "src/a.rs.iii-0123456789abcdef0123456789abcdef.tmp",
+        ] {
+            assert!(f.delivers(Path::new(lookalike), false), "{lookalike}");
+        }
+    }
+
+    /// A command controls the ignore files: a FIFO (whose open would block the watcher's
+    /// task forever) and a sparse 64 GiB file are skipped at once; the rest still applies.
+    #[test]
+    fn hostile_ignore_files_are_skipped_without_blocking_or_reading_them() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("repo");
+        std::fs::create_dir_all(root.join(".git/info")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let fifo = std::ffi::CString::new(
+            root.join(".git/info/exclude")
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: mkfifo of a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        std::fs::write(root.join(".gitignore"), "*.log\n").unwrap();
+        let big = std::fs::File::create(root.join("sub/.gitignore")).unwrap();
+        big.set_len(64 << 30).unwrap();
+        let f = Filter::build(&root, &root, false);
+        assert!(!f.delivers(Path::new("a.log"), false));
+        assert!(f.delivers(Path::new("a.txt"), false));
+        let sub = Filter::build(&root.join("sub"), &root.join("sub"), false);
+        assert!(!sub.delivers(Path::new("b.log"), false));
+        assert!(sub.delivers(Path::new("b.txt"), false));
     }
 
     #[test]

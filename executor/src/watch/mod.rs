@@ -333,7 +333,10 @@ async fn coalesce(mut c: Coalescer) {
                     .join(&rel)
                     .symlink_metadata()
                     .is_ok_and(|m| m.is_dir());
-            if !c.filter.delivers(&rel, is_dir) || c.policy.jail.is_denied(&c.root.join(&rel)) {
+            if !c.filter.delivers(&rel, is_dir)
+                || is_own_unnamed(&c.via, &rel)
+                || c.policy.jail.is_denied(&c.root.join(&rel))
+            {
                 continue;
             }
             changes.push(Change {
@@ -398,6 +401,17 @@ fn list_new_dir(via: &Path, rel: &Path, cap: usize, out: &mut Vec<(PathBuf, bool
         }
     }
     true
+}
+
+/// True when `rel` is the pseudo-name (`#<inode>`) under which the kernel reports the
+/// writes of one of the executor's own unnamed temp files (`O_TMPFILE`, see
+/// `iii_shell_files::fs::own_temps`): the name is in the executor's record and no entry of
+/// that name exists. A user's file called `#<number>` is an entry, and is reported.
+pub fn is_own_unnamed(via: &Path, rel: &Path) -> bool {
+    use iii_shell_files::fs::own_temps;
+    rel.file_name()
+        .is_some_and(|n| own_temps::looks_unnamed(n) && own_temps::is_own(n))
+        && via.join(rel).symlink_metadata().is_err()
 }
 
 /// True when `path` (not followed) is the directory `fd` names.
@@ -467,6 +481,41 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(500), rx.recv())
             .await
             .is_err());
+    }
+
+    /// Every atomic write (a temp file beside its target, unnamed where the filesystem
+    /// allows) reports its target alone: never the temp file's name, nor the `#<inode>`
+    /// pseudo-name the kernel gives an unnamed one. A user's files that look like those
+    /// names are still reported.
+    #[tokio::test]
+    async fn atomic_writes_report_their_target_alone_and_lookalikes_are_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let (tx, mut rx) = broadcast::channel(1024);
+        let w = Watches::new(tx);
+        let p = policy(&root, |_| {});
+        w.start(p.clone(), "b", &root.to_string_lossy(), true)
+            .unwrap();
+        for i in 0..20 {
+            let parent = p.jail.parent(&format!("f{i}.txt"), false).unwrap();
+            iii_shell_files::fs::atomic::write_atomic(&parent, b"data", 0o644, None).unwrap();
+        }
+        std::fs::write(root.join("#12"), "user").unwrap();
+        let lookalike = ".f0.txt.iii-0123456789abcdef0123456789abcdef.tmp";
+        std::fs::write(root.join(lookalike), "user").unwrap();
+        let mut got = Vec::new();
+        let until = Instant::now() + Duration::from_secs(2);
+        while let Ok(Ok(Event::Changed { changes, .. })) =
+            tokio::time::timeout_at(until, rx.recv()).await
+        {
+            got.extend(changes.into_iter().map(|c| c.path));
+        }
+        got.sort();
+        let mut want: Vec<String> = (0..20).map(|i| format!("f{i}.txt")).collect();
+        want.push("#12".into());
+        want.push(lookalike.into());
+        want.sort();
+        assert_eq!(got, want);
     }
 
     #[tokio::test]

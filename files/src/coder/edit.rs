@@ -33,6 +33,7 @@ use super::recorder::ChangeRecorder;
 use crate::fs::atomic::TempFile;
 use crate::fs::entry::{is_dir, statat};
 use crate::fs::keep::{Keep, Replaced};
+use crate::fs::sed::{substitute_sites, Overflow};
 use crate::jail::{fstat, Parent};
 
 // ---- per-path locks ----
@@ -178,7 +179,27 @@ fn create_one(
         Err(e) if e.code == Code::C211 => input.to_string(),
         Err(e) => return Err(fail(e)),
     };
-    let parent = ctx.parent(&target, spec.parents).map_err(fail)?;
+    let mut parent = ctx.parent(&target, spec.parents).map_err(fail)?;
+    let done = create_in(ctx, spec, locks, changes, &parent, mode);
+    if done.is_err() {
+        // A failed create leaves nothing behind, the folders it made included.
+        parent.remove_made();
+    }
+    done
+}
+
+/// [`create_one`] once the parent folder is resolved (and made).
+fn create_in(
+    ctx: &Ctx<'_>,
+    spec: &CreateFileSpec,
+    locks: &EditLocks,
+    changes: &dyn ChangeRecorder,
+    parent: &Parent,
+    mode: u32,
+) -> Result<(String, u64, String), (String, CErr)> {
+    let input = spec.path.as_str();
+    let fail = |e: CErr| (input.to_string(), e);
+    let data = spec.content.as_bytes();
     let canonical = display(&parent.path);
     let failc = |e: CErr| (canonical.clone(), e);
     let _guard = locks.lock_path(&parent.path);
@@ -195,7 +216,7 @@ fn create_one(
             return Err(fail(CErr::not_found(input)));
         }
         Ok(_) => {
-            let current = read_entry(&parent, limit).map_err(failc)?;
+            let current = read_entry(parent, limit).map_err(failc)?;
             if let Some(expected) = &spec.expected_revision {
                 let now = current.as_deref().map(revision);
                 if now.as_deref() != Some(expected.as_str()) {
@@ -215,7 +236,7 @@ fn create_one(
             }
             // The replaced file's owner, group and ACL stay; the mode is the caller's.
             let keep =
-                match Replaced::of_entry(&parent).map_err(|e| failc(CErr::from_exec(e, input)))? {
+                match Replaced::of_entry(parent).map_err(|e| failc(CErr::from_exec(e, input)))? {
                     Some(old) => {
                         let keep = old.keep_with_mode(mode);
                         if let Some(msg) = keep.owner_refusal(&parent.path, old.uid, old.gid) {
@@ -240,7 +261,7 @@ fn create_one(
         }
         Err(e) => return Err(failc(CErr::io(format!("stat {input}: {e}")))),
     };
-    commit(&parent, data, mode, keep, !existed, input).map_err(failc)?;
+    commit(parent, data, mode, keep, !existed, input).map_err(failc)?;
     let rev = revision(data);
     if let Some(old) = old {
         changes.record(rev.clone(), canonical.clone(), &old, data);
@@ -323,7 +344,7 @@ fn update_one(
         .take(ctx.max_read().saturating_add(1))
         .read_to_end(&mut original)
         .map_err(|e| failc(CErr::io(format!("read {input}: {e}"))))?;
-    let applied = apply_ops(&original, &spec.ops).map_err(failc)?;
+    let applied = apply_ops(&original, &spec.ops, ctx.max_write()).map_err(failc)?;
     if applied.body.len() as u64 > ctx.max_write() {
         return Err(failc(CErr::too_large(format!(
             "the edited {input} would be {} bytes, over max_write_bytes ({}); nothing was written",
@@ -476,8 +497,11 @@ fn content_lines(content: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Applies `ops` to `original` (see the module doc). Errors are C210 and name the op.
-pub fn apply_ops(original: &[u8], ops: &[EditOp]) -> Result<Applied, CErr> {
+/// Applies `ops` to `original` (see the module doc). Errors are C210 and name the op; a
+/// result that would pass `budget` bytes (`fs.max_write_bytes`) is C218, found while it is
+/// built: no op ever holds more than `budget` bytes of result (plus one replacement's text).
+pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied, CErr> {
+    let budget = usize::try_from(budget).unwrap_or(usize::MAX);
     let lines = split_lines(original);
     let n = lines.len() as u64;
     // Validate everything first.
@@ -611,26 +635,29 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp]) -> Result<Applied, CErr> {
     for (idx, start, end) in regions {
         echoes.line_op(idx, &out, start, end);
     }
+    let size: usize = out.iter().map(Vec::len).sum();
+    if size > budget {
+        return Err(over_budget("the line ops", Some(size), budget));
+    }
     let mut body: Vec<u8> = out.concat();
     drop(out);
 
-    // Replace ops, in request order, over the whole body.
+    // Replace ops, in request order, over the whole body, each result built within budget.
     for r in replaces {
-        let mut next = Vec::with_capacity(body.len());
         let mut sites: Vec<(usize, usize)> = Vec::new();
-        let mut count: u64 = 0;
-        let mut last_end = 0;
-        for caps in r.re.captures_iter(&body) {
-            let Some(m) = caps.get(0) else { continue };
-            next.extend_from_slice(&body[last_end..m.start()]);
-            let s = next.len();
-            caps.expand(&r.replacement, &mut next);
-            if sites.len() < ECHO_MAX_REPLACE_SITES {
-                sites.push((s, next.len()));
-            }
-            last_end = m.end();
-            count += 1;
-        }
+        let (next, count) =
+            substitute_sites(&r.re, &body, 0, &r.replacement, true, budget, |s, e| {
+                if sites.len() < ECHO_MAX_REPLACE_SITES {
+                    sites.push((s, e));
+                }
+            })
+            .map_err(|o| match o {
+                Overflow::Budget => over_budget(&format!("op {} (replace)", r.idx), None, budget),
+                Overflow::Memory => CErr::too_large(format!(
+                    "op {} (replace): the result does not fit in memory; nothing was written (set fs.max_write_bytes to bound it)",
+                    r.idx
+                )),
+            })?;
         if let Some(e) = r.expect {
             if e != count {
                 return Err(CErr::invalid(format!(
@@ -642,7 +669,6 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp]) -> Result<Applied, CErr> {
         if count == 0 {
             continue;
         }
-        next.extend_from_slice(&body[last_end..]);
         body = next;
         echoes.replace_sites(r.idx, &body, &sites, count);
     }
@@ -652,6 +678,15 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp]) -> Result<Applied, CErr> {
         echoes: echoes.list,
         echoes_truncated: echoes.truncated,
     })
+}
+
+/// C218 for a result that would pass `fs.max_write_bytes` (`budget`) while `what` built it
+/// (`size`: the result's size when it is known).
+fn over_budget(what: &str, size: Option<usize>, budget: usize) -> CErr {
+    let size = size.map(|s| format!(" {s} bytes,")).unwrap_or_default();
+    CErr::too_large(format!(
+        "{what}: the edited file would be{size} over max_write_bytes ({budget}); nothing was written"
+    ))
 }
 
 /// Echoes under the shared byte budget.
@@ -778,6 +813,35 @@ mod tests {
             expect_matches: expect,
         }
     }
+    fn apply(src: &[u8], ops: &[EditOp]) -> Result<Applied, CErr> {
+        apply_ops(src, ops, u64::MAX)
+    }
+
+    /// A result past the budget is C218 naming the op (the memory bound itself is proven
+    /// through the real executor, under an address-space limit, in the system suite).
+    #[test]
+    fn a_result_past_the_budget_is_c218() {
+        let e = apply_ops(
+            &[b'a'; 2000],
+            &[rep("a", &"R".repeat(600), None, false)],
+            100_000,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, Code::C218, "{e}");
+        assert_eq!(
+            e.message,
+            "op 0 (replace): the edited file would be over max_write_bytes (100000); nothing was written"
+        );
+        let e = apply_ops(b"x\n", &[ins(1, &"y".repeat(100))], 50).unwrap_err();
+        assert_eq!(e.code, Code::C218, "{e}");
+        assert_eq!(
+            e.message,
+            "the line ops: the edited file would be 103 bytes, over max_write_bytes (50); nothing was written"
+        );
+        let a = apply_ops(b"ab\n", &[rep("b", "[$0$$]", None, false)], 7).unwrap();
+        assert_eq!(body(&a), "a[b$]\n");
+    }
+
     fn body(a: &Applied) -> &str {
         std::str::from_utf8(&a.body).unwrap()
     }
@@ -785,7 +849,7 @@ mod tests {
     #[test]
     fn line_ops_use_original_numbers() {
         let src = b"1\n2\n3\n4\n5\n";
-        let a = apply_ops(
+        let a = apply(
             src,
             &[
                 ins(1, "top"),
@@ -798,7 +862,7 @@ mod tests {
         assert_eq!(body(&a), "top\n1\n4\nfive\nFIVE\nend\n");
         assert_eq!(a.line_count, 6);
         // Same result whatever the request order.
-        let b = apply_ops(
+        let b = apply(
             src,
             &[
                 ins(6, "end\n"),
@@ -810,12 +874,12 @@ mod tests {
         .unwrap();
         assert_eq!(a.body, b.body);
         // Insert before a replaced range's first line lands before the new content.
-        let c = apply_ops(src, &[upd(2, 2, "two"), ins(2, "before")]).unwrap();
+        let c = apply(src, &[upd(2, 2, "two"), ins(2, "before")]).unwrap();
         assert_eq!(body(&c), "1\nbefore\ntwo\n3\n4\n5\n");
         // Appending to a file without a final newline.
-        let d = apply_ops(b"a", &[ins(2, "b")]).unwrap();
+        let d = apply(b"a", &[ins(2, "b")]).unwrap();
         assert_eq!(body(&d), "a\nb\n");
-        let e = apply_ops(b"", &[ins(1, "x")]).unwrap();
+        let e = apply(b"", &[ins(1, "x")]).unwrap();
         assert_eq!(body(&e), "x\n");
     }
 
@@ -835,7 +899,7 @@ mod tests {
             vec![rep("(?P<n>a)", "$m", None, false)],
             vec![rep("a", "x", Some(1), false)],
         ] {
-            let e = apply_ops(src, &ops).unwrap_err();
+            let e = apply(src, &ops).unwrap_err();
             assert_eq!(e.code, Code::C210, "{ops:?}");
             assert!(e.message.contains("op"), "{}", e.message);
         }
@@ -844,7 +908,7 @@ mod tests {
     #[test]
     fn replace_ops_and_syntax() {
         let src = b"let a = 1;\nlet b = 2;\n// BEGIN\nx\ny\n// END\n";
-        let a = apply_ops(
+        let a = apply(
             src,
             &[
                 rep(
@@ -883,31 +947,31 @@ mod tests {
             ]
         );
         // Without dot_matches_newline a multi-line pattern matches nothing.
-        let e = apply_ops(src, &[rep("BEGIN.*END", "", Some(1), false)]).unwrap_err();
+        let e = apply(src, &[rep("BEGIN.*END", "", Some(1), false)]).unwrap_err();
         assert!(e.message.contains("found 0"), "{}", e.message);
         // A multi-line replacement echoes first and last line, inner lines elided.
-        let a = apply_ops(b"x\n", &[rep("x", "a\nb\nc\nd", None, false)]).unwrap();
+        let a = apply(b"x\n", &[rep("x", "a\nb\nc\nd", None, false)]).unwrap();
         assert_eq!(a.echoes[0].lines, vec!["a", "d"]);
         assert_eq!(a.echoes[0].elided, Some(2));
         // `$0` and `$$`.
-        let a = apply_ops(b"ab\n", &[rep("b", "[$0$$]", None, false)]).unwrap();
+        let a = apply(b"ab\n", &[rep("b", "[$0$$]", None, false)]).unwrap();
         assert_eq!(body(&a), "a[b$]\n");
     }
 
     #[test]
     fn echo_context_elision_and_budget() {
         let src: String = (1..=40).map(|i| format!("l{i}\n")).collect();
-        let a = apply_ops(src.as_bytes(), &[upd(10, 10, "X")]).unwrap();
+        let a = apply(src.as_bytes(), &[upd(10, 10, "X")]).unwrap();
         assert_eq!(a.echoes[0].from_line, 8);
         assert_eq!(a.echoes[0].lines, vec!["l8", "l9", "X", "l11", "l12"]);
         let big: String = (1..=30).map(|i| format!("n{i}\n")).collect();
-        let a = apply_ops(src.as_bytes(), &[upd(5, 5, &big)]).unwrap();
+        let a = apply(src.as_bytes(), &[upd(5, 5, &big)]).unwrap();
         assert_eq!(a.echoes[0].lines.len(), ECHO_MAX_LINES);
         assert_eq!(a.echoes[0].elided, Some((30 + 4 - ECHO_MAX_LINES) as u64));
         // The budget: many long echoes.
         let long = "y".repeat(1000);
         let ops: Vec<EditOp> = (1..=8).map(|i| upd(i * 4, i * 4, &long)).collect();
-        let a = apply_ops(src.as_bytes(), &ops).unwrap();
+        let a = apply(src.as_bytes(), &ops).unwrap();
         assert!(a.echoes_truncated);
         let total: usize = a
             .echoes

@@ -20,6 +20,7 @@ pub mod read;
 pub mod recorder;
 pub mod remove;
 pub mod search;
+pub mod search_ignores;
 pub mod tree;
 
 use iii_shell_protocol::coder::*;

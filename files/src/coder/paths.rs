@@ -76,6 +76,7 @@ impl CErr {
             ExecError::Exists(m) => CErr::new(Code::C213, format!("already exists: {m}")),
             ExecError::TooLarge(m) => CErr::too_large(m),
             ExecError::Plain(m) | ExecError::Internal(m) => CErr::io(m),
+            ExecError::OutOfScope(m) => CErr::new(Code::C220, m),
         }
     }
 }
@@ -300,12 +301,15 @@ impl<'a> Ctx<'a> {
     pub fn parent(&self, input: &str, create: bool) -> Result<Parent, CErr> {
         let abs = self.absolute(input)?;
         self.check_scope_lexical(&abs, input)?;
-        let p = self
+        let mut p = self
             .policy
             .jail
             .parent(&abs, create)
             .map_err(|e| CErr::from_exec(e, input))?;
-        self.check_scope(&p.path, input)?;
+        if let Err(e) = self.check_scope(&p.path, input) {
+            p.remove_made();
+            return Err(e);
+        }
         Ok(p)
     }
 

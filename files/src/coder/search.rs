@@ -8,7 +8,8 @@
 //!   `line` and `column` are 1-based (`column` counts bytes).
 //! * Walk: symlinks are never followed; `include_hidden: false` skips dot entries;
 //!   `respect_gitignore: true` honours `.gitignore` (inside a Git repository), `.ignore` and
-//!   `.git/info/exclude`, nested ones included. Denied entries are skipped (denied folders
+//!   `.git/info/exclude`, nested ones included, read only as regular files of at most
+//!   [`crate::ignore_files::MAX_IGNORE_FILE_BYTES`] ([`super::search_ignores`]). Denied entries are skipped (denied folders
 //!   not entered), and so are `default_exclude_globs` (unless `use_default_excludes: false`)
 //!   and `exclude_globs`. A glob with a `/` matches the root-relative path, one without
 //!   matches the entry's name (ripgrep style; `*` never crosses `/`). `include_globs`
@@ -43,6 +44,7 @@ use iii_shell_policy::sync::lock;
 use iii_shell_protocol::coder::*;
 
 use super::paths::{display, CErr, Ctx, RootedGlobs};
+use super::search_ignores::Ignores;
 use crate::fs::entry::is_file;
 use crate::jail::{fstat, open_beneath, Jail};
 
@@ -487,6 +489,24 @@ fn align(q: &[u8], c: &[u8], start: usize) -> Option<i64> {
     (qi == q.len()).then_some(score)
 }
 
+/// The ignore rules of a walk under `walk_root`: read beneath the jail root that holds it
+/// (unjailed: beneath `/`).
+fn ignores_for(ctx: &Ctx<'_>, walk_root: &Path) -> Option<Ignores> {
+    let jail = &ctx.policy.jail;
+    if !jail.is_jailed() {
+        let fd =
+            crate::jail::open_beneath(None, Path::new("/"), libc::O_PATH | libc::O_DIRECTORY, 0)
+                .ok()?;
+        return Some(Ignores::new(PathBuf::from("/"), fd));
+    }
+    let root = jail
+        .roots()
+        .iter()
+        .filter(|r| walk_root.starts_with(&r.path))
+        .max_by_key(|r| r.path.as_os_str().len())?;
+    Some(Ignores::new(root.path.clone(), root.fd.try_clone().ok()?))
+}
+
 pub fn search(ctx: &Ctx<'_>, req: &SearchInput) -> Result<SearchOutput, CErr> {
     search_with_threads(ctx, req, 0)
 }
@@ -598,19 +618,30 @@ pub fn search_with_threads(
         truncated: false,
     });
 
+    // The walker reads no ignore file itself (it would open whatever a command put there,
+    // unbounded and blocking): `respect_gitignore` is decided by `search_ignores`.
     let mut b = WalkBuilder::new(&root.path);
     b.standard_filters(false)
         .hidden(!req.include_hidden)
-        .git_ignore(req.respect_gitignore)
-        .git_exclude(req.respect_gitignore)
-        .ignore(req.respect_gitignore)
-        .parents(req.respect_gitignore)
-        .require_git(true)
         .follow_links(false)
         .threads(threads);
     let p2 = prune.clone();
+    let ignores = if req.respect_gitignore {
+        ignores_for(ctx, &walk_root).map(Arc::new)
+    } else {
+        None
+    };
     b.filter_entry(move |e| {
-        e.depth() == 0 || !e.file_type().is_some_and(|t| t.is_dir()) || !p2.prunes_dir(e.path())
+        if e.depth() == 0 {
+            return true;
+        }
+        let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+        if is_dir && p2.prunes_dir(e.path()) {
+            return false;
+        }
+        !ignores
+            .as_ref()
+            .is_some_and(|i| i.is_ignored(e.path(), is_dir))
     });
     let single_file = is_file(&root_st);
     // The per-file identity check: against the record when it has anything in it, or (until

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use super::entry::{is_dir, statat};
 use super::keep::Keep;
+use super::own_temps;
 use crate::error::ExecError;
 use crate::jail::{open_beneath_mode, Parent};
 
@@ -46,6 +47,8 @@ pub struct TempFile {
     pub written: u64,
     /// Complete, given what it keeps, and fsynced.
     staged: bool,
+    /// The names it shows up under in inotify events, held in [`super::own_temps`].
+    own: Vec<Vec<u8>>,
 }
 
 /// `.<name>.iii-<random>.tmp`, within NAME_MAX (255 bytes) however long the target's name
@@ -120,7 +123,17 @@ impl TempFile {
             keep: None,
             written: 0,
             staged: false,
+            own: Vec::new(),
         };
+        let mut t = t;
+        let own = if t.name.as_bytes().is_empty() {
+            let st = super::keep::fstat_of(t.file.as_fd()).map_err(io("stat temp file"))?;
+            own_temps::unnamed(st.st_ino)
+        } else {
+            t.name.as_bytes().to_vec()
+        };
+        own_temps::hold(&own);
+        t.own.push(own);
         // The exact mode now (the umask may have narrowed it); a named temp file is removed
         // by the drop if this fails.
         // SAFETY: fchmod on a descriptor we own.
@@ -190,6 +203,8 @@ impl TempFile {
             return Ok(());
         }
         let name = temp_name(&self.target.to_string_lossy())?;
+        own_temps::hold(name.as_bytes());
+        self.own.push(name.as_bytes().to_vec());
         let proc = CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
             .map_err(|_| ExecError::Internal("bad fd path".into()))?;
         // SAFETY: linkat with NUL-terminated names: the magic link of a descriptor we own
@@ -343,6 +358,9 @@ impl Drop for TempFile {
             unsafe {
                 libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0);
             }
+        }
+        for name in self.own.drain(..) {
+            own_temps::release(&name);
         }
     }
 }
@@ -506,7 +524,9 @@ pub fn replace_own_file(target: &Path, data: &[u8], mode: u32) -> std::io::Resul
             format!("{} names no file in a directory", target.display()),
         ));
     };
-    let tmp = dir.join(temp_file_name(&name.to_string_lossy()));
+    let tmp_name = temp_file_name(&name.to_string_lossy());
+    let tmp = dir.join(&tmp_name);
+    own_temps::hold(tmp_name.as_bytes());
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -522,6 +542,7 @@ pub fn replace_own_file(target: &Path, data: &[u8], mode: u32) -> std::io::Resul
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    own_temps::release(tmp_name.as_bytes());
     result
 }
 

@@ -5,6 +5,7 @@ pub mod entry;
 pub mod grep;
 pub mod keep;
 pub mod ops;
+pub mod own_temps;
 pub mod rights;
 pub mod sed;
 pub mod staging;

@@ -113,7 +113,7 @@ struct Edit<'a> {
 
 /// Why a substitution stopped before its end.
 #[derive(Debug, PartialEq)]
-enum Overflow {
+pub(crate) enum Overflow {
     /// The result would pass the budget (`fs.max_write_bytes`).
     Budget,
     /// The allocator refused the memory (only reachable with no budget: 0 = unlimited).
@@ -142,6 +142,20 @@ fn substitute(
     expand: bool,
     budget: usize,
 ) -> Result<(Vec<u8>, u64), Overflow> {
+    substitute_sites(re, data, limit, replacement, expand, budget, |_, _| {})
+}
+
+/// [`substitute`], telling `site` where each replacement landed in the result (start and
+/// end offsets), in order.
+pub(crate) fn substitute_sites(
+    re: &Regex,
+    data: &[u8],
+    limit: usize,
+    replacement: &[u8],
+    expand: bool,
+    budget: usize,
+    mut site: impl FnMut(usize, usize),
+) -> Result<(Vec<u8>, u64), Overflow> {
     let mut out = Vec::new();
     let mut count = 0u64;
     let mut last = 0;
@@ -152,6 +166,7 @@ fn substitute(
         }
         let Some(m) = caps.get(0) else { continue };
         push(&mut out, &data[last..m.start()], budget)?;
+        let start = out.len();
         if expand {
             let room = budget.saturating_sub(out.len());
             let mut over = false;
@@ -177,6 +192,7 @@ fn substitute(
         } else {
             push(&mut out, replacement, budget)?;
         }
+        site(start, out.len());
         count += 1;
         last = m.end();
     }
@@ -451,6 +467,7 @@ fn tree_parent(
         dir_path,
         name,
         path,
+        made: Vec::new(),
     })
 }
 
