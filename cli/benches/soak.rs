@@ -352,7 +352,7 @@ impl World {
         let got = std::fs::read_to_string(&path).ok();
         let ok = {
             let files = self.files.lock().unwrap();
-            files.expect[&path].iter().any(|x| *x == got)
+            files.expect[&path].contains(&got)
         };
         run.check(ok, || {
             format!("{rel} holds {got:?} after a write of {content:?}")
@@ -640,7 +640,7 @@ async fn register_page(engine: &TestEngine, world: &Arc<World>) -> TestClient {
                         .extend(bytes);
                 }
             }
-            if slow.fetch_add(1, Ordering::Relaxed) % 7 == 0 {
+            if slow.fetch_add(1, Ordering::Relaxed).is_multiple_of(7) {
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
             Ok(json!({}))
@@ -855,7 +855,7 @@ impl Setup {
         let files = self.world.files.lock().unwrap();
         for (path, want) in &files.expect {
             let got = std::fs::read_to_string(path).ok();
-            let ok = want.iter().any(|w| *w == got);
+            let ok = want.contains(&got);
             self.world.run.check(ok, || {
                 format!(
                     "{what}: {} holds {got:?}, not one of {want:?}",
