@@ -1028,10 +1028,15 @@ async fn main() {
         let _ = t.await;
     }
     setup.checks("end", &mut band, &mut samples).await;
-    report(&run, secs, &samples);
+    let ok = report(&run, secs, &samples);
+    // The tmpfs is unmounted before the exit status is given.
+    drop(setup);
+    if !ok {
+        std::process::exit(1);
+    }
 }
 
-fn report(run: &Run, secs: u64, samples: &[(f64, Usage)]) {
+fn report(run: &Run, secs: u64, samples: &[(f64, Usage)]) -> bool {
     let l = run.ledger.lock().unwrap();
     let errors: u64 = l.errors.values().sum();
     println!(
@@ -1068,7 +1073,8 @@ fn report(run: &Run, secs: u64, samples: &[(f64, Usage)]) {
         for e in &l.events {
             println!("{e}");
         }
-        std::process::exit(1);
+        return false;
     }
     println!("soak: every check held");
+    true
 }
