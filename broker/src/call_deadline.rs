@@ -65,6 +65,20 @@ pub fn no_answer(kind: &str, bound: Duration) -> WireError {
     )
 }
 
+/// The error of a call that waited its whole deadline for a restarting executor to come
+/// back, and none did.
+pub fn no_executor(kind: &str, bound: Duration) -> WireError {
+    WireError::new(
+        Code::S216,
+        format!(
+            "no executor took this {kind} request within {} ms: the executor went away and \
+             its replacement has not started (check the worker's log for why the executor \
+             died and whether a new one is starting)",
+            bound.as_millis()
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

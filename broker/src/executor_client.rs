@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use iii_shell_protocol::frame::{encode, read_frame, write_frame, FrameError};
 use iii_shell_protocol::messages::{
     ClientFrame, Event, Hello, Reply, Request, ServerFrame, MAGIC, STREAM_WINDOW,
@@ -15,8 +17,26 @@ use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::call_deadline::{no_answer, CallBounds};
+use crate::pending_calls::PendingCalls;
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, WireError>>>>>;
+type Pending = PendingCalls;
+
+/// What became of one request sent to one executor.
+pub enum Attempt {
+    /// The executor answered, or the call failed after its request may have reached it.
+    Answered(Result<Reply, WireError>),
+    /// The connection had ended before a byte of the request was written: no executor saw
+    /// it, so it may go to the next one.
+    Unsent(Request),
+}
+
+/// Why a request was not sent.
+enum NotSent {
+    /// The connection is gone; the request comes back untouched.
+    Gone(Request),
+    /// Refused before writing (too large to encode): the call's answer.
+    Refused(WireError),
+}
 
 /// Per-request stream routing: chunks of the executor's output, and credits for our input.
 #[derive(Default)]
@@ -160,7 +180,7 @@ impl ExecutorClient {
         let wr: SharedWriter = Arc::new(tokio::sync::Mutex::new(wr));
         let writer_half = wr.clone();
         let (tx, mut rx) = mpsc::channel::<ClientFrame>(256);
-        let pending: Pending = Arc::default();
+        let pending: Pending = PendingCalls::default();
         let (events, _) = broadcast::channel(1024);
         let (closed_tx, closed) = watch::channel(false);
 
@@ -177,7 +197,7 @@ impl ExecutorClient {
                             "a frame for the executor is over the size limit; failing that request"
                         );
                         if let ClientFrame::Request { id, .. } = &frame {
-                            if let Some(w) = pending_w.lock().ok().and_then(|mut m| m.remove(id)) {
+                            if let Some(w) = pending_w.take(*id) {
                                 let _ = w.send(Err(WireError::new(
                                     Code::S216,
                                     format!("request of {n} bytes exceeds the executor socket's frame limit"),
@@ -186,7 +206,11 @@ impl ExecutorClient {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "write to executor failed");
+                        // The executor is gone: every call in flight is answered now (the
+                        // frames still queued behind this one included), and no new one is
+                        // registered on this connection.
+                        tracing::warn!(error = %e, "write to executor failed; its calls in flight fail with S216 and new calls wait for the next executor");
+                        pending_w.close(executor_lost);
                         break;
                     }
                 }
@@ -199,8 +223,7 @@ impl ExecutorClient {
             loop {
                 match read_frame::<_, ServerFrame>(&mut rd).await {
                     Ok(ServerFrame::Reply { id, result }) => {
-                        let waiter = p.lock().ok().and_then(|mut m| m.remove(&id));
-                        if let Some(w) = waiter {
+                        if let Some(w) = p.take(id) {
                             let _ = w.send(result);
                         }
                     }
@@ -256,13 +279,7 @@ impl ExecutorClient {
                     c.close();
                 }
             }
-            let waiters: Vec<_> = p
-                .lock()
-                .map(|mut m| m.drain().collect())
-                .unwrap_or_default();
-            for (_, w) in waiters {
-                let _ = w.send(Err(executor_lost()));
-            }
+            p.close(executor_lost);
             if let Ok(mut g) = pty_r.lock() {
                 g.take();
             }
@@ -291,68 +308,92 @@ impl ExecutorClient {
     /// Sends a request and waits for its reply. Dropping the future cancels the request on
     /// the executor (a foreground command is killed).
     pub async fn call(&self, request: Request) -> Result<Reply, WireError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.call_with_id(id, request).await
+        match self.attempt(request, None).await {
+            Attempt::Answered(result) => result,
+            Attempt::Unsent(_) => Err(executor_lost()),
+        }
     }
 
-    async fn call_with_id(&self, id: u64, request: Request) -> Result<Reply, WireError> {
+    /// Sends `request` and waits for its answer until its deadline, or until `until` when
+    /// that comes first. A request that never left (the connection had ended) comes back as
+    /// [`Attempt::Unsent`].
+    pub async fn attempt(&self, request: Request, until: Option<Instant>) -> Attempt {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.attempt_with_id(id, request, until).await
+    }
+
+    /// The deadlines of this client's calls.
+    pub fn bounds(&self) -> CallBounds {
+        self.bounds
+    }
+
+    async fn attempt_with_id(&self, id: u64, request: Request, until: Option<Instant>) -> Attempt {
         let kind = request.kind();
-        let deadline = self.bounds.deadline(&request);
+        let bound = self.bounds.deadline(&request);
+        let due = match (bound, until) {
+            (Some(b), Some(u)) => Some(u.min(Instant::now() + b)),
+            (Some(b), None) => Some(Instant::now() + b),
+            (None, u) => u,
+        };
         // Inside a traced call: this round trip's span, whose context the request carries.
         let trip = crate::telemetry::call_span::round_trip(kind);
         let trace = trip.as_ref().and_then(|t| t.context);
         let call = async {
-            let (rx, guard) = self.send_request(id, request, trace).await?;
+            let (rx, guard) = match self.send_request(id, request, trace).await {
+                Ok(sent) => sent,
+                Err(NotSent::Gone(request)) => return Attempt::Unsent(request),
+                Err(NotSent::Refused(e)) => return Attempt::Answered(Err(e)),
+            };
             let result = rx.await.unwrap_or_else(|_| Err(executor_lost()));
             guard.disarm();
-            result
+            Attempt::Answered(result)
         };
-        let result = self.within_deadline(id, kind, deadline, call).await;
-        if let Some(t) = trip {
-            t.finish(&result);
-        }
-        result
-    }
-
-    async fn within_deadline(
-        &self,
-        id: u64,
-        kind: &'static str,
-        deadline: Option<Duration>,
-        call: impl std::future::Future<Output = Result<Reply, WireError>>,
-    ) -> Result<Reply, WireError> {
-        match deadline {
+        let attempt = match due {
             // Past the deadline the future is dropped, and with it the guard that cancels
             // the request on the executor.
-            Some(bound) => tokio::time::timeout(bound, call)
-                .await
-                .unwrap_or_else(|_| {
-                    tracing::warn!(
-                        id,
-                        kind,
-                        bound_ms = bound.as_millis() as u64,
-                        "the executor did not answer in time; the call failed with S216. Check that the executor process runs (not stopped or wedged)"
-                    );
-                    Err(no_answer(kind, bound))
-                }),
+            Some(due) => tokio::time::timeout_at(due, call).await.unwrap_or_else(|_| {
+                let bound = bound.unwrap_or_default();
+                tracing::warn!(
+                    id,
+                    kind,
+                    bound_ms = bound.as_millis() as u64,
+                    "the executor did not answer in time; the call failed with S216. Check that the executor process runs (not stopped or wedged)"
+                );
+                Attempt::Answered(Err(no_answer(kind, bound)))
+            }),
             None => call.await,
+        };
+        if let Some(t) = trip {
+            match &attempt {
+                Attempt::Answered(result) => t.finish(result),
+                Attempt::Unsent(_) => t.finish::<Reply>(&Err(executor_lost())),
+            }
+        }
+        attempt
+    }
+
+    async fn call_with_id(&self, id: u64, request: Request) -> Result<Reply, WireError> {
+        match self.attempt_with_id(id, request, None).await {
+            Attempt::Answered(result) => result,
+            Attempt::Unsent(_) => Err(executor_lost()),
         }
     }
 
     /// Registers the waiter of `id` and queues its request frame. The guard cancels the
-    /// request if it is dropped before being disarmed.
+    /// request if it is dropped before being disarmed. A request that cannot be written
+    /// because the connection ended comes back ([`NotSent::Gone`]).
     async fn send_request(
         &self,
         id: u64,
         request: Request,
         trace: Option<iii_shell_protocol::trace::TraceContext>,
-    ) -> Result<(oneshot::Receiver<Result<Reply, WireError>>, CancelOnDrop), WireError> {
-        if *self.closed.borrow() {
-            return Err(executor_lost());
+    ) -> Result<(oneshot::Receiver<Result<Reply, WireError>>, CancelOnDrop), NotSent> {
+        if self.is_closed() {
+            return Err(NotSent::Gone(request));
         }
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut m) = self.pending.lock() {
-            m.insert(id, tx);
+        if !self.pending.register(id, tx) {
+            return Err(NotSent::Gone(request));
         }
         let guard = CancelOnDrop {
             id,
@@ -365,38 +406,29 @@ impl ExecutorClient {
             Ok(b) => b,
             Err(e) => {
                 guard.disarm_quietly();
-                return Err(match e {
-                    FrameError::TooLarge(n) => {
-                        tracing::warn!(
-                            bytes = n,
-                            "a frame for the executor is over the size limit; failing that request"
-                        );
-                        WireError::new(
-                            Code::S216,
-                            format!(
-                                "request of {n} bytes exceeds the executor socket's frame limit"
-                            ),
-                        )
-                    }
-                    other => {
-                        WireError::new(Code::S216, format!("cannot encode the request: {other}"))
-                    }
-                });
+                return Err(NotSent::Refused(refused_frame(e)));
             }
         };
-        match send_now(&self.wr, bytes) {
-            Ok(Sent::Done) => {}
-            Ok(Sent::Busy) => {
-                if self.tx.send(frame).await.is_err() {
-                    return Err(executor_lost());
+        let unsent = match send_now(&self.wr, bytes) {
+            Ok(Sent::Done) => None,
+            Ok(Sent::Busy) => self.tx.send(frame).await.err().map(|e| e.0),
+            Err(e) => {
+                // Nothing of the frame was written: the executor never saw it.
+                tracing::warn!(error = %e, "write to executor failed; the call goes to the next executor");
+                self.pending.close(executor_lost);
+                Some(frame)
+            }
+        };
+        match unsent {
+            None => Ok((rx, guard)),
+            Some(frame) => {
+                guard.disarm_quietly();
+                match frame {
+                    ClientFrame::Request { request, .. } => Err(NotSent::Gone(request)),
+                    _ => Err(NotSent::Refused(executor_lost())),
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "write to executor failed");
-                return Err(executor_lost());
-            }
         }
-        Ok((rx, guard))
     }
 
     /// Sends a request whose reply is followed by an output stream (a streamed read).
@@ -468,7 +500,10 @@ impl ExecutorClient {
                 if let Ok(mut r) = self.routes.lock() {
                     r.credits.remove(&id);
                 }
-                return Err(e);
+                return Err(match e {
+                    NotSent::Gone(_) => executor_lost(),
+                    NotSent::Refused(e) => e,
+                });
             }
         };
         let call = async move { rx.await.unwrap_or_else(|_| Err(executor_lost())) };
@@ -525,8 +560,9 @@ impl ExecutorClient {
         self.events.subscribe()
     }
 
+    /// The connection has ended (the reader saw it close, or a write failed).
     pub fn is_closed(&self) -> bool {
-        *self.closed.borrow()
+        *self.closed.borrow() || self.pending.is_closed()
     }
 
     /// Resolves when the connection to the executor has ended.
@@ -550,9 +586,7 @@ impl CancelOnDrop {
 
     /// For a request that was never sent: forget its waiter, send no cancel.
     fn disarm_quietly(mut self) {
-        if let Ok(mut m) = self.pending.lock() {
-            m.remove(&self.id);
-        }
+        self.pending.take(self.id);
         self.armed = false;
     }
 }
@@ -560,10 +594,25 @@ impl CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            if let Ok(mut m) = self.pending.lock() {
-                m.remove(&self.id);
-            }
+            self.pending.take(self.id);
             let _ = self.tx.try_send(ClientFrame::Cancel { id: self.id });
         }
+    }
+}
+
+/// The answer of a request refused while encoding, before a byte was written.
+fn refused_frame(e: FrameError) -> WireError {
+    match e {
+        FrameError::TooLarge(n) => {
+            tracing::warn!(
+                bytes = n,
+                "a frame for the executor is over the size limit; failing that request"
+            );
+            WireError::new(
+                Code::S216,
+                format!("request of {n} bytes exceeds the executor socket's frame limit"),
+            )
+        }
+        other => WireError::new(Code::S216, format!("cannot encode the request: {other}")),
     }
 }

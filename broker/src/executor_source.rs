@@ -39,10 +39,9 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
     UnixStream::from_std(s)
 }
 
-/// Installs `client`, then hands it the newest policy.
+/// Hands `client` the newest policy, then installs it: calls waiting for a new executor
+/// reach it only once it holds the policy in force.
 async fn install(services: &Arc<Services>, client: ExecutorClient) {
-    services.install_executor(client.clone());
-    crate::pty_delivery::subscribe(&services.pty, &client);
     if let Some(rt) = services.snapshots.get() {
         if let Err(e) = client
             .call(Request::SetPolicy {
@@ -54,6 +53,8 @@ async fn install(services: &Arc<Services>, client: ExecutorClient) {
             tracing::error!(error = %e, "the executor refused the current policy; it exceeds the pinned envelope or names a missing root: fix the configuration entry or widen /etc/iii-shell/envelope.yaml (shell::config-status shows the reason)");
         }
     }
+    services.install_executor(client.clone());
+    crate::pty_delivery::subscribe(&services.pty, &client);
     // The change feed's watchers live in the executor: start them on this one.
     services.executor_ready(&client);
     tracing::info!(pid = client.pid, "executor running");
@@ -83,6 +84,9 @@ impl ExecutorSource {
                     .await
                     .map_err(|e| e.to_string())?;
                 install(&services, client).await;
+                if control.is_some() {
+                    services.executor.expect_replacements();
+                }
                 let task = tokio::spawn(async move {
                     let Some(control) = control else { return };
                     receive_respawns(services, control).await;
@@ -90,6 +94,7 @@ impl ExecutorSource {
                 Ok(Executors { task })
             }
             ExecutorSource::Path(path) => {
+                services.executor.expect_replacements();
                 let task = tokio::spawn(async move { reconnect_loop(services, path).await });
                 Ok(Executors { task })
             }

@@ -14,6 +14,7 @@ pub mod functions;
 pub mod job_book;
 pub mod lifecycle;
 pub mod logging;
+pub mod pending_calls;
 pub mod pty_delivery;
 pub mod sandbox_jobs;
 pub mod schema;

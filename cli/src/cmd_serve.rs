@@ -5,9 +5,11 @@
 //! starts the broker as an unprivileged user (`confinement.broker_user`) when run as root.
 //! Then it drops its own capabilities, sets no_new_privs and the seccomp deny filter, and
 //! only watches: when the executor dies it starts a new one and hands its socket to the
-//! broker over a control socket (the broker cannot exec anything itself); when the broker
-//! exits it exits with the broker's status; SIGTERM/SIGINT are forwarded to the broker, which
-//! stops taking calls, answers those in flight and exits.
+//! broker over a control socket (the broker cannot exec anything itself), after a wait that
+//! grows while executors die young ([`crate::respawn_backoff`]); when the broker dies on its
+//! own it lets the executor go and starts a new pair (`serve_loop`), and when the broker
+//! exits after a shutdown it exits with the broker's status; SIGTERM/SIGINT are forwarded to
+//! the broker, which stops taking calls, answers those in flight and exits.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command, Stdio};
@@ -16,6 +18,7 @@ use std::time::Duration;
 use iii_shell_protocol::config::{Config, ConfinementMode};
 
 use crate::cli::ServeArgs;
+use crate::respawn_backoff::respawn_delay;
 use iii_shell_broker::confine::lookup_user;
 use iii_shell_broker::executor_source::send_fd;
 use iii_shell_broker::spawn_executor::{clear_cloexec, spawn_executor_raw};
@@ -53,22 +56,14 @@ pub fn run(args: ServeArgs) -> i32 {
         Some(p) => vec!["--pin-config".into(), p.display().to_string()],
         None => Vec::new(),
     };
-    let (executor, broker_end) = match spawn_executor_raw(&exe, &executor_args) {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the executor; check that this binary is executable and that the process limits (ulimit -u, the unit's TasksMax) allow two more processes");
-            return 1;
-        }
+    let starter = Starter {
+        exe,
+        executor_args,
+        args,
+        seed: seed.clone(),
     };
-    let (broker, control) = match spawn_broker(&exe, &args, &seed, broker_end) {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::error!("cannot start the broker: {e}; set confinement.broker_user to an existing unprivileged user (useradd --system NAME)");
-            let mut executor = executor;
-            let _ = executor.kill();
-            let _ = executor.wait();
-            return 1;
-        }
+    let Some(pair) = starter.start_pair() else {
+        return 1;
     };
     // The supervisor reads nothing from the network or the broker; it only starts executors
     // and hands their sockets over. It keeps its capabilities so that a respawned executor
@@ -90,7 +85,83 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(supervise(exe, executor_args, executor, broker, control))
+    rt.block_on(serve_loop(starter, pair))
+}
+
+/// What `serve` needs to start the two halves again.
+struct Starter {
+    exe: std::path::PathBuf,
+    executor_args: Vec<String>,
+    args: ServeArgs,
+    seed: Config,
+}
+
+/// A running executor and broker, and our end of the broker's control socket.
+struct Pair {
+    executor: Child,
+    broker: Child,
+    control: OwnedFd,
+}
+
+impl Starter {
+    /// Starts an executor and a broker joined to it; `None` (logged) when either fails.
+    fn start_pair(&self) -> Option<Pair> {
+        let (executor, broker_end) = match spawn_executor_raw(&self.exe, &self.executor_args) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the executor; check that this binary is executable and that the process limits (ulimit -u, the unit's TasksMax) allow two more processes");
+                return None;
+            }
+        };
+        match spawn_broker(&self.exe, &self.args, &self.seed, broker_end) {
+            Ok((broker, control)) => Some(Pair {
+                executor,
+                broker,
+                control,
+            }),
+            Err(e) => {
+                tracing::error!("cannot start the broker: {e}; set confinement.broker_user to an existing unprivileged user (useradd --system NAME)");
+                let mut executor = executor;
+                let _ = executor.kill();
+                let _ = executor.wait();
+                None
+            }
+        }
+    }
+}
+
+/// Supervises pairs of halves: when the broker dies (a signal, or a failure status) while
+/// no shutdown was asked for, its executor is let go with its jobs and terminals (their
+/// records lived in the broker), and a new pair starts after the respawn wait
+/// ([`respawn_delay`]), so the worker serves again without help from its launcher (the
+/// engine's `iii worker add` launcher does not restart a worker that exited). A broker
+/// that exits with status 0 (it was told to stop) ends `serve` with status 0.
+async fn serve_loop(starter: Starter, first: Pair) -> i32 {
+    let mut pair = first;
+    let mut last_delay: Option<Duration> = None;
+    loop {
+        let started = std::time::Instant::now();
+        let Pair {
+            executor,
+            broker,
+            control,
+        } = pair;
+        let code = match supervise(&starter, executor, broker, control).await {
+            Ended::Exit(code) => return code,
+            Ended::BrokerDied(code) => code,
+        };
+        let delay = respawn_delay(last_delay, started.elapsed());
+        last_delay = Some(delay);
+        tracing::error!(code, delay_ms = delay.as_millis() as u64, "the broker died; its executor, jobs and terminals went with it, and a new broker and executor are starting (the lines above say why it died)");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = crate::cmd_executor::shutdown_signal() => return code,
+        }
+        pair = match starter.start_pair() {
+            Some(p) => p,
+            None => return code,
+        };
+    }
 }
 
 fn harden_supervisor(seed: &Config) -> Result<(), String> {
@@ -209,6 +280,14 @@ enum Exit {
     Broker(i32),
 }
 
+/// How one pair's supervision ended.
+enum Ended {
+    /// `serve` ends with this status (a shutdown, or the broker's clean exit).
+    Exit(i32),
+    /// The broker died on its own, with this status: a new pair starts.
+    BrokerDied(i32),
+}
+
 fn wait_thread(mut child: Child, tx: tokio::sync::mpsc::UnboundedSender<(u32, Option<i32>)>) {
     let pid = child.id();
     std::thread::spawn(move || {
@@ -225,19 +304,16 @@ fn wait_thread(mut child: Child, tx: tokio::sync::mpsc::UnboundedSender<(u32, Op
 /// before it takes the exit for a failure and starts a new executor.
 const CLEAN_EXIT_GRACE: Duration = Duration::from_secs(5);
 
-async fn supervise(
-    exe: std::path::PathBuf,
-    executor_args: Vec<String>,
-    executor: Child,
-    broker: Child,
-    control: OwnedFd,
-) -> i32 {
+async fn supervise(starter: &Starter, executor: Child, broker: Child, control: OwnedFd) -> Ended {
+    let (exe, executor_args) = (&starter.exe, &starter.executor_args);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let broker_pid = broker.id();
     let mut executor_pid = executor.id();
     wait_thread(executor, tx.clone());
     wait_thread(broker, tx.clone());
-    let mut backoff = Duration::from_millis(100);
+    // The wait before the last respawn, and when the executor now running started.
+    let mut last_delay: Option<Duration> = None;
+    let mut started = std::time::Instant::now();
     let mut executor_alive = true;
     // Set by SIGTERM/SIGINT: from then on no executor is started again.
     let mut stopping = false;
@@ -251,7 +327,7 @@ async fn supervise(
                     Some((pid, code)) if pid == broker_pid => Exit::Broker(code.unwrap_or(1)),
                     Some((pid, code)) if pid == executor_pid => Exit::Executor(code),
                     Some(_) => continue,
-                    None => return 1,
+                    None => return Ended::Exit(1),
                 },
                 _ = crate::cmd_executor::shutdown_signal() => {
                     tracing::info!("forwarding the shutdown to the broker");
@@ -281,7 +357,11 @@ async fn supervise(
                     }
                 }
                 kill_what_it_left(executor_pid, broker_pid);
-                return code;
+                return if stopping || code == 0 {
+                    Ended::Exit(code)
+                } else {
+                    Ended::BrokerDied(code)
+                };
             }
             Exit::Executor(code) => {
                 executor_alive = false;
@@ -294,10 +374,11 @@ async fn supervise(
                 }
                 // A clean exit is usually the first half of a shutdown (the broker closed
                 // its connection, or the whole group got SIGTERM): wait for the other half.
+                let delay = respawn_delay(last_delay, started.elapsed());
                 let grace = if code == Some(0) {
                     CLEAN_EXIT_GRACE
                 } else {
-                    backoff
+                    delay
                 };
                 let sleep = tokio::time::sleep(grace);
                 tokio::pin!(sleep);
@@ -310,7 +391,7 @@ async fn supervise(
                                 break true;
                             }
                             Some(_) => continue,
-                            None => return 1,
+                            None => return Ended::Exit(1),
                         },
                         _ = crate::cmd_executor::shutdown_signal() => {
                             tracing::info!("forwarding the shutdown to the broker");
@@ -325,13 +406,15 @@ async fn supervise(
                     tracing::info!(pid = dead, "the executor exited during shutdown");
                     continue;
                 }
+                let delay_ms = grace.as_millis() as u64;
                 match code {
-                    Some(0) => tracing::warn!(pid = dead, "the executor exited on its own; starting a new one"),
-                    Some(c) if c > 128 => tracing::error!(pid = dead, signal = c - 128, "the executor was killed; its commands and jobs were killed with it and a new executor is starting (look for the OOM killer or an operator's kill in the system log)"),
-                    c => tracing::error!(pid = dead, code = ?c, "the executor failed; its commands and jobs were killed with it and a new executor is starting (its log lines above say why)"),
+                    Some(0) => tracing::warn!(pid = dead, delay_ms, "the executor exited on its own; starting a new one"),
+                    Some(c) if c > 128 => tracing::error!(pid = dead, signal = c - 128, delay_ms, "the executor was killed; its commands and jobs were killed with it and a new executor is starting (look for the OOM killer or an operator's kill in the system log)"),
+                    c => tracing::error!(pid = dead, code = ?c, delay_ms, "the executor failed; its commands and jobs were killed with it and a new executor is starting (its log lines above say why)"),
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                match spawn_executor_raw(&exe, &executor_args) {
+                last_delay = Some(delay);
+                started = std::time::Instant::now();
+                match spawn_executor_raw(exe, executor_args) {
                     Ok((child, end)) => {
                         executor_pid = child.id();
                         executor_alive = true;

@@ -12,3 +12,4 @@ pub mod cmd_executor;
 pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod heap;
+pub mod respawn_backoff;

@@ -368,3 +368,153 @@ async fn a_stopped_executor_answers_every_caller_by_the_deadline() {
     let st = h.ok("shell::fs::stat", json!({"path": "/"})).await;
     assert!(st.is_object(), "{st}");
 }
+
+/// Calls made in a stream while the executor is SIGKILLed, so that some arrive as it dies
+/// and some while the supervisor waits before starting the next one: every one is answered,
+/// and those made after it died are served by the next one instead of failing at once. A
+/// call that may have reached the executor before it died may fail with S216 (it may have
+/// run); nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_during_an_executor_restart_wait_for_the_next_executor() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let caller = Arc::new(engine.client().await);
+    let first = w.wait_executor(None).await;
+    let mut calls = Vec::new();
+    for i in 0..40 {
+        if i == 5 {
+            sigkill(first);
+        }
+        let c = caller.clone();
+        calls.push(tokio::spawn(async move {
+            c.call(
+                "shell::exec",
+                json!({"command": "echo", "args": [format!("n{i}")]}),
+            )
+            .await
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut served_after = 0;
+    for (i, call) in calls.into_iter().enumerate() {
+        let r = tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .unwrap_or_else(|_| panic!("call {i} was never answered; stderr:\n{}", w.stderr()))
+            .unwrap();
+        match r {
+            Ok(v) => {
+                assert_eq!(v["stdout"], format!("n{i}\n"), "{v}");
+                if i >= 10 {
+                    served_after += 1;
+                }
+            }
+            Err(e) => {
+                // Only a call that can have reached the executor before it died.
+                assert!(
+                    i < 10,
+                    "call {i}, made after the executor died, failed: {e:?}; stderr:\n{}",
+                    w.stderr()
+                );
+                assert_eq!(e.code, "S216", "{e:?}");
+            }
+        }
+    }
+    assert_eq!(served_after, 30);
+    assert_ne!(w.wait_executor(Some(first)).await, first);
+}
+
+/// After the executor has run for the documented healthy time, its death costs the first
+/// wait again, however many executors died before (the wait had stuck at 5 s after five
+/// deaths in the worker's life).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_respawn_wait_resets_after_a_healthy_run() {
+    let engine = TestEngine::start().await;
+    let w = start_ready(&engine).await;
+    let mut pid = w.wait_executor(None).await;
+    // Six quick deaths: 100, 200, 400, 800, 1600, 3200 ms.
+    for _ in 0..6 {
+        sigkill(pid);
+        pid = w.wait_executor(Some(pid)).await;
+    }
+    let killed = |w: &Worker| w.log_lines("the executor was killed");
+    assert!(
+        eventually(WAIT, || killed(&w).len() == 6).await,
+        "{}",
+        w.stderr()
+    );
+    assert!(
+        killed(&w)[5].trim_end().ends_with("delay_ms=3200"),
+        "{:?}",
+        killed(&w)
+    );
+    tokio::time::sleep(iii_shell::respawn_backoff::HEALTHY_RUN + Duration::from_millis(500)).await;
+    sigkill(pid);
+    w.wait_executor(Some(pid)).await;
+    assert!(
+        eventually(WAIT, || killed(&w).len() == 7).await,
+        "{}",
+        w.stderr()
+    );
+    let last = &killed(&w)[6];
+    assert!(last.trim_end().ends_with("delay_ms=100"), "{last}");
+}
+
+/// A broker that dies (SIGKILL) takes its executor, jobs and terminals with it, and
+/// `serve` starts a new pair by itself: the worker connects again and serves, with no job
+/// process left behind and no help from its launcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_broker_is_replaced_with_a_new_pair() {
+    let engine = TestEngine::start().await;
+    let mut w = start_ready(&engine).await;
+    let caller = engine.client().await;
+    let executor = w.wait_executor(None).await;
+    let m = w.marker(600);
+    caller
+        .call(
+            "shell::exec_bg",
+            json!({"command": "sleep", "args": [m.clone()]}),
+        )
+        .await
+        .unwrap();
+    assert!(eventually(WAIT, || !procs_with(&format!("sleep {m}")).is_empty()).await);
+    let broker = broker_pid(&w).expect("a broker");
+    sigkill(broker);
+    assert!(
+        eventually(WAIT, || broker_pid(&w).is_some_and(|b| b != broker)).await,
+        "no new broker; stderr:\n{}",
+        w.stderr()
+    );
+    assert!(w.try_exit().is_none(), "serve exited: {}", w.stderr());
+    let second = w.wait_executor(Some(executor)).await;
+    assert_ne!(second, executor);
+    assert!(
+        procs_with(&format!("sleep {m}")).is_empty(),
+        "the dead broker's job outlived it"
+    );
+    assert_eq!(w.log_lines("the broker died").len(), 1, "{}", w.stderr());
+    // The new broker registers again and serves.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match caller
+            .call("shell::exec", json!({"command": "echo", "args": ["back"]}))
+            .await
+        {
+            Ok(v) => {
+                assert_eq!(v["stdout"], "back\n");
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{e:?}; stderr:\n{}",
+                    w.stderr()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    // A shutdown still ends the whole worker with status 0.
+    w.signal(Signal::SIGTERM);
+    let status = w.wait_exit(Duration::from_secs(20)).await.expect("exits");
+    assert_eq!(status.code(), Some(0), "{}", w.stderr());
+}
