@@ -24,6 +24,7 @@ pub mod launcher;
 pub mod pids_v1;
 pub mod plan;
 pub mod prestarted;
+pub mod privileges;
 pub mod process_limits;
 pub mod procfs;
 pub mod reaper;

@@ -43,6 +43,7 @@ use crate::cgroups::{JobCgroup, JobCgroups, JobLimits};
 use crate::child::{self, sys};
 use crate::clone3::Clone3;
 use crate::plan::{ChildConfinement, ExecImage};
+use crate::privileges::{Kernel, Privileges};
 use crate::reaper::ROOTS;
 use crate::spawn::{pipe, DevNull};
 use crate::stack::Stack;
@@ -270,6 +271,50 @@ impl Drop for ChildMemory {
 }
 
 impl Block {
+    /// A block for a child that will hold `sock` (its end of the hand-over socket), apply
+    /// `confinement`, join the v1 `pids` twin `pids_procs` (-1: none) and make `stdio` its
+    /// 0, 1 and 2 (all above 2).
+    fn new(
+        sock: RawFd,
+        confinement: &ChildConfinement,
+        pids_procs: RawFd,
+        stdio: [RawFd; 3],
+    ) -> Box<Block> {
+        let mut block = Box::new(Block::empty());
+        block.sock = sock;
+        if let Some(f) = &confinement.seccomp {
+            block.fprog = f.fprog();
+        }
+        // Pointers into the block's own heap allocation, which does not move.
+        let this: *const Block = &*block;
+        block.setup = child::Setup {
+            name: NAME.as_ptr(),
+            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
+            join: [-1, pids_procs],
+            // The sources are all above 2 (checked by the caller), so no dup3 overwrites one
+            // still to be copied.
+            stdio,
+            no_new_privs: confinement.no_new_privs,
+            landlock_fd: confinement.landlock_fd.unwrap_or(-1),
+            seccomp: if confinement.seccomp.is_some() {
+                // SAFETY: a field of the block `this` points to, which is alive here.
+                unsafe { std::ptr::addr_of!((*this).fprog) }
+            } else {
+                std::ptr::null()
+            },
+            // Keep nothing else of the executor's open while waiting: only our socket.
+            keep_fd: sock,
+            // Only now, after the hand-over: a low open-files limit cannot drop a
+            // descriptor in transit.
+            rlimits: confinement.rlimits,
+            drop_pending: true,
+            wait: Some(handover),
+            wait_arg: this as *const c_void,
+            ..child::Setup::new()
+        };
+        block
+    }
+
     fn empty() -> Block {
         Block {
             state: AtomicU32::new(SETUP),
@@ -342,38 +387,12 @@ impl Prestarted {
         // SAFETY: both descriptors are new and owned by nobody else.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let mut block = Box::new(Block::empty());
-        block.sock = theirs.as_raw_fd();
-        if let Some(f) = &confinement.seccomp {
-            block.fprog = f.fprog();
-        }
-        // Pointers into the block's own heap allocation, which does not move.
-        let this: *const Block = &*block;
-        block.setup = child::Setup {
-            name: NAME.as_ptr(),
-            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
-            join: [-1, cgroup.target().pids_procs],
-            // The sources are all above 2 (checked above), so no dup3 overwrites one still to
-            // be copied.
-            stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
-            no_new_privs: confinement.no_new_privs,
-            landlock_fd: confinement.landlock_fd.unwrap_or(-1),
-            seccomp: if confinement.seccomp.is_some() {
-                // SAFETY: a field of the block `this` points to, which is alive here.
-                unsafe { std::ptr::addr_of!((*this).fprog) }
-            } else {
-                std::ptr::null()
-            },
-            // Keep nothing else of the executor's open while waiting: only our socket.
-            keep_fd: theirs.as_raw_fd(),
-            // Only now, after the hand-over: a low open-files limit cannot drop a
-            // descriptor in transit.
-            rlimits: confinement.rlimits,
-            drop_pending: true,
-            wait: Some(handover),
-            wait_arg: this as *const c_void,
-            ..child::Setup::new()
-        };
+        let mut block = Block::new(
+            theirs.as_raw_fd(),
+            confinement,
+            cgroup.target().pids_procs,
+            [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+        );
         let stack = match Stack::new(STACK) {
             Ok(s) => s,
             Err(e) => {
@@ -673,39 +692,33 @@ fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
 extern "C" fn prestarted_main(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the Block the parent keeps alive until this child is reaped; the
     // routine makes raw system calls that neither allocate nor touch errno.
+    unsafe { run_in(&Kernel, &*(arg as *const Block)) }
+}
+
+/// The child's life on `p`: the routine, then (it returns only when a step failed) the
+/// failure reported in the block.
+unsafe fn run_in<P: Privileges>(p: &P, b: &Block) -> libc::c_int {
+    // SAFETY (caller): the block is alive, its setup's pointers valid.
     unsafe {
-        let b = &*(arg as *const Block);
-        let rc = child::run(&b.setup);
-        fail(b, rc)
+        let rc = child::steps(p, &b.setup);
+        fail(p, b, rc)
     }
 }
 
 /// Wakes a launch waiting for the child's state to change.
-unsafe fn wake(b: &Block) {
+unsafe fn wake<P: Privileges>(p: &P, b: &Block) {
     // SAFETY (caller): FUTEX_WAKE on a word of the block, which is alive.
-    unsafe {
-        sys(
-            libc::SYS_futex,
-            [
-                b.state.as_ptr() as usize,
-                (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize,
-                1,
-                0,
-                0,
-                0,
-            ],
-        );
-    }
+    unsafe { p.wake(&b.state) }
 }
 
 /// Reports a failed step (`rc` is `-errno`) in the block and exits.
-unsafe fn fail(b: &Block, rc: isize) -> libc::c_int {
+unsafe fn fail<P: Privileges>(p: &P, b: &Block, rc: isize) -> libc::c_int {
     b.err.store((-rc) as i32, Ordering::Release);
     b.state.store(FAILED, Ordering::Release);
     // SAFETY (caller): the block is alive; exit_group takes a plain integer.
     unsafe {
-        wake(b);
-        sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+        wake(p, b);
+        p.exit_group(127);
     }
     127
 }
@@ -719,7 +732,7 @@ unsafe fn handover(arg: *const c_void) -> Result<child::Command, isize> {
         let b = &*(arg as *const Block);
         let sock = b.sock as usize;
         b.state.store(READY, Ordering::Release);
-        wake(b);
+        wake(&Kernel, b);
         let mut byte = [0u8; 1];
         let mut iov = libc::iovec {
             iov_base: byte.as_mut_ptr() as *mut c_void,

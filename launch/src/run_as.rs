@@ -14,6 +14,7 @@ use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::{Config, ConfinementMode, RunAs as RunAsConfig};
 
 use crate::cgroups::JobCgroups;
+use crate::privileges::{Kernel, Privileges};
 
 /// `nobody`: what commands run as in a jail whose primary root is owned by root.
 pub const NOBODY: u32 = 65534;
@@ -356,11 +357,21 @@ impl RunAs {
 }
 
 fn switch(d: &Decision, groups: &[u32], cgroups: &JobCgroups) -> Result<(), String> {
-    use caps::CapSet;
+    if d.uid != 0 {
+        // Before the switch: handing the cgroup base over needs CAP_CHOWN.
+        cgroups.hand_to(d.uid, d.gid);
+    }
+    become_user(&Kernel, d, groups)
+}
+
+/// The switch itself on `p`: root keeps root but drops the retained capabilities the
+/// envelope does not keep; any other user gets its groups, gid, then uid, and must be left
+/// with no capability. Stops at the first step that fails.
+fn become_user<P: Privileges>(p: &P, d: &Decision, groups: &[u32]) -> Result<(), String> {
     if d.uid == 0 {
         // Staying root: the retained capabilities must go from every thread, and capset only
         // reaches the calling one.
-        let threads = thread_count();
+        let threads = p.threads();
         if threads != 1 {
             return Err(format!(
                 "commands would run as root, but the retained set-up capabilities cannot be dropped on {threads} threads; run the executor with III_SHELL_EXECUTOR_THREADS=1 or set confinement.run_as to an unprivileged user"
@@ -368,51 +379,24 @@ fn switch(d: &Decision, groups: &[u32], cgroups: &JobCgroups) -> Result<(), Stri
         }
         // Those the envelope keeps (`confinement.capabilities`) are in the bounding set,
         // which was reduced to exactly that list: they stay.
-        for c in RETAINED
-            .into_iter()
-            .filter(|c| !caps::has_cap(None, CapSet::Bounding, *c).unwrap_or(false))
-        {
-            caps::drop(None, CapSet::Effective, c).map_err(|e| format!("drop {c}: {e}"))?;
-            caps::drop(None, CapSet::Permitted, c).map_err(|e| format!("drop {c}: {e}"))?;
+        for c in RETAINED.into_iter().filter(|c| !p.in_bounding(*c)) {
+            p.drop_capability(c).map_err(|e| format!("drop {c}: {e}"))?;
         }
         return Ok(());
     }
-    cgroups.hand_to(d.uid, d.gid);
     // glibc applies each of these to every thread of the process. Leaving uid 0 in all three
     // ids clears the permitted and effective sets (no SECBIT_KEEP_CAPS), so the retained
     // capabilities go with it.
-    // SAFETY: `groups` outlives the call; the others take plain integers.
-    unsafe {
-        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
-            return Err(format!("setgroups: {}", std::io::Error::last_os_error()));
-        }
-        if libc::setresgid(d.gid, d.gid, d.gid) != 0 {
-            return Err(format!(
-                "setresgid({}): {}",
-                d.gid,
-                std::io::Error::last_os_error()
-            ));
-        }
-        if libc::setresuid(d.uid, d.uid, d.uid) != 0 {
-            return Err(format!(
-                "setresuid({}): {}",
-                d.uid,
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    let now = iii_shell_confine::caps::read();
-    if !now.effective.is_empty() || !now.permitted.is_empty() {
-        return Err(format!(
-            "capabilities survived the uid switch: {:?}",
-            now.permitted
-        ));
+    p.setgroups(groups).map_err(|e| format!("setgroups: {e}"))?;
+    p.setresgid(d.gid)
+        .map_err(|e| format!("setresgid({}): {e}", d.gid))?;
+    p.setresuid(d.uid)
+        .map_err(|e| format!("setresuid({}): {e}", d.uid))?;
+    let left = p.capabilities_left();
+    if !left.is_empty() {
+        return Err(format!("capabilities survived the uid switch: {left:?}"));
     }
     Ok(())
-}
-
-fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 #[cfg(test)]

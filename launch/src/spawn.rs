@@ -15,6 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::clone3::Clone3;
 pub use crate::plan::{CgroupTarget, ChildConfinement, EnvBlock, ExecImage, SpawnPlan};
+use crate::privileges::{Kernel, Privileges};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A started child: its pid and a pidfd that becomes readable when it exits.
@@ -50,32 +51,7 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
     let envp_ptrs = plan.envp();
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
-        setup: crate::child::Setup {
-            // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
-            // cgroup only where clone3 did not start the child inside it (set below).
-            join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
-            stdio: [
-                plan.stdin.as_raw_fd(),
-                plan.stdout.as_raw_fd(),
-                plan.stderr.as_raw_fd(),
-            ],
-            ctty: plan.controlling_tty,
-            no_new_privs: plan.confinement.no_new_privs,
-            landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
-            seccomp: fprog
-                .as_ref()
-                .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
-            rlimits: plan.confinement.rlimits,
-            command: crate::child::Command {
-                program: plan.program.as_ptr(),
-                argv: argv_ptrs.as_ptr(),
-                envp: envp_ptrs.as_ptr(),
-                stdin: -1,
-                cwd: plan.cwd.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                tty: -1,
-            },
-            ..crate::child::Setup::new()
-        },
+        setup: setup_for(plan, &argv_ptrs, &envp_ptrs, fprog.as_ref()),
         err: 0,
         reached_exec: AtomicBool::new(false),
     };
@@ -180,17 +156,58 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
     Ok(child)
 }
 
+/// The child's setup for `plan`: its descriptors, confinement and command (`argv`, `envp`
+/// and `fprog` are the plan's, kept alive by the caller). The v2 job cgroup is left to
+/// clone3; [`spawn`] sets `join[0]` where the child must join it by a write.
+fn setup_for(
+    plan: &SpawnPlan,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    fprog: Option<&libc::sock_fprog>,
+) -> crate::child::Setup {
+    crate::child::Setup {
+        // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
+        // cgroup only where clone3 did not start the child inside it.
+        join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
+        stdio: [
+            plan.stdin.as_raw_fd(),
+            plan.stdout.as_raw_fd(),
+            plan.stderr.as_raw_fd(),
+        ],
+        ctty: plan.controlling_tty,
+        no_new_privs: plan.confinement.no_new_privs,
+        landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
+        seccomp: fprog.map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        rlimits: plan.confinement.rlimits,
+        command: crate::child::Command {
+            program: plan.program.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            stdin: -1,
+            cwd: plan.cwd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            tty: -1,
+        },
+        ..crate::child::Setup::new()
+    }
+}
+
 /// Runs in the child, on the child stack, sharing the parent's memory: the one child
 /// routine, then the failure reported to the parent.
 extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the ChildCtx the parent passed, alive until we exec or exit (the parent
-    // is suspended meanwhile); `child::run` makes only raw system calls on it.
+    // is suspended meanwhile); the routine makes only raw system calls on it.
+    unsafe { run_in(&Kernel, arg as *mut ChildCtx) }
+}
+
+/// The child's life on `p`: the routine, then (it returns only when a step failed) the
+/// errno written where the parent reads it, and exit status 127.
+unsafe fn run_in<P: Privileges>(p: &P, ctx: *mut ChildCtx) -> libc::c_int {
+    // SAFETY (caller): `ctx` is alive and its setup's pointers valid.
     unsafe {
-        let ctx = arg as *mut ChildCtx;
-        let rc = crate::child::run(&(*ctx).setup);
+        let rc = crate::child::steps(p, &(*ctx).setup);
         let err = if rc < 0 { (-rc) as i32 } else { libc::ECHILD };
         std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctx).err), err);
-        crate::child::sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+        p.exit_group(127);
         127
     }
 }
