@@ -809,3 +809,126 @@ fn sent_flags(stdin: bool, cwd: bool, tty: bool) -> u32 {
         | (if cwd { SENT_CWD } else { 0 })
         | (if tty { SENT_TTY } else { 0 })
 }
+
+/// The order of a pre-started process's steps (before and after the hand-over), and what a
+/// failed step leaves in its block for the executor, on the recording fake.
+#[cfg(test)]
+mod seam_tests {
+    use super::*;
+    use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
+
+    /// A block as `Prestarted::start` makes it: socket 9, pids twin 42, stdio 10-12.
+    fn block() -> Box<Block> {
+        Block::new(9, &confinement(), 42, [10, 11, 12])
+    }
+
+    fn image() -> ExecImage {
+        let argv = ["cat".to_string(), "-n".to_string()];
+        ExecImage::new("/bin/cat", &argv, Default::default(), &[]).unwrap()
+    }
+
+    /// The fake hands over `image` with these descriptors.
+    fn recorder(image: &ExecImage, stdin: RawFd, cwd: RawFd, tty: RawFd) -> Recorder {
+        let mut p = Recorder::default();
+        p.command = child::Command {
+            program: image.program_ptr(),
+            argv: image.argv_ptr(),
+            envp: image.envp_ptr(),
+            stdin,
+            cwd,
+            tty,
+        };
+        p
+    }
+
+    fn full_run(stdin: RawFd, cwd: RawFd, tty: RawFd) -> Vec<Call> {
+        let mut calls = vec![
+            Call::DefaultSignals,
+            Call::SetName("iii-prestarted".into()),
+            Call::Setsid,
+            Call::JoinCgroup(42),
+            Call::DupOnto(10, 0),
+            Call::DupOnto(11, 1),
+            Call::DupOnto(12, 2),
+            Call::NoNewPrivs,
+            Call::LandlockRestrictSelf(50),
+            Call::SeccompInstall(3),
+            Call::CloseDescriptors { keep: 9 },
+            Call::HandOver,
+        ];
+        if stdin >= 0 {
+            calls.push(Call::DupOnto(stdin, 0));
+        }
+        if tty >= 0 {
+            calls.extend([
+                Call::DupOnto(tty, 0),
+                Call::DupOnto(tty, 1),
+                Call::DupOnto(tty, 2),
+                Call::ControllingTty,
+            ]);
+        }
+        if cwd >= 0 {
+            calls.push(Call::Fchdir(cwd));
+        }
+        calls.extend([
+            Call::Setrlimit(libc::RLIMIT_NOFILE as i32, 64),
+            Call::Setrlimit(libc::RLIMIT_NPROC as i32, 99),
+            Call::DropPendingSignals,
+            Call::ClearSignalMask,
+            Call::Execve("/bin/cat".into(), vec!["cat".into(), "-n".into()]),
+        ]);
+        calls
+    }
+
+    /// The three kinds of hand-over: a command with stdin and cwd (`shell::exec`), one with
+    /// neither, and a terminal's program with a cwd (`shell::pty::open`).
+    const KINDS: [(RawFd, RawFd, RawFd); 3] = [(13, 14, -1), (-1, -1, -1), (-1, 14, 15)];
+
+    #[test]
+    fn a_prestarted_process_confines_itself_before_the_hand_over_in_this_exact_order() {
+        let image = image();
+        for (stdin, cwd, tty) in KINDS {
+            let p = recorder(&image, stdin, cwd, tty);
+            let b = block();
+            // SAFETY: the block and image are alive; the fake makes no system call.
+            assert_eq!(unsafe { run_in(&p, &b) }, 127);
+            let mut want = full_run(stdin, cwd, tty);
+            want.extend([Call::Wake, Call::ExitGroup(127)]);
+            assert_eq!(p.calls(), want, "stdin={stdin} cwd={cwd} tty={tty}");
+        }
+    }
+
+    #[test]
+    fn a_failed_step_is_the_last_one_run_and_the_executor_reads_its_errno() {
+        let image = image();
+        for (stdin, cwd, tty) in KINDS {
+            let full = full_run(stdin, cwd, tty);
+            for n in 0..full.len() {
+                let mut p = recorder(&image, stdin, cwd, tty);
+                p.fail = Some((n, libc::EACCES));
+                let b = block();
+                // SAFETY: as above.
+                assert_eq!(unsafe { run_in(&p, &b) }, 127);
+                let (want, failed) =
+                    expected_on_failure(&full, n, &[Call::Wake, Call::ExitGroup(127)]);
+                assert_eq!(p.calls(), want, "failing {:?}", full[n]);
+                if !failed {
+                    continue;
+                }
+                // What `launch`'s caller reads once the child is reaped: the spawn error.
+                let mut memory = ChildMemory {
+                    block: b,
+                    stack: None,
+                    image: ExecImage::default(),
+                    reaped: true,
+                };
+                match memory.outcome() {
+                    Outcome::ExecFailed(e) => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{:?}", full[n])
+                    }
+                    other => panic!("failing {:?}: {other:?}", full[n]),
+                }
+            }
+        }
+    }
+}

@@ -711,6 +711,63 @@ pub(crate) mod fake {
         out
     }
 
+    /// Steps whose failure the routines ignore (best effort): failing one changes nothing.
+    pub fn best_effort(call: &Call) -> bool {
+        matches!(
+            call,
+            Call::DefaultSignals
+                | Call::SetName(_)
+                | Call::CloseDescriptors { .. }
+                | Call::DropPendingSignals
+                | Call::ClearSignalMask
+                | Call::Wake
+                | Call::ExitGroup(_)
+                | Call::CapabilitiesLeft
+                | Call::Threads
+                | Call::InBounding(_)
+        )
+    }
+
+    /// A confinement with every layer: Landlock ruleset fd 50, a seccomp program of three
+    /// instructions, open files limited to 64 and processes to 99.
+    pub fn confinement() -> crate::plan::ChildConfinement {
+        let nop = libc::sock_filter {
+            code: 0,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        };
+        let mut rlimits = iii_shell_confine::Rlimits::default();
+        rlimits.entries[0] = (libc::RLIMIT_NOFILE as i32, 64);
+        rlimits.entries[1] = (libc::RLIMIT_NPROC as i32, 99);
+        rlimits.len = 2;
+        crate::plan::ChildConfinement {
+            rlimits,
+            no_new_privs: true,
+            landlock_fd: Some(50),
+            seccomp: Some(std::sync::Arc::new(iii_shell_confine::seccomp::Filter {
+                program: vec![nop; 3],
+                denied: Vec::new(),
+            })),
+        }
+    }
+
+    /// The calls of a run told to fail at `n` with `errno`, given the calls of the full run
+    /// (`full`) and what the routine does after a failure (`after`): a fallible step that
+    /// fails is the last step run; a best-effort one changes nothing.
+    pub fn expected_on_failure(full: &[Call], n: usize, after: &[Call]) -> (Vec<Call>, bool) {
+        if best_effort(&full[n]) {
+            let mut all = full.to_vec();
+            // A run that reached the end reports too (the fake's execve "returns").
+            all.extend_from_slice(after);
+            (all, false)
+        } else {
+            let mut upto = full[..=n].to_vec();
+            upto.extend_from_slice(after);
+            (upto, true)
+        }
+    }
+
     impl Privileges for Recorder {
         unsafe fn default_signals(&self) {
             self.record(Call::DefaultSignals);

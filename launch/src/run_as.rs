@@ -522,4 +522,98 @@ mod tests {
             .contains("does not exist"));
         assert_eq!(groups_of(4242, 4343), vec![4343]);
     }
+
+    fn user(uid: u32, gid: u32) -> Decision {
+        Decision {
+            uid,
+            gid,
+            why: "confinement.run_as".into(),
+            warning: None,
+        }
+    }
+
+    use crate::privileges::fake::{Call, Recorder};
+    use caps::Capability::{CAP_CHOWN, CAP_SETGID, CAP_SETUID};
+
+    #[test]
+    fn the_switch_sets_groups_then_gid_then_uid_then_checks_no_capability_is_left() {
+        let p = Recorder::default();
+        assert_eq!(become_user(&p, &user(1000, 100), &[27, 100]), Ok(()));
+        assert_eq!(
+            p.calls(),
+            vec![
+                Call::Setgroups(vec![27, 100]),
+                Call::Setresgid(100),
+                Call::Setresuid(1000),
+                Call::CapabilitiesLeft,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_switch_step_stops_the_switch_with_its_error() {
+        let full = [
+            Call::Setgroups(vec![100]),
+            Call::Setresgid(100),
+            Call::Setresuid(1000),
+        ];
+        let errors = [
+            "setgroups: Operation not permitted (os error 1)",
+            "setresgid(100): Operation not permitted (os error 1)",
+            "setresuid(1000): Operation not permitted (os error 1)",
+        ];
+        for n in 0..full.len() {
+            let p = Recorder::failing_at(n, libc::EPERM);
+            assert_eq!(
+                become_user(&p, &user(1000, 100), &[100]),
+                Err(errors[n].to_string())
+            );
+            assert_eq!(p.calls(), full[..=n].to_vec());
+        }
+    }
+
+    #[test]
+    fn capabilities_that_survive_the_switch_are_an_error() {
+        let mut p = Recorder::default();
+        p.left = vec!["CAP_SETUID".into()];
+        assert_eq!(
+            become_user(&p, &user(1000, 100), &[100]),
+            Err("capabilities survived the uid switch: [\"CAP_SETUID\"]".to_string())
+        );
+    }
+
+    #[test]
+    fn staying_root_drops_the_retained_capabilities_the_envelope_does_not_keep() {
+        let mut p = Recorder::default();
+        p.bounding = vec![CAP_CHOWN];
+        assert_eq!(become_user(&p, &user(0, 0), &[]), Ok(()));
+        assert_eq!(
+            p.calls(),
+            vec![
+                Call::Threads,
+                Call::InBounding(CAP_SETUID),
+                Call::DropCapability(CAP_SETUID),
+                Call::InBounding(CAP_SETGID),
+                Call::DropCapability(CAP_SETGID),
+                Call::InBounding(CAP_CHOWN),
+            ]
+        );
+        // A failed drop stops there.
+        let mut p = Recorder::failing_at(2, libc::EPERM);
+        p.bounding = vec![CAP_CHOWN];
+        assert_eq!(
+            become_user(&p, &user(0, 0), &[]),
+            Err("drop CAP_SETUID: Operation not permitted (os error 1)".to_string())
+        );
+        assert_eq!(p.calls().len(), 3);
+    }
+
+    #[test]
+    fn staying_root_on_several_threads_is_refused_before_any_drop() {
+        let mut p = Recorder::default();
+        p.threads = 2;
+        let e = become_user(&p, &user(0, 0), &[]).unwrap_err();
+        assert!(e.starts_with("commands would run as root, but the retained set-up capabilities cannot be dropped on 2 threads"), "{e}");
+        assert_eq!(p.calls(), vec![Call::Threads]);
+    }
 }

@@ -319,3 +319,143 @@ mod tests {
         assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
     }
 }
+
+/// The order of an ordinary spawn's steps, and what a failed step reports, on the recording
+/// fake (no root, no clone: the routine runs in the test's own thread).
+#[cfg(test)]
+mod seam_tests {
+    use super::*;
+    use crate::plan::CgroupTarget;
+    use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
+
+    /// A plan with every layer, in a job cgroup (dir 40, procs 41, v1 pids twin 42).
+    fn plan(tty: bool) -> SpawnPlan {
+        let argv = vec!["echo".to_string(), "hi".to_string()];
+        let fd = || open_dev_null().unwrap();
+        let mut plan = SpawnPlan::new(
+            "/bin/echo",
+            &argv,
+            vec![("A".into(), "1".into())],
+            fd(),
+            fd(),
+            fd(),
+        )
+        .unwrap();
+        plan.cwd = Some(fd());
+        plan.cgroup = Some(CgroupTarget {
+            dir: 40,
+            procs: 41,
+            pids_procs: 42,
+        });
+        plan.confinement = confinement();
+        plan.controlling_tty = tty;
+        plan
+    }
+
+    /// Runs the child's life for `plan` on `p` (`by_write`: clone3 was not used, so the
+    /// child joins the v2 cgroup itself); the calls, the errno written for the parent, and
+    /// whether the child got as far as execve.
+    fn run_on(p: &Recorder, plan: &SpawnPlan, by_write: bool) -> (Vec<Call>, i32, bool) {
+        let argv = plan.argv_ptrs();
+        let envp = plan.envp();
+        let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
+        let mut ctx = ChildCtx {
+            setup: setup_for(plan, &argv, &envp, fprog.as_ref()),
+            err: 0,
+            reached_exec: AtomicBool::new(false),
+        };
+        ctx.setup.reached_exec = &ctx.reached_exec;
+        if by_write {
+            ctx.setup.join[0] = plan.cgroup.map_or(-1, |c| c.procs);
+        }
+        // SAFETY: every pointer in the setup points into `plan`, `argv`, `envp`, `fprog` or
+        // `ctx`, all alive for the call; the fake makes no system call.
+        let status = unsafe { run_in(p, &mut ctx) };
+        assert_eq!(status, 127);
+        (p.calls(), ctx.err, ctx.reached_exec.load(Ordering::Acquire))
+    }
+
+    fn full_run(plan: &SpawnPlan, by_write: bool, tty: bool) -> Vec<Call> {
+        let fd = |f: &OwnedFd| f.as_raw_fd();
+        let mut calls = vec![Call::DefaultSignals, Call::Setsid];
+        if by_write {
+            calls.push(Call::JoinCgroup(41));
+        }
+        calls.extend([
+            Call::JoinCgroup(42),
+            Call::DupOnto(fd(&plan.stdin), 0),
+            Call::DupOnto(fd(&plan.stdout), 1),
+            Call::DupOnto(fd(&plan.stderr), 2),
+        ]);
+        if tty {
+            calls.push(Call::ControllingTty);
+        }
+        calls.extend([
+            Call::NoNewPrivs,
+            Call::LandlockRestrictSelf(50),
+            Call::SeccompInstall(3),
+            Call::CloseDescriptors { keep: -1 },
+            Call::Fchdir(fd(plan.cwd.as_ref().unwrap())),
+            Call::Setrlimit(libc::RLIMIT_NOFILE as i32, 64),
+            Call::Setrlimit(libc::RLIMIT_NPROC as i32, 99),
+            Call::ClearSignalMask,
+            Call::Execve("/bin/echo".into(), vec!["echo".into(), "hi".into()]),
+        ]);
+        calls
+    }
+
+    #[test]
+    fn a_foreground_spawn_confines_itself_in_this_exact_order() {
+        for (by_write, tty) in [(false, false), (true, false), (false, true), (true, true)] {
+            let plan = plan(tty);
+            let (calls, _, reached) = run_on(&Recorder::default(), &plan, by_write);
+            let mut want = full_run(&plan, by_write, tty);
+            want.push(Call::ExitGroup(127));
+            assert_eq!(calls, want, "by_write={by_write} tty={tty}");
+            assert!(reached);
+        }
+    }
+
+    #[test]
+    fn a_plan_without_confinement_makes_none_of_its_calls() {
+        let mut plan = plan(false);
+        plan.confinement = Default::default();
+        plan.cwd = None;
+        plan.cgroup = None;
+        let fd = |f: &OwnedFd| f.as_raw_fd();
+        let (calls, _, _) = run_on(&Recorder::default(), &plan, false);
+        assert_eq!(
+            calls,
+            vec![
+                Call::DefaultSignals,
+                Call::Setsid,
+                Call::DupOnto(fd(&plan.stdin), 0),
+                Call::DupOnto(fd(&plan.stdout), 1),
+                Call::DupOnto(fd(&plan.stderr), 2),
+                Call::CloseDescriptors { keep: -1 },
+                Call::ClearSignalMask,
+                Call::Execve("/bin/echo".into(), vec!["echo".into(), "hi".into()]),
+                Call::ExitGroup(127),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_step_is_the_last_one_run_and_its_errno_reaches_the_parent() {
+        for (by_write, tty) in [(false, false), (true, true)] {
+            let plan = plan(tty);
+            let full = full_run(&plan, by_write, tty);
+            for n in 0..full.len() {
+                let p = Recorder::failing_at(n, libc::EPERM);
+                let (calls, err, reached) = run_on(&p, &plan, by_write);
+                let (want, failed) = expected_on_failure(&full, n, &[Call::ExitGroup(127)]);
+                assert_eq!(calls, want, "failing {:?}", full[n]);
+                if failed {
+                    assert_eq!(err, libc::EPERM, "failing {:?}", full[n]);
+                    // Only a failed execve got past the point of no return.
+                    assert_eq!(reached, matches!(full[n], Call::Execve(..)));
+                }
+            }
+        }
+    }
+}
