@@ -829,16 +829,17 @@ mod seam_tests {
 
     /// The fake hands over `image` with these descriptors.
     fn recorder(image: &ExecImage, stdin: RawFd, cwd: RawFd, tty: RawFd) -> Recorder {
-        let mut p = Recorder::default();
-        p.command = child::Command {
-            program: image.program_ptr(),
-            argv: image.argv_ptr(),
-            envp: image.envp_ptr(),
-            stdin,
-            cwd,
-            tty,
-        };
-        p
+        Recorder {
+            command: child::Command {
+                program: image.program_ptr(),
+                argv: image.argv_ptr(),
+                envp: image.envp_ptr(),
+                stdin,
+                cwd,
+                tty,
+            },
+            ..Recorder::default()
+        }
     }
 
     fn full_run(stdin: RawFd, cwd: RawFd, tty: RawFd) -> Vec<Call> {

@@ -574,8 +574,10 @@ mod tests {
 
     #[test]
     fn capabilities_that_survive_the_switch_are_an_error() {
-        let mut p = Recorder::default();
-        p.left = vec!["CAP_SETUID".into()];
+        let p = Recorder {
+            left: vec!["CAP_SETUID".into()],
+            ..Recorder::default()
+        };
         assert_eq!(
             become_user(&p, &user(1000, 100), &[100]),
             Err("capabilities survived the uid switch: [\"CAP_SETUID\"]".to_string())
@@ -584,8 +586,10 @@ mod tests {
 
     #[test]
     fn staying_root_drops_the_retained_capabilities_the_envelope_does_not_keep() {
-        let mut p = Recorder::default();
-        p.bounding = vec![CAP_CHOWN];
+        let p = Recorder {
+            bounding: vec![CAP_CHOWN],
+            ..Recorder::default()
+        };
         assert_eq!(become_user(&p, &user(0, 0), &[]), Ok(()));
         assert_eq!(
             p.calls(),
@@ -610,8 +614,10 @@ mod tests {
 
     #[test]
     fn staying_root_on_several_threads_is_refused_before_any_drop() {
-        let mut p = Recorder::default();
-        p.threads = 2;
+        let p = Recorder {
+            threads: 2,
+            ..Recorder::default()
+        };
         let e = become_user(&p, &user(0, 0), &[]).unwrap_err();
         assert!(e.starts_with("commands would run as root, but the retained set-up capabilities cannot be dropped on 2 threads"), "{e}");
         assert_eq!(p.calls(), vec![Call::Threads]);
