@@ -248,3 +248,125 @@ fn reopen_blocking(fd: OwnedFd) -> std::io::Result<OwnedFd> {
 pub fn spawn_error(program: &str, e: &std::io::Error) -> ExecError {
     ExecError::Internal(format!("failed to spawn '{program}': {e}"))
 }
+
+/// The plan a checked request becomes, as a whole value: argv, environment, cwd, the
+/// confinement the child applies to itself and its cgroup target.
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use iii_shell_launch::plan::PlanSummary;
+    use iii_shell_protocol::config::Config;
+
+    /// A jailed policy on `root` that forwards no environment, with seccomp and Landlock
+    /// as `landlock` and `seccomp` say, and two resource limits.
+    async fn policy(root: &Path, landlock: bool, seccomp: bool) -> Policy {
+        let mut c = Config::builtin_default();
+        c.fs.host_roots = vec![root.to_string_lossy().into_owned()];
+        c.fs.allow_unjailed = false;
+        c.env.inherit = false;
+        c.env.allow = Vec::new();
+        c.confinement.landlock = landlock;
+        c.confinement.seccomp = seccomp;
+        c.confinement.rlimits.open_files = Some(256);
+        c.confinement.rlimits.cpu_seconds = Some(30);
+        let p = Policy::build(1, &serde_json::to_string(&c).unwrap()).unwrap();
+        p.commands_ready().await.unwrap();
+        p
+    }
+
+    fn spec(cwd: Option<&str>) -> ExecSpec {
+        ExecSpec {
+            argv: vec!["/bin/sh".into(), "-c".into(), "echo hi".into()],
+            cwd: cwd.map(str::to_string),
+            env: vec![
+                ("GREETING".into(), "hi".into()),
+                ("GREETING".into(), "hey".into()),
+            ],
+            stdin: None,
+            timeout_ms: 1000,
+        }
+    }
+
+    fn cwd_of(p: &Prepared) -> Option<std::path::PathBuf> {
+        use std::os::fd::AsRawFd;
+        let fd = p.plan.cwd.as_ref()?.as_raw_fd();
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+    }
+
+    fn summary(
+        env: &[&str],
+        seccomp: Option<&iii_shell_confine::seccomp::Filter>,
+        landlock: bool,
+    ) -> PlanSummary {
+        PlanSummary {
+            program: "/bin/sh".into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), "echo hi".into()],
+            env: env.iter().map(|e| e.to_string()).collect(),
+            cwd: true,
+            // A launcher without job cgroups (not root here): no cgroup target.
+            cgroup: None,
+            controlling_tty: false,
+            no_new_privs: true,
+            landlock,
+            seccomp: seccomp.map(|f| f.program.len()),
+            seccomp_denied: seccomp.map_or(Vec::new(), |f| f.denied.clone()),
+            rlimits: vec![
+                (libc::RLIMIT_NOFILE as i32, 256),
+                (libc::RLIMIT_CPU as i32, 30),
+            ],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_becomes_this_exact_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let p = policy(&root, false, false).await;
+        let prepared = prepare(&p, &spec(Some("sub"))).unwrap();
+        // The last value of a repeated key wins; nothing of the executor's environment.
+        assert_eq!(
+            prepared.plan.summary(),
+            summary(&["GREETING=hey"], None, false)
+        );
+        assert_eq!(cwd_of(&prepared), Some(root.join("sub")));
+        assert!(prepared.stdin.is_none());
+        assert!(prepared.cgroup.is_none());
+        // No cwd: the primary root.
+        let prepared = prepare(&p, &spec(None)).unwrap();
+        assert_eq!(cwd_of(&prepared), Some(root.clone()));
+    }
+
+    #[tokio::test]
+    async fn every_layer_of_the_policy_reaches_the_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let p = policy(&root, true, true).await;
+        let mut request = spec(None);
+        request.stdin = Some(b"input".to_vec());
+        let prepared = prepare(&p, &request).unwrap();
+        let filter = p.commands.spawn_filter.clone().expect("a per-spawn filter");
+        assert!(!filter.denied.is_empty());
+        assert_eq!(
+            prepared.plan.summary(),
+            summary(&["GREETING=hey"], Some(&filter), true)
+        );
+        assert_eq!(
+            prepared.stdin.as_ref().map(|(_, b)| b.as_slice()),
+            Some(&b"input"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_makes_no_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let p = policy(&root, false, false).await;
+        let mut request = spec(None);
+        request.env = vec![("LD_PRELOAD".into(), "/tmp/x.so".into())];
+        assert!(prepare(&p, &request).is_err());
+        let mut request = spec(Some("../.."));
+        request.env.clear();
+        assert!(prepare(&p, &request).is_err());
+    }
+}

@@ -7,8 +7,10 @@
 //! 1. plan: [`plan`], what a spawn is given (C strings, descriptors, the cgroup target, the
 //!    child's confinement), plain data; [`wait`], a child's end through its pidfd;
 //!    [`procfs`], `/proc` reads; [`process_limits`], which limits bind (pure).
-//! 2. child: [`child`], the one child routine, what a new process does between its clone
-//!    and `execve` (raw system calls only, no allocation).
+//! 2. child: [`privileges`], the privilege seam (every step that drops privileges or
+//!    confines a process, one trait, the real system calls and a recording fake for the
+//!    tests); [`child`], the one child routine, what a new process does between its clone
+//!    and `execve` (raw system calls only, no allocation), generic over that seam.
 //! 3. spawn: [`clone3`], a child started inside its job cgroup; [`spawn`], the clone.
 //! 4. supervise: the job groups ([`bases`], [`pids_v1`], [`cgroups`]), [`reaper`] (orphans
 //!    and job roots), [`tree`] (a job's whole tree killed), [`prestarted`] (processes set
@@ -24,6 +26,7 @@ pub mod launcher;
 pub mod pids_v1;
 pub mod plan;
 pub mod prestarted;
+pub mod privileges;
 pub mod process_limits;
 pub mod procfs;
 pub mod reaper;

@@ -16,7 +16,7 @@ use std::os::fd::{OwnedFd, RawFd};
 ///
 /// `pids_procs` (-1 for none) is the `cgroup.procs` of the job's twin in a cgroup v1 `pids`
 /// hierarchy ([`crate::pids_v1`]): the child always writes "0" to it, clone3 or not.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CgroupTarget {
     pub dir: RawFd,
     pub procs: RawFd,
@@ -135,6 +135,59 @@ impl SpawnPlan {
 }
 
 /// Pointers to every argument, NULL-terminated.
+/// A [`SpawnPlan`] as plain values, for tests and logs: what runs, with what, where, and
+/// under which confinement (descriptors as numbers, the cwd only as present or not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSummary {
+    pub program: String,
+    pub argv: Vec<String>,
+    /// `KEY=value`, in the order the command sees them.
+    pub env: Vec<String>,
+    pub cwd: bool,
+    pub cgroup: Option<CgroupTarget>,
+    pub controlling_tty: bool,
+    pub no_new_privs: bool,
+    /// A Landlock ruleset is applied.
+    pub landlock: bool,
+    /// The seccomp program's length in instructions, when one is installed.
+    pub seccomp: Option<usize>,
+    /// The system calls it denies.
+    pub seccomp_denied: Vec<&'static str>,
+    /// `(resource, limit)` in the order they are set.
+    pub rlimits: Vec<(i32, u64)>,
+}
+
+impl SpawnPlan {
+    /// This plan as plain values.
+    pub fn summary(&self) -> PlanSummary {
+        let text = |c: &CString| c.to_string_lossy().into_owned();
+        let c = &self.confinement;
+        PlanSummary {
+            program: text(&self.program),
+            argv: self.argv.iter().map(text).collect(),
+            env: self
+                .envp()
+                .iter()
+                .take_while(|p| !p.is_null())
+                // SAFETY: each pointer is one of this plan's C strings, alive with `self`.
+                .map(|p| {
+                    unsafe { std::ffi::CStr::from_ptr(*p) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect(),
+            cwd: self.cwd.is_some(),
+            cgroup: self.cgroup,
+            controlling_tty: self.controlling_tty,
+            no_new_privs: c.no_new_privs,
+            landlock: c.landlock_fd.is_some(),
+            seccomp: c.seccomp.as_ref().map(|f| f.program.len()),
+            seccomp_denied: c.seccomp.as_ref().map_or(Vec::new(), |f| f.denied.clone()),
+            rlimits: c.rlimits.entries[..c.rlimits.len].to_vec(),
+        }
+    }
+}
+
 fn argv_ptrs(argv: &[CString]) -> Vec<*const libc::c_char> {
     let mut v: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     v.push(std::ptr::null());

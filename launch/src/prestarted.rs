@@ -43,6 +43,7 @@ use crate::cgroups::{JobCgroup, JobCgroups, JobLimits};
 use crate::child::{self, sys};
 use crate::clone3::Clone3;
 use crate::plan::{ChildConfinement, ExecImage};
+use crate::privileges::{Kernel, Privileges};
 use crate::reaper::ROOTS;
 use crate::spawn::{pipe, DevNull};
 use crate::stack::Stack;
@@ -270,6 +271,50 @@ impl Drop for ChildMemory {
 }
 
 impl Block {
+    /// A block for a child that will hold `sock` (its end of the hand-over socket), apply
+    /// `confinement`, join the v1 `pids` twin `pids_procs` (-1: none) and make `stdio` its
+    /// 0, 1 and 2 (all above 2).
+    fn new(
+        sock: RawFd,
+        confinement: &ChildConfinement,
+        pids_procs: RawFd,
+        stdio: [RawFd; 3],
+    ) -> Box<Block> {
+        let mut block = Box::new(Block::empty());
+        block.sock = sock;
+        if let Some(f) = &confinement.seccomp {
+            block.fprog = f.fprog();
+        }
+        // Pointers into the block's own heap allocation, which does not move.
+        let this: *const Block = &*block;
+        block.setup = child::Setup {
+            name: NAME.as_ptr(),
+            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
+            join: [-1, pids_procs],
+            // The sources are all above 2 (checked by the caller), so no dup3 overwrites one
+            // still to be copied.
+            stdio,
+            no_new_privs: confinement.no_new_privs,
+            landlock_fd: confinement.landlock_fd.unwrap_or(-1),
+            seccomp: if confinement.seccomp.is_some() {
+                // SAFETY: a field of the block `this` points to, which is alive here.
+                unsafe { std::ptr::addr_of!((*this).fprog) }
+            } else {
+                std::ptr::null()
+            },
+            // Keep nothing else of the executor's open while waiting: only our socket.
+            keep_fd: sock,
+            // Only now, after the hand-over: a low open-files limit cannot drop a
+            // descriptor in transit.
+            rlimits: confinement.rlimits,
+            drop_pending: true,
+            wait: Some(handover),
+            wait_arg: this as *const c_void,
+            ..child::Setup::new()
+        };
+        block
+    }
+
     fn empty() -> Block {
         Block {
             state: AtomicU32::new(SETUP),
@@ -342,38 +387,12 @@ impl Prestarted {
         // SAFETY: both descriptors are new and owned by nobody else.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let mut block = Box::new(Block::empty());
-        block.sock = theirs.as_raw_fd();
-        if let Some(f) = &confinement.seccomp {
-            block.fprog = f.fprog();
-        }
-        // Pointers into the block's own heap allocation, which does not move.
-        let this: *const Block = &*block;
-        block.setup = child::Setup {
-            name: NAME.as_ptr(),
-            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
-            join: [-1, cgroup.target().pids_procs],
-            // The sources are all above 2 (checked above), so no dup3 overwrites one still to
-            // be copied.
-            stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
-            no_new_privs: confinement.no_new_privs,
-            landlock_fd: confinement.landlock_fd.unwrap_or(-1),
-            seccomp: if confinement.seccomp.is_some() {
-                // SAFETY: a field of the block `this` points to, which is alive here.
-                unsafe { std::ptr::addr_of!((*this).fprog) }
-            } else {
-                std::ptr::null()
-            },
-            // Keep nothing else of the executor's open while waiting: only our socket.
-            keep_fd: theirs.as_raw_fd(),
-            // Only now, after the hand-over: a low open-files limit cannot drop a
-            // descriptor in transit.
-            rlimits: confinement.rlimits,
-            drop_pending: true,
-            wait: Some(handover),
-            wait_arg: this as *const c_void,
-            ..child::Setup::new()
-        };
+        let mut block = Block::new(
+            theirs.as_raw_fd(),
+            confinement,
+            cgroup.target().pids_procs,
+            [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+        );
         let stack = match Stack::new(STACK) {
             Ok(s) => s,
             Err(e) => {
@@ -673,39 +692,33 @@ fn send_fds(sock: &OwnedFd, fds: &[RawFd]) -> std::io::Result<()> {
 extern "C" fn prestarted_main(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the Block the parent keeps alive until this child is reaped; the
     // routine makes raw system calls that neither allocate nor touch errno.
+    unsafe { run_in(&Kernel, &*(arg as *const Block)) }
+}
+
+/// The child's life on `p`: the routine, then (it returns only when a step failed) the
+/// failure reported in the block.
+unsafe fn run_in<P: Privileges>(p: &P, b: &Block) -> libc::c_int {
+    // SAFETY (caller): the block is alive, its setup's pointers valid.
     unsafe {
-        let b = &*(arg as *const Block);
-        let rc = child::run(&b.setup);
-        fail(b, rc)
+        let rc = child::steps(p, &b.setup);
+        fail(p, b, rc)
     }
 }
 
 /// Wakes a launch waiting for the child's state to change.
-unsafe fn wake(b: &Block) {
+unsafe fn wake<P: Privileges>(p: &P, b: &Block) {
     // SAFETY (caller): FUTEX_WAKE on a word of the block, which is alive.
-    unsafe {
-        sys(
-            libc::SYS_futex,
-            [
-                b.state.as_ptr() as usize,
-                (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize,
-                1,
-                0,
-                0,
-                0,
-            ],
-        );
-    }
+    unsafe { p.wake(&b.state) }
 }
 
 /// Reports a failed step (`rc` is `-errno`) in the block and exits.
-unsafe fn fail(b: &Block, rc: isize) -> libc::c_int {
+unsafe fn fail<P: Privileges>(p: &P, b: &Block, rc: isize) -> libc::c_int {
     b.err.store((-rc) as i32, Ordering::Release);
     b.state.store(FAILED, Ordering::Release);
     // SAFETY (caller): the block is alive; exit_group takes a plain integer.
     unsafe {
-        wake(b);
-        sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+        wake(p, b);
+        p.exit_group(127);
     }
     127
 }
@@ -719,7 +732,7 @@ unsafe fn handover(arg: *const c_void) -> Result<child::Command, isize> {
         let b = &*(arg as *const Block);
         let sock = b.sock as usize;
         b.state.store(READY, Ordering::Release);
-        wake(b);
+        wake(&Kernel, b);
         let mut byte = [0u8; 1];
         let mut iov = libc::iovec {
             iov_base: byte.as_mut_ptr() as *mut c_void,
@@ -795,4 +808,128 @@ fn sent_flags(stdin: bool, cwd: bool, tty: bool) -> u32 {
     (if stdin { SENT_STDIN } else { 0 })
         | (if cwd { SENT_CWD } else { 0 })
         | (if tty { SENT_TTY } else { 0 })
+}
+
+/// The order of a pre-started process's steps (before and after the hand-over), and what a
+/// failed step leaves in its block for the executor, on the recording fake.
+#[cfg(test)]
+mod seam_tests {
+    use super::*;
+    use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
+
+    /// A block as `Prestarted::start` makes it: socket 9, pids twin 42, stdio 10-12.
+    fn block() -> Box<Block> {
+        Block::new(9, &confinement(), 42, [10, 11, 12])
+    }
+
+    fn image() -> ExecImage {
+        let argv = ["cat".to_string(), "-n".to_string()];
+        ExecImage::new("/bin/cat", &argv, Default::default(), &[]).unwrap()
+    }
+
+    /// The fake hands over `image` with these descriptors.
+    fn recorder(image: &ExecImage, stdin: RawFd, cwd: RawFd, tty: RawFd) -> Recorder {
+        Recorder {
+            command: child::Command {
+                program: image.program_ptr(),
+                argv: image.argv_ptr(),
+                envp: image.envp_ptr(),
+                stdin,
+                cwd,
+                tty,
+            },
+            ..Recorder::default()
+        }
+    }
+
+    fn full_run(stdin: RawFd, cwd: RawFd, tty: RawFd) -> Vec<Call> {
+        let mut calls = vec![
+            Call::DefaultSignals,
+            Call::SetName("iii-prestarted".into()),
+            Call::Setsid,
+            Call::JoinCgroup(42),
+            Call::DupOnto(10, 0),
+            Call::DupOnto(11, 1),
+            Call::DupOnto(12, 2),
+            Call::NoNewPrivs,
+            Call::LandlockRestrictSelf(50),
+            Call::SeccompInstall(3),
+            Call::CloseDescriptors { keep: 9 },
+            Call::HandOver,
+        ];
+        if stdin >= 0 {
+            calls.push(Call::DupOnto(stdin, 0));
+        }
+        if tty >= 0 {
+            calls.extend([
+                Call::DupOnto(tty, 0),
+                Call::DupOnto(tty, 1),
+                Call::DupOnto(tty, 2),
+                Call::ControllingTty,
+            ]);
+        }
+        if cwd >= 0 {
+            calls.push(Call::Fchdir(cwd));
+        }
+        calls.extend([
+            Call::Setrlimit(libc::RLIMIT_NOFILE as i32, 64),
+            Call::Setrlimit(libc::RLIMIT_NPROC as i32, 99),
+            Call::DropPendingSignals,
+            Call::ClearSignalMask,
+            Call::Execve("/bin/cat".into(), vec!["cat".into(), "-n".into()]),
+        ]);
+        calls
+    }
+
+    /// The three kinds of hand-over: a command with stdin and cwd (`shell::exec`), one with
+    /// neither, and a terminal's program with a cwd (`shell::pty::open`).
+    const KINDS: [(RawFd, RawFd, RawFd); 3] = [(13, 14, -1), (-1, -1, -1), (-1, 14, 15)];
+
+    #[test]
+    fn a_prestarted_process_confines_itself_before_the_hand_over_in_this_exact_order() {
+        let image = image();
+        for (stdin, cwd, tty) in KINDS {
+            let p = recorder(&image, stdin, cwd, tty);
+            let b = block();
+            // SAFETY: the block and image are alive; the fake makes no system call.
+            assert_eq!(unsafe { run_in(&p, &b) }, 127);
+            let mut want = full_run(stdin, cwd, tty);
+            want.extend([Call::Wake, Call::ExitGroup(127)]);
+            assert_eq!(p.calls(), want, "stdin={stdin} cwd={cwd} tty={tty}");
+        }
+    }
+
+    #[test]
+    fn a_failed_step_is_the_last_one_run_and_the_executor_reads_its_errno() {
+        let image = image();
+        for (stdin, cwd, tty) in KINDS {
+            let full = full_run(stdin, cwd, tty);
+            for n in 0..full.len() {
+                let mut p = recorder(&image, stdin, cwd, tty);
+                p.fail = Some((n, libc::EACCES));
+                let b = block();
+                // SAFETY: as above.
+                assert_eq!(unsafe { run_in(&p, &b) }, 127);
+                let (want, failed) =
+                    expected_on_failure(&full, n, &[Call::Wake, Call::ExitGroup(127)]);
+                assert_eq!(p.calls(), want, "failing {:?}", full[n]);
+                if !failed {
+                    continue;
+                }
+                // What `launch`'s caller reads once the child is reaped: the spawn error.
+                let mut memory = ChildMemory {
+                    block: b,
+                    stack: None,
+                    image: ExecImage::default(),
+                    reaped: true,
+                };
+                match memory.outcome() {
+                    Outcome::ExecFailed(e) => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{:?}", full[n])
+                    }
+                    other => panic!("failing {:?}: {other:?}", full[n]),
+                }
+            }
+        }
+    }
 }

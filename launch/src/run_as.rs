@@ -14,6 +14,7 @@ use iii_shell_policy::sync::lock;
 use iii_shell_protocol::config::{Config, ConfinementMode, RunAs as RunAsConfig};
 
 use crate::cgroups::JobCgroups;
+use crate::privileges::{Kernel, Privileges};
 
 /// `nobody`: what commands run as in a jail whose primary root is owned by root.
 pub const NOBODY: u32 = 65534;
@@ -356,11 +357,21 @@ impl RunAs {
 }
 
 fn switch(d: &Decision, groups: &[u32], cgroups: &JobCgroups) -> Result<(), String> {
-    use caps::CapSet;
+    if d.uid != 0 {
+        // Before the switch: handing the cgroup base over needs CAP_CHOWN.
+        cgroups.hand_to(d.uid, d.gid);
+    }
+    become_user(&Kernel, d, groups)
+}
+
+/// The switch itself on `p`: root keeps root but drops the retained capabilities the
+/// envelope does not keep; any other user gets its groups, gid, then uid, and must be left
+/// with no capability. Stops at the first step that fails.
+fn become_user<P: Privileges>(p: &P, d: &Decision, groups: &[u32]) -> Result<(), String> {
     if d.uid == 0 {
         // Staying root: the retained capabilities must go from every thread, and capset only
         // reaches the calling one.
-        let threads = thread_count();
+        let threads = p.threads();
         if threads != 1 {
             return Err(format!(
                 "commands would run as root, but the retained set-up capabilities cannot be dropped on {threads} threads; run the executor with III_SHELL_EXECUTOR_THREADS=1 or set confinement.run_as to an unprivileged user"
@@ -368,51 +379,24 @@ fn switch(d: &Decision, groups: &[u32], cgroups: &JobCgroups) -> Result<(), Stri
         }
         // Those the envelope keeps (`confinement.capabilities`) are in the bounding set,
         // which was reduced to exactly that list: they stay.
-        for c in RETAINED
-            .into_iter()
-            .filter(|c| !caps::has_cap(None, CapSet::Bounding, *c).unwrap_or(false))
-        {
-            caps::drop(None, CapSet::Effective, c).map_err(|e| format!("drop {c}: {e}"))?;
-            caps::drop(None, CapSet::Permitted, c).map_err(|e| format!("drop {c}: {e}"))?;
+        for c in RETAINED.into_iter().filter(|c| !p.in_bounding(*c)) {
+            p.drop_capability(c).map_err(|e| format!("drop {c}: {e}"))?;
         }
         return Ok(());
     }
-    cgroups.hand_to(d.uid, d.gid);
     // glibc applies each of these to every thread of the process. Leaving uid 0 in all three
     // ids clears the permitted and effective sets (no SECBIT_KEEP_CAPS), so the retained
     // capabilities go with it.
-    // SAFETY: `groups` outlives the call; the others take plain integers.
-    unsafe {
-        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
-            return Err(format!("setgroups: {}", std::io::Error::last_os_error()));
-        }
-        if libc::setresgid(d.gid, d.gid, d.gid) != 0 {
-            return Err(format!(
-                "setresgid({}): {}",
-                d.gid,
-                std::io::Error::last_os_error()
-            ));
-        }
-        if libc::setresuid(d.uid, d.uid, d.uid) != 0 {
-            return Err(format!(
-                "setresuid({}): {}",
-                d.uid,
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    let now = iii_shell_confine::caps::read();
-    if !now.effective.is_empty() || !now.permitted.is_empty() {
-        return Err(format!(
-            "capabilities survived the uid switch: {:?}",
-            now.permitted
-        ));
+    p.setgroups(groups).map_err(|e| format!("setgroups: {e}"))?;
+    p.setresgid(d.gid)
+        .map_err(|e| format!("setresgid({}): {e}", d.gid))?;
+    p.setresuid(d.uid)
+        .map_err(|e| format!("setresuid({}): {e}", d.uid))?;
+    let left = p.capabilities_left();
+    if !left.is_empty() {
+        return Err(format!("capabilities survived the uid switch: {left:?}"));
     }
     Ok(())
-}
-
-fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 #[cfg(test)]
@@ -537,5 +521,105 @@ mod tests {
             .unwrap_err()
             .contains("does not exist"));
         assert_eq!(groups_of(4242, 4343), vec![4343]);
+    }
+
+    fn user(uid: u32, gid: u32) -> Decision {
+        Decision {
+            uid,
+            gid,
+            why: "confinement.run_as".into(),
+            warning: None,
+        }
+    }
+
+    use crate::privileges::fake::{Call, Recorder};
+    use caps::Capability::{CAP_CHOWN, CAP_SETGID, CAP_SETUID};
+
+    #[test]
+    fn the_switch_sets_groups_then_gid_then_uid_then_checks_no_capability_is_left() {
+        let p = Recorder::default();
+        assert_eq!(become_user(&p, &user(1000, 100), &[27, 100]), Ok(()));
+        assert_eq!(
+            p.calls(),
+            vec![
+                Call::Setgroups(vec![27, 100]),
+                Call::Setresgid(100),
+                Call::Setresuid(1000),
+                Call::CapabilitiesLeft,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_switch_step_stops_the_switch_with_its_error() {
+        let full = [
+            Call::Setgroups(vec![100]),
+            Call::Setresgid(100),
+            Call::Setresuid(1000),
+        ];
+        let errors = [
+            "setgroups: Operation not permitted (os error 1)",
+            "setresgid(100): Operation not permitted (os error 1)",
+            "setresuid(1000): Operation not permitted (os error 1)",
+        ];
+        for n in 0..full.len() {
+            let p = Recorder::failing_at(n, libc::EPERM);
+            assert_eq!(
+                become_user(&p, &user(1000, 100), &[100]),
+                Err(errors[n].to_string())
+            );
+            assert_eq!(p.calls(), full[..=n].to_vec());
+        }
+    }
+
+    #[test]
+    fn capabilities_that_survive_the_switch_are_an_error() {
+        let p = Recorder {
+            left: vec!["CAP_SETUID".into()],
+            ..Recorder::default()
+        };
+        assert_eq!(
+            become_user(&p, &user(1000, 100), &[100]),
+            Err("capabilities survived the uid switch: [\"CAP_SETUID\"]".to_string())
+        );
+    }
+
+    #[test]
+    fn staying_root_drops_the_retained_capabilities_the_envelope_does_not_keep() {
+        let p = Recorder {
+            bounding: vec![CAP_CHOWN],
+            ..Recorder::default()
+        };
+        assert_eq!(become_user(&p, &user(0, 0), &[]), Ok(()));
+        assert_eq!(
+            p.calls(),
+            vec![
+                Call::Threads,
+                Call::InBounding(CAP_SETUID),
+                Call::DropCapability(CAP_SETUID),
+                Call::InBounding(CAP_SETGID),
+                Call::DropCapability(CAP_SETGID),
+                Call::InBounding(CAP_CHOWN),
+            ]
+        );
+        // A failed drop stops there.
+        let mut p = Recorder::failing_at(2, libc::EPERM);
+        p.bounding = vec![CAP_CHOWN];
+        assert_eq!(
+            become_user(&p, &user(0, 0), &[]),
+            Err("drop CAP_SETUID: Operation not permitted (os error 1)".to_string())
+        );
+        assert_eq!(p.calls().len(), 3);
+    }
+
+    #[test]
+    fn staying_root_on_several_threads_is_refused_before_any_drop() {
+        let p = Recorder {
+            threads: 2,
+            ..Recorder::default()
+        };
+        let e = become_user(&p, &user(0, 0), &[]).unwrap_err();
+        assert!(e.starts_with("commands would run as root, but the retained set-up capabilities cannot be dropped on 2 threads"), "{e}");
+        assert_eq!(p.calls(), vec![Call::Threads]);
     }
 }

@@ -15,6 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::clone3::Clone3;
 pub use crate::plan::{CgroupTarget, ChildConfinement, EnvBlock, ExecImage, SpawnPlan};
+use crate::privileges::{Kernel, Privileges};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A started child: its pid and a pidfd that becomes readable when it exits.
@@ -50,32 +51,7 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
     let envp_ptrs = plan.envp();
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
-        setup: crate::child::Setup {
-            // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
-            // cgroup only where clone3 did not start the child inside it (set below).
-            join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
-            stdio: [
-                plan.stdin.as_raw_fd(),
-                plan.stdout.as_raw_fd(),
-                plan.stderr.as_raw_fd(),
-            ],
-            ctty: plan.controlling_tty,
-            no_new_privs: plan.confinement.no_new_privs,
-            landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
-            seccomp: fprog
-                .as_ref()
-                .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
-            rlimits: plan.confinement.rlimits,
-            command: crate::child::Command {
-                program: plan.program.as_ptr(),
-                argv: argv_ptrs.as_ptr(),
-                envp: envp_ptrs.as_ptr(),
-                stdin: -1,
-                cwd: plan.cwd.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                tty: -1,
-            },
-            ..crate::child::Setup::new()
-        },
+        setup: setup_for(plan, &argv_ptrs, &envp_ptrs, fprog.as_ref()),
         err: 0,
         reached_exec: AtomicBool::new(false),
     };
@@ -180,17 +156,58 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
     Ok(child)
 }
 
+/// The child's setup for `plan`: its descriptors, confinement and command (`argv`, `envp`
+/// and `fprog` are the plan's, kept alive by the caller). The v2 job cgroup is left to
+/// clone3; [`spawn`] sets `join[0]` where the child must join it by a write.
+fn setup_for(
+    plan: &SpawnPlan,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    fprog: Option<&libc::sock_fprog>,
+) -> crate::child::Setup {
+    crate::child::Setup {
+        // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
+        // cgroup only where clone3 did not start the child inside it.
+        join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
+        stdio: [
+            plan.stdin.as_raw_fd(),
+            plan.stdout.as_raw_fd(),
+            plan.stderr.as_raw_fd(),
+        ],
+        ctty: plan.controlling_tty,
+        no_new_privs: plan.confinement.no_new_privs,
+        landlock_fd: plan.confinement.landlock_fd.unwrap_or(-1),
+        seccomp: fprog.map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        rlimits: plan.confinement.rlimits,
+        command: crate::child::Command {
+            program: plan.program.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            stdin: -1,
+            cwd: plan.cwd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            tty: -1,
+        },
+        ..crate::child::Setup::new()
+    }
+}
+
 /// Runs in the child, on the child stack, sharing the parent's memory: the one child
 /// routine, then the failure reported to the parent.
 extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the ChildCtx the parent passed, alive until we exec or exit (the parent
-    // is suspended meanwhile); `child::run` makes only raw system calls on it.
+    // is suspended meanwhile); the routine makes only raw system calls on it.
+    unsafe { run_in(&Kernel, arg as *mut ChildCtx) }
+}
+
+/// The child's life on `p`: the routine, then (it returns only when a step failed) the
+/// errno written where the parent reads it, and exit status 127.
+unsafe fn run_in<P: Privileges>(p: &P, ctx: *mut ChildCtx) -> libc::c_int {
+    // SAFETY (caller): `ctx` is alive and its setup's pointers valid.
     unsafe {
-        let ctx = arg as *mut ChildCtx;
-        let rc = crate::child::run(&(*ctx).setup);
+        let rc = crate::child::steps(p, &(*ctx).setup);
         let err = if rc < 0 { (-rc) as i32 } else { libc::ECHILD };
         std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctx).err), err);
-        crate::child::sys(libc::SYS_exit_group, [127, 0, 0, 0, 0, 0]);
+        p.exit_group(127);
         127
     }
 }
@@ -300,5 +317,145 @@ mod tests {
     fn child_gets_default_sigpipe_and_own_session() {
         let (_, out) = run(&["/bin/sh", "-c", "grep -E '^(SigIgn)' /proc/self/status; ps -o sid= -p $$ >/dev/null; echo sid=$(cut -d' ' -f6 /proc/self/stat)"]).unwrap();
         assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
+    }
+}
+
+/// The order of an ordinary spawn's steps, and what a failed step reports, on the recording
+/// fake (no root, no clone: the routine runs in the test's own thread).
+#[cfg(test)]
+mod seam_tests {
+    use super::*;
+    use crate::plan::CgroupTarget;
+    use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
+
+    /// A plan with every layer, in a job cgroup (dir 40, procs 41, v1 pids twin 42).
+    fn plan(tty: bool) -> SpawnPlan {
+        let argv = vec!["echo".to_string(), "hi".to_string()];
+        let fd = || open_dev_null().unwrap();
+        let mut plan = SpawnPlan::new(
+            "/bin/echo",
+            &argv,
+            vec![("A".into(), "1".into())],
+            fd(),
+            fd(),
+            fd(),
+        )
+        .unwrap();
+        plan.cwd = Some(fd());
+        plan.cgroup = Some(CgroupTarget {
+            dir: 40,
+            procs: 41,
+            pids_procs: 42,
+        });
+        plan.confinement = confinement();
+        plan.controlling_tty = tty;
+        plan
+    }
+
+    /// Runs the child's life for `plan` on `p` (`by_write`: clone3 was not used, so the
+    /// child joins the v2 cgroup itself); the calls, the errno written for the parent, and
+    /// whether the child got as far as execve.
+    fn run_on(p: &Recorder, plan: &SpawnPlan, by_write: bool) -> (Vec<Call>, i32, bool) {
+        let argv = plan.argv_ptrs();
+        let envp = plan.envp();
+        let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
+        let mut ctx = ChildCtx {
+            setup: setup_for(plan, &argv, &envp, fprog.as_ref()),
+            err: 0,
+            reached_exec: AtomicBool::new(false),
+        };
+        ctx.setup.reached_exec = &ctx.reached_exec;
+        if by_write {
+            ctx.setup.join[0] = plan.cgroup.map_or(-1, |c| c.procs);
+        }
+        // SAFETY: every pointer in the setup points into `plan`, `argv`, `envp`, `fprog` or
+        // `ctx`, all alive for the call; the fake makes no system call.
+        let status = unsafe { run_in(p, &mut ctx) };
+        assert_eq!(status, 127);
+        (p.calls(), ctx.err, ctx.reached_exec.load(Ordering::Acquire))
+    }
+
+    fn full_run(plan: &SpawnPlan, by_write: bool, tty: bool) -> Vec<Call> {
+        let fd = |f: &OwnedFd| f.as_raw_fd();
+        let mut calls = vec![Call::DefaultSignals, Call::Setsid];
+        if by_write {
+            calls.push(Call::JoinCgroup(41));
+        }
+        calls.extend([
+            Call::JoinCgroup(42),
+            Call::DupOnto(fd(&plan.stdin), 0),
+            Call::DupOnto(fd(&plan.stdout), 1),
+            Call::DupOnto(fd(&plan.stderr), 2),
+        ]);
+        if tty {
+            calls.push(Call::ControllingTty);
+        }
+        calls.extend([
+            Call::NoNewPrivs,
+            Call::LandlockRestrictSelf(50),
+            Call::SeccompInstall(3),
+            Call::CloseDescriptors { keep: -1 },
+            Call::Fchdir(fd(plan.cwd.as_ref().unwrap())),
+            Call::Setrlimit(libc::RLIMIT_NOFILE as i32, 64),
+            Call::Setrlimit(libc::RLIMIT_NPROC as i32, 99),
+            Call::ClearSignalMask,
+            Call::Execve("/bin/echo".into(), vec!["echo".into(), "hi".into()]),
+        ]);
+        calls
+    }
+
+    #[test]
+    fn a_foreground_spawn_confines_itself_in_this_exact_order() {
+        for (by_write, tty) in [(false, false), (true, false), (false, true), (true, true)] {
+            let plan = plan(tty);
+            let (calls, _, reached) = run_on(&Recorder::default(), &plan, by_write);
+            let mut want = full_run(&plan, by_write, tty);
+            want.push(Call::ExitGroup(127));
+            assert_eq!(calls, want, "by_write={by_write} tty={tty}");
+            assert!(reached);
+        }
+    }
+
+    #[test]
+    fn a_plan_without_confinement_makes_none_of_its_calls() {
+        let mut plan = plan(false);
+        plan.confinement = Default::default();
+        plan.cwd = None;
+        plan.cgroup = None;
+        let fd = |f: &OwnedFd| f.as_raw_fd();
+        let (calls, _, _) = run_on(&Recorder::default(), &plan, false);
+        assert_eq!(
+            calls,
+            vec![
+                Call::DefaultSignals,
+                Call::Setsid,
+                Call::DupOnto(fd(&plan.stdin), 0),
+                Call::DupOnto(fd(&plan.stdout), 1),
+                Call::DupOnto(fd(&plan.stderr), 2),
+                Call::CloseDescriptors { keep: -1 },
+                Call::ClearSignalMask,
+                Call::Execve("/bin/echo".into(), vec!["echo".into(), "hi".into()]),
+                Call::ExitGroup(127),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_step_is_the_last_one_run_and_its_errno_reaches_the_parent() {
+        for (by_write, tty) in [(false, false), (true, true)] {
+            let plan = plan(tty);
+            let full = full_run(&plan, by_write, tty);
+            for n in 0..full.len() {
+                let p = Recorder::failing_at(n, libc::EPERM);
+                let (calls, err, reached) = run_on(&p, &plan, by_write);
+                let (want, failed) = expected_on_failure(&full, n, &[Call::ExitGroup(127)]);
+                assert_eq!(calls, want, "failing {:?}", full[n]);
+                if failed {
+                    assert_eq!(err, libc::EPERM, "failing {:?}", full[n]);
+                    // Only a failed execve got past the point of no return.
+                    assert_eq!(reached, matches!(full[n], Call::Execve(..)));
+                }
+            }
+        }
     }
 }

@@ -73,6 +73,29 @@ impl fmt::Display for Widening {
 /// Everything `new` grants beyond `base`, in a fixed order (empty: `new` grants nothing
 /// more). Pure: paths are compared lexically, as configured.
 pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
+    // Every key, classed (no `..`: a new key of Config does not compile until it is).
+    let Config {
+        // Compared below: each can grant more.
+        max_timeout_ms: _,
+        max_bg_timeout_ms: _,
+        max_output_bytes: _,
+        env: _,
+        denylist_patterns: _,
+        max_concurrent_jobs: _,
+        fs: _,
+        code: _,
+        watch: _,
+        sandbox: _,
+        confinement: _,
+        pty: _,
+        job_retention_secs: _,
+        turns: _,
+        // Not widening: a default within the caps above, where a command starts (inside the
+        // jail either way), what the worker reports about itself.
+        default_timeout_ms: _,
+        working_dir: _,
+        telemetry: _,
+    } = new;
     let mut w = Vec::new();
     let (b, n) = (base, new);
     let inside = |p: &str, roots: &[String]| roots.iter().any(|r| Path::new(p).starts_with(r));
