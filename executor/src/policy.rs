@@ -29,8 +29,12 @@ pub struct Policy {
     /// The executor's environment filtered by `env.inherit` / `env.allow`: what every command
     /// starts from before its per-call overrides.
     pub base_env: std::collections::BTreeMap<String, String>,
-    /// The same, as C strings ready for execve.
+    /// The same, as C strings ready for execve: what a terminal session starts from.
     pub base_envp: Arc<iii_shell_launch::spawn::EnvBlock>,
+    /// What `shell::exec` and `shell::exec_bg` commands start from: `base_env` with the
+    /// non-terminal defaults (no pager, no git credential prompt) where it has none
+    /// ([`iii_shell_policy::env_policy::non_terminal_env`]).
+    pub command_envp: Arc<iii_shell_launch::spawn::EnvBlock>,
     /// The `HOME` in `base_env`, and where it comes from ([`Policy::settle_home`]).
     pub home: iii_shell_files::home::Home,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
@@ -274,12 +278,7 @@ impl Policy {
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
             &[],
         );
-        let base_envp = Arc::new(
-            iii_shell_launch::spawn::EnvBlock::new(
-                base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
-            )
-            .map_err(|e| format!("forwarded environment: {e}"))?,
-        );
+        let (base_envp, command_envp) = env_blocks(&base_env)?;
         let home = iii_shell_files::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
         let fs = Arc::new(fs);
         Ok(Policy {
@@ -288,6 +287,7 @@ impl Policy {
             denylist,
             base_env,
             base_envp,
+            command_envp,
             home,
             commands,
             launcher: Arc::new(Launcher::new(Settings::plain())),
@@ -351,12 +351,7 @@ impl Policy {
                 Some(h) => self.base_env.insert("HOME".into(), h.clone()),
                 None => self.base_env.remove("HOME"),
             };
-            self.base_envp = Arc::new(
-                iii_shell_launch::spawn::EnvBlock::new(
-                    self.base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
-                )
-                .map_err(|e| format!("forwarded environment: {e}"))?,
-            );
+            (self.base_envp, self.command_envp) = env_blocks(&self.base_env)?;
         }
         self.home = home;
         Ok(())
@@ -451,6 +446,26 @@ impl Policy {
             }
         }
     }
+}
+
+type EnvBlocks = (
+    Arc<iii_shell_launch::spawn::EnvBlock>,
+    Arc<iii_shell_launch::spawn::EnvBlock>,
+);
+
+/// The execve blocks of `base_env`: as it is (terminal sessions), and with the non-terminal
+/// defaults (`shell::exec`, `shell::exec_bg`).
+fn env_blocks(base_env: &std::collections::BTreeMap<String, String>) -> Result<EnvBlocks, String> {
+    use iii_shell_launch::spawn::EnvBlock;
+    let block = |env: &std::collections::BTreeMap<String, String>| {
+        EnvBlock::new(env.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .map(Arc::new)
+            .map_err(|e| format!("forwarded environment: {e}"))
+    };
+    Ok((
+        block(base_env)?,
+        block(&iii_shell_policy::env_policy::non_terminal_env(base_env))?,
+    ))
 }
 
 /// The newest accepted policy; each request takes one snapshot and keeps it to the end.

@@ -630,10 +630,15 @@ async fn env_is_deny_only_and_the_default_is_a_login_shell() {
     let s = open(
         &caller,
         &page,
-        json!({"program": "sh", "args": ["-c", "echo foo=$FOO term=$TERM; sleep 30"], "env": {"FOO": "bar"}}),
+        json!({"program": "sh", "args": ["-c", "echo foo=$FOO term=$TERM pager=${PAGER-unset} rust_log=${RUST_LOG-unset}; sleep 30"], "env": {"FOO": "bar"}}),
     )
     .await;
     page.wait_text(&s.id, "foo=bar term=").await;
+    // A terminal has someone at the keyboard: no `PAGER=cat` default (that is for commands),
+    // and none of the worker's own variables (the worker runs with RUST_LOG set).
+    if std::env::var_os("PAGER").is_none() {
+        page.wait_text(&s.id, "pager=unset rust_log=unset").await;
+    }
 
     // No program: the login shell, told so by a leading '-' in argv[0].
     let r = caller
