@@ -37,6 +37,8 @@ pub struct Policy {
     pub command_envp: Arc<iii_shell_launch::spawn::EnvBlock>,
     /// The `HOME` in `base_env`, and where it comes from ([`Policy::settle_home`]).
     pub home: iii_shell_files::home::Home,
+    /// What holds for the command user under this policy ([`Policy::settle_user`]).
+    pub user: UserFacts,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
     /// What starts its commands: the executor's launcher once the executor accepted it
@@ -289,6 +291,7 @@ impl Policy {
             base_envp,
             command_envp,
             home,
+            user: UserFacts::default(),
             commands,
             launcher: Arc::new(Launcher::new(Settings::plain())),
             prestarted: std::sync::Mutex::new(Vec::new()),
@@ -355,6 +358,41 @@ impl Policy {
         }
         self.home = home;
         Ok(())
+    }
+
+    /// Settles what holds for the command user (the executor acts as it by now): the
+    /// terminal shell and what to say about it, and the directories it cannot enter.
+    pub fn settle_user(&mut self, applied: Option<&iii_shell_launch::run_as::Applied>) {
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let account = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten();
+        let shell = crate::pty::process::shell_for(
+            account.as_ref(),
+            self.base_env.get("SHELL").map(String::as_str),
+        );
+        // A root executor that switched (or stayed root): `applied` says so, and why.
+        let terminal = iii_shell_policy::terminal::note(
+            applied.is_some(),
+            uid,
+            account.as_ref().map(|a| a.name.as_str()),
+            applied.map_or("", |a| a.why.as_str()),
+            &shell,
+        );
+        let mut reach = Vec::new();
+        let wd = self.config.working_dir.iter().map(|w| (w.as_str(), false));
+        let roots = self.config.fs.host_roots.iter().map(|r| (r.as_str(), true));
+        for (path, root) in roots.chain(wd) {
+            if !can_enter(path) {
+                reach.push(iii_shell_policy::home::unreachable_gap(path, root, uid));
+            }
+        }
+        self.user = UserFacts {
+            shell,
+            terminal,
+            reach,
+        };
     }
 
     /// A pre-started command process: a ready one if there is one, else one still setting
@@ -446,6 +484,27 @@ impl Policy {
             }
         }
     }
+}
+
+/// What holds for the command user under a policy, settled once when it is installed.
+#[derive(Debug, Clone, Default)]
+pub struct UserFacts {
+    /// The shell of a terminal session without a program.
+    pub shell: iii_shell_policy::terminal::ShellChoice,
+    /// What to say once about terminal sessions (INFO, and `doctor`).
+    pub terminal: Option<String>,
+    /// The roots and `working_dir` the command user cannot enter (WARN, `doctor`,
+    /// `shell::config-status`).
+    pub reach: Vec<String>,
+}
+
+/// Whether this process (acting as the command user) may search `path`.
+fn can_enter(path: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
 }
 
 type EnvBlocks = (

@@ -137,6 +137,25 @@ pub fn gap(choice: &HomeChoice, roots: &[String], scratch: &[String]) -> Option<
     }
 }
 
+/// The load-time gap of a directory the command user cannot enter: `working_dir` (`root` =
+/// false) or a jail root, for commands acting as `uid`, with the fix.
+pub fn unreachable_gap(path: &str, root: bool, uid: u32) -> String {
+    let (what, effect) = if root {
+        (
+            format!("the root {path}"),
+            "commands, terminal sessions and fs calls in it fail",
+        )
+    } else {
+        (
+            format!("working_dir {path}"),
+            "every command without a cwd fails (S216)",
+        )
+    };
+    format!(
+        "{what} cannot be entered by uid {uid} that commands run as: {effect}; set confinement.run_as to a user that can enter it, or give uid {uid} access to it (chown the jail to that user)"
+    )
+}
+
 /// Where a command starts when the call gives no `cwd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DefaultCwd {
@@ -321,6 +340,18 @@ mod tests {
         assert_eq!(
             gap(&HomeChoice::Forwarded("/srv/ws/h".into()), &roots, &scratch),
             None
+        );
+    }
+
+    #[test]
+    fn unreachable_gaps_exact_values() {
+        assert_eq!(
+            unreachable_gap("/srv/app/sub", false, 65534),
+            "working_dir /srv/app/sub cannot be entered by uid 65534 that commands run as: every command without a cwd fails (S216); set confinement.run_as to a user that can enter it, or give uid 65534 access to it (chown the jail to that user)"
+        );
+        assert_eq!(
+            unreachable_gap("/srv/app", true, 7),
+            "the root /srv/app cannot be entered by uid 7 that commands run as: commands, terminal sessions and fs calls in it fail; set confinement.run_as to a user that can enter it, or give uid 7 access to it (chown the jail to that user)"
         );
     }
 
