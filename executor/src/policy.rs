@@ -368,7 +368,7 @@ impl Policy {
         let account = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
             .ok()
             .flatten();
-        let shell = crate::pty::process::shell_for(
+        let shell = shell_for(
             account.as_ref(),
             self.base_env.get("SHELL").map(String::as_str),
         );
@@ -484,6 +484,22 @@ impl Policy {
             }
         }
     }
+}
+
+/// The shell of a terminal session without a program, for the command user `account` (its
+/// passwd entry, if it has one) and the forwarded `SHELL` ([`iii_shell_policy::terminal`]).
+pub fn shell_for(
+    account: Option<&nix::unistd::User>,
+    forwarded: Option<&str>,
+) -> iii_shell_policy::terminal::ShellChoice {
+    use std::os::unix::fs::PermissionsExt;
+    let account = account.map(|u| iii_shell_policy::terminal::Account {
+        name: u.name.clone(),
+        shell: u.shell.to_string_lossy().into_owned(),
+    });
+    iii_shell_policy::terminal::choose_shell(account.as_ref(), forwarded, |p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// What holds for the command user under a policy, settled once when it is installed.

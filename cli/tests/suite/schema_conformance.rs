@@ -990,7 +990,7 @@ fn config_status_with_its_config_id_and_warnings_fits_the_seed_schema() {
     validate(schema, &reply).expect("fits the seed's schema");
 }
 
-/// Issue 16: the whole `coder::*` surface is published (and therefore checked above against
+/// The whole `coder::*` surface is published (and therefore checked above against
 /// the seed, with the allow-list still empty).
 #[test]
 fn every_coder_function_of_the_seed_is_published() {

@@ -70,22 +70,6 @@ pub fn check_size(cols: u16, rows: u16) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// The shell of a terminal session without a program, for the command user `account` (its
-/// passwd entry, if it has one) and the forwarded `SHELL` ([`iii_shell_policy::terminal`]).
-pub fn shell_for(
-    account: Option<&nix::unistd::User>,
-    forwarded: Option<&str>,
-) -> iii_shell_policy::terminal::ShellChoice {
-    use std::os::unix::fs::PermissionsExt;
-    let account = account.map(|u| iii_shell_policy::terminal::Account {
-        name: u.name.clone(),
-        shell: u.shell.to_string_lossy().into_owned(),
-    });
-    iii_shell_policy::terminal::choose_shell(account.as_ref(), forwarded, |p| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
-}
-
 /// The login shell of the user the executor runs as: settled with the policy
 /// ([`Policy::settle_user`]), or (a policy not installed by an executor) worked out now.
 pub fn login_shell(policy: &Policy) -> String {
@@ -95,7 +79,7 @@ pub fn login_shell(policy: &Policy) -> String {
     let account = nix::unistd::User::from_uid(nix::unistd::geteuid())
         .ok()
         .flatten();
-    shell_for(
+    crate::policy::shell_for(
         account.as_ref(),
         policy.base_env.get("SHELL").map(String::as_str),
     )
