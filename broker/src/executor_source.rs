@@ -43,14 +43,17 @@ fn stream_from(fd: OwnedFd) -> std::io::Result<UnixStream> {
 /// reach it only once it holds the policy in force.
 async fn install(services: &Arc<Services>, client: ExecutorClient) {
     if let Some(rt) = services.snapshots.get() {
-        if let Err(e) = client
+        match client
             .call(Request::SetPolicy {
                 generation: rt.generation,
                 config_json: rt.config_json(),
             })
             .await
         {
-            tracing::error!(error = %e, "the executor refused the current policy; it exceeds the pinned envelope or names a missing root: fix the configuration entry or widen /etc/iii-shell/envelope.yaml (shell::config-status shows the reason)");
+            Ok(reply) => services.snapshots.accepted(&reply),
+            Err(e) => {
+                tracing::error!(error = %e, "the executor refused the current policy; it exceeds the pinned envelope or names a missing root: fix the configuration entry or widen /etc/iii-shell/envelope.yaml (shell::config-status shows the reason)")
+            }
         }
     }
     services.install_executor(client.clone());

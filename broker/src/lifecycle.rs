@@ -311,7 +311,8 @@ impl Lifecycle {
         let generation = self.services.snapshots.next_generation();
         let previous = self.services.snapshots.get();
         let config_json = serde_json::to_string(&config).unwrap_or_default();
-        self.services
+        let reply = self
+            .services
             .executor
             .call(Request::SetPolicy {
                 generation,
@@ -328,6 +329,7 @@ impl Lifecycle {
             }
         }
         self.services.snapshots.install_as(generation, config);
+        self.services.snapshots.accepted(&reply);
         Ok(())
     }
 

@@ -90,12 +90,13 @@ impl Services {
             .await
             .map_err(|e| WireError::new(Code::S216, e.to_string()))?
             .with_bounds(bounds);
-        client
+        let reply = client
             .call(Request::SetPolicy {
                 generation: rt.generation,
                 config_json: rt.config_json(),
             })
             .await?;
+        self.snapshots.accepted(&reply);
         let pid = client.pid;
         self.install_executor(client);
         Ok(pid)

@@ -71,6 +71,13 @@ pub struct ReloadStatus {
     #[serde(default)]
     #[schemars(skip)]
     pub config_id: String,
+    /// What holds under the policy in force that commands will meet, each with its fix: a
+    /// root or `working_dir` the command user cannot enter, a `HOME` commands cannot use,
+    /// capabilities that reach other terminals. Set by the executor when it accepts a
+    /// policy. Left out of the published schema like `config_id` (the seed's allows it).
+    #[serde(default)]
+    #[schemars(skip)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -88,6 +95,7 @@ impl Default for SnapshotCell {
                 last_error: None,
                 rejected_reloads: 0,
                 config_id: crate::worker_identity::DEFAULT_CONFIG_ID.to_string(),
+                warnings: Vec::new(),
             }),
         }
     }
@@ -129,6 +137,14 @@ impl SnapshotCell {
     pub fn set_config_id(&self, id: &str) {
         let mut s = lock(&self.status);
         s.config_id = id.to_string();
+    }
+
+    /// Records what the executor warned about when it accepted the policy in force (the
+    /// reply to `SetPolicy`; any other reply leaves them as they are).
+    pub fn accepted(&self, reply: &iii_shell_protocol::messages::Reply) {
+        if let iii_shell_protocol::messages::Reply::PolicyAccepted { warnings, .. } = reply {
+            lock(&self.status).warnings = warnings.clone();
+        }
     }
 
     /// Records a rejected reload; the current snapshot stays.

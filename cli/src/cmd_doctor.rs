@@ -316,6 +316,7 @@ fn print_human(
     println!("  user               {}", c.user);
     println!("  HOME               {}", c.home);
     println!("  cwd (none given)   {}", c.cwd);
+    println!("  terminal shell     {}", c.terminal);
     println!("  chmod of / (root's) {}", c.foreign_chmod);
     println!("  a real command saw {}", c.observed.join(" | "));
     let j = &ex.jobs;

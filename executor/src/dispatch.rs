@@ -116,6 +116,7 @@ impl Executor {
             tracing::debug!(generation, current, "ignoring a stale policy");
             return Ok(Reply::PolicyAccepted {
                 generation: current,
+                warnings: self.policy.get().map(|p| standing(&p)).unwrap_or_default(),
             });
         }
         let previous = self.policy.get();
@@ -127,6 +128,10 @@ impl Executor {
             // As the command user, and before the walk builds the command ruleset, so the
             // state's directories exist when Landlock denies them.
             .inspect(|p| crate::state_move::settle(&p.state, p.jail.is_jailed()))
+            .map(|mut p| {
+                p.settle_user(self.launcher.applied_run_as().as_ref());
+                p
+            })
             .and_then(|mut p| {
                 // The first policy decides whether the executor's own filter holds the
                 // special-bits rule (then no child loads it); place it again.
@@ -144,14 +149,15 @@ impl Executor {
                     "policy accepted"
                 );
                 self.log_relay.apply(&p.config.telemetry);
-                let standing: Vec<String> =
-                    doctor::terminal_gap(&p.config.confinement.capabilities)
-                        .into_iter()
-                        .chain(p.home.warning.clone())
-                        .chain(crate::state_move::gap(&p.state))
-                        .collect();
-                for gap in self.warnings.newly_standing(standing) {
+                let warnings = standing(&p);
+                for gap in self.warnings.newly_standing(warnings.clone()) {
                     tracing::warn!(generation, "{gap}");
+                }
+                for note in self
+                    .notes
+                    .newly_standing(p.user.terminal.iter().cloned().collect())
+                {
+                    tracing::info!(generation, "{note}");
                 }
                 if let Some(prev) = self.policy.get() {
                     let widened = iii_shell_policy::widening::widening(&prev.config, &p.config);
@@ -174,7 +180,10 @@ impl Executor {
                         }
                     });
                 }
-                Ok(Reply::PolicyAccepted { generation })
+                Ok(Reply::PolicyAccepted {
+                    generation,
+                    warnings,
+                })
             }
             Err(e) => {
                 tracing::warn!(generation, error = %e, "policy refused");
@@ -340,4 +349,16 @@ impl Executor {
         };
         Reply::Doctor(Box::new(report))
     }
+}
+
+/// What holds under `p` that the executor warns about once (and `shell::config-status` and
+/// `doctor` show): capabilities that reach other terminals, a `HOME` commands cannot use,
+/// roots or a `working_dir` the command user cannot enter.
+fn standing(p: &Policy) -> Vec<String> {
+    doctor::terminal_gap(&p.config.confinement.capabilities)
+        .into_iter()
+        .chain(p.home.warning.clone())
+        .chain(crate::state_move::gap(&p.state))
+        .chain(p.user.reach.iter().cloned())
+        .collect()
 }

@@ -239,7 +239,9 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
             .into_iter()
             .chain(terminal_gap(&c.capabilities))
             .chain(policy.home.warning.clone())
+            .chain(policy.user.reach.iter().cloned())
             .collect(),
+        terminal: terminal_line(&policy),
     };
     DoctorReport {
         executor,
@@ -259,6 +261,15 @@ pub fn terminal_gap(capabilities: &[String]) -> Option<String> {
             reach.join(", ")
         )
     })
+}
+
+/// What a terminal session without a program gets, and the note about it when there is one.
+fn terminal_line(policy: &Policy) -> String {
+    let shell = crate::pty::process::login_shell(policy);
+    match &policy.user.terminal {
+        Some(note) => format!("{shell}: {note}"),
+        None => shell,
+    }
 }
 
 /// The special-bits rule as `doctor` lists it, saying where it is loaded.

@@ -74,6 +74,9 @@ pub struct Executor {
     /// What the policy in force is warned about, so a policy pushed again (every
     /// `iii-shell call --socket`, every reload) does not repeat it.
     pub warnings: warnings::Standing,
+    /// The same for what the policy in force is noted for at INFO (terminal sessions that
+    /// are not root's, and their shell).
+    pub notes: warnings::Standing,
     /// What starts every command, job and terminal: job cgroups, pre-started processes, the
     /// command user. Each accepted policy is handed it.
     pub launcher: Arc<Launcher>,
@@ -118,6 +121,7 @@ impl Executor {
             envelope,
             supervisor: std::sync::OnceLock::new(),
             warnings: Default::default(),
+            notes: Default::default(),
             launcher,
             log_relay: Default::default(),
         }

@@ -29,10 +29,16 @@ pub struct Policy {
     /// The executor's environment filtered by `env.inherit` / `env.allow`: what every command
     /// starts from before its per-call overrides.
     pub base_env: std::collections::BTreeMap<String, String>,
-    /// The same, as C strings ready for execve.
+    /// The same, as C strings ready for execve: what a terminal session starts from.
     pub base_envp: Arc<iii_shell_launch::spawn::EnvBlock>,
+    /// What `shell::exec` and `shell::exec_bg` commands start from: `base_env` with the
+    /// non-terminal defaults (no pager, no git credential prompt) where it has none
+    /// ([`iii_shell_policy::env_policy::non_terminal_env`]).
+    pub command_envp: Arc<iii_shell_launch::spawn::EnvBlock>,
     /// The `HOME` in `base_env`, and where it comes from ([`Policy::settle_home`]).
     pub home: iii_shell_files::home::Home,
+    /// What holds for the command user under this policy ([`Policy::settle_user`]).
+    pub user: UserFacts,
     /// Landlock ruleset, seccomp program and rlimits for every command spawned under it.
     pub commands: CommandConfinement,
     /// What starts its commands: the executor's launcher once the executor accepted it
@@ -274,12 +280,7 @@ impl Policy {
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
             &[],
         );
-        let base_envp = Arc::new(
-            iii_shell_launch::spawn::EnvBlock::new(
-                base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
-            )
-            .map_err(|e| format!("forwarded environment: {e}"))?,
-        );
+        let (base_envp, command_envp) = env_blocks(&base_env)?;
         let home = iii_shell_files::home::Home::unsettled(base_env.get("HOME").map(String::as_str));
         let fs = Arc::new(fs);
         Ok(Policy {
@@ -288,7 +289,9 @@ impl Policy {
             denylist,
             base_env,
             base_envp,
+            command_envp,
             home,
+            user: UserFacts::default(),
             commands,
             launcher: Arc::new(Launcher::new(Settings::plain())),
             prestarted: std::sync::Mutex::new(Vec::new()),
@@ -351,15 +354,45 @@ impl Policy {
                 Some(h) => self.base_env.insert("HOME".into(), h.clone()),
                 None => self.base_env.remove("HOME"),
             };
-            self.base_envp = Arc::new(
-                iii_shell_launch::spawn::EnvBlock::new(
-                    self.base_env.iter().map(|(k, v)| (k.clone(), v.clone())),
-                )
-                .map_err(|e| format!("forwarded environment: {e}"))?,
-            );
+            (self.base_envp, self.command_envp) = env_blocks(&self.base_env)?;
         }
         self.home = home;
         Ok(())
+    }
+
+    /// Settles what holds for the command user (the executor acts as it by now): the
+    /// terminal shell and what to say about it, and the directories it cannot enter.
+    pub fn settle_user(&mut self, applied: Option<&iii_shell_launch::run_as::Applied>) {
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let account = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten();
+        let shell = shell_for(
+            account.as_ref(),
+            self.base_env.get("SHELL").map(String::as_str),
+        );
+        // A root executor that switched (or stayed root): `applied` says so, and why.
+        let terminal = iii_shell_policy::terminal::note(
+            applied.is_some(),
+            uid,
+            account.as_ref().map(|a| a.name.as_str()),
+            applied.map_or("", |a| a.why.as_str()),
+            &shell,
+        );
+        let mut reach = Vec::new();
+        let wd = self.config.working_dir.iter().map(|w| (w.as_str(), false));
+        let roots = self.config.fs.host_roots.iter().map(|r| (r.as_str(), true));
+        for (path, root) in roots.chain(wd) {
+            if !can_enter(path) {
+                reach.push(iii_shell_policy::home::unreachable_gap(path, root, uid));
+            }
+        }
+        self.user = UserFacts {
+            shell,
+            terminal,
+            reach,
+        };
     }
 
     /// A pre-started command process: a ready one if there is one, else one still setting
@@ -451,6 +484,63 @@ impl Policy {
             }
         }
     }
+}
+
+/// The shell of a terminal session without a program, for the command user `account` (its
+/// passwd entry, if it has one) and the forwarded `SHELL` ([`iii_shell_policy::terminal`]).
+pub fn shell_for(
+    account: Option<&nix::unistd::User>,
+    forwarded: Option<&str>,
+) -> iii_shell_policy::terminal::ShellChoice {
+    use std::os::unix::fs::PermissionsExt;
+    let account = account.map(|u| iii_shell_policy::terminal::Account {
+        name: u.name.clone(),
+        shell: u.shell.to_string_lossy().into_owned(),
+    });
+    iii_shell_policy::terminal::choose_shell(account.as_ref(), forwarded, |p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// What holds for the command user under a policy, settled once when it is installed.
+#[derive(Debug, Clone, Default)]
+pub struct UserFacts {
+    /// The shell of a terminal session without a program.
+    pub shell: iii_shell_policy::terminal::ShellChoice,
+    /// What to say once about terminal sessions (INFO, and `doctor`).
+    pub terminal: Option<String>,
+    /// The roots and `working_dir` the command user cannot enter (WARN, `doctor`,
+    /// `shell::config-status`).
+    pub reach: Vec<String>,
+}
+
+/// Whether this process (acting as the command user) may search `path`.
+fn can_enter(path: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
+}
+
+type EnvBlocks = (
+    Arc<iii_shell_launch::spawn::EnvBlock>,
+    Arc<iii_shell_launch::spawn::EnvBlock>,
+);
+
+/// The execve blocks of `base_env`: as it is (terminal sessions), and with the non-terminal
+/// defaults (`shell::exec`, `shell::exec_bg`).
+fn env_blocks(base_env: &std::collections::BTreeMap<String, String>) -> Result<EnvBlocks, String> {
+    use iii_shell_launch::spawn::EnvBlock;
+    let block = |env: &std::collections::BTreeMap<String, String>| {
+        EnvBlock::new(env.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .map(Arc::new)
+            .map_err(|e| format!("forwarded environment: {e}"))
+    };
+    Ok((
+        block(base_env)?,
+        block(&iii_shell_policy::env_policy::non_terminal_env(base_env))?,
+    ))
 }
 
 /// The newest accepted policy; each request takes one snapshot and keeps it to the end.

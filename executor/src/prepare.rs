@@ -173,7 +173,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     let mut plan = SpawnPlan::with_env(
         &program,
         &spec.argv,
-        policy.base_envp.clone(),
+        policy.command_envp.clone(),
         &spec.env,
         stdin_child,
         out_w,
@@ -218,7 +218,7 @@ pub fn prepare_for_prestarted(
         cwd,
         stdin,
     } = stage(policy, spec)?;
-    let image = ExecImage::new(&program, &spec.argv, policy.base_envp.clone(), &spec.env)
+    let image = ExecImage::new(&program, &spec.argv, policy.command_envp.clone(), &spec.env)
         .map_err(setup_error)?;
     let (stdin_child, stdin) = match stdin {
         Some((child_end, parent)) => (Some(child_end), Some(parent)),

@@ -51,7 +51,7 @@ impl Peer {
         )
         .await;
         match p.reply().await {
-            (1, Ok(Reply::PolicyAccepted { generation: 1 })) => {}
+            (1, Ok(Reply::PolicyAccepted { generation: 1, .. })) => {}
             other => panic!("{other:?}"),
         }
         p

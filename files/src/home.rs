@@ -62,27 +62,90 @@ pub fn identity(config: &Config) -> String {
 pub fn preview(config: &Config, forwarded: Option<&str>, uid: u32) -> Home {
     let roots = &config.fs.host_roots;
     let scratch = &config.confinement.scratch_paths;
-    if home::choose(config.env.home.as_deref(), forwarded, roots, scratch) != HomeChoice::PerWorker
-    {
+    let writable = forwarded.is_some_and(|h| writable_by(h, uid));
+    let choice = home::choose(
+        config.env.home.as_deref(),
+        forwarded,
+        writable,
+        roots,
+        scratch,
+    );
+    if !matches!(choice, HomeChoice::PerWorker | HomeChoice::Unwritable(_)) {
         return settle(config, forwarded, uid, "");
     }
     let name = home::default_home_name(uid, &identity(config));
     match scratch.iter().find(|s| Path::new(s).is_dir()) {
-        Some(s) => Home {
-            path: Some(Path::new(s).join(name).to_string_lossy().into_owned()),
-            source: format!(
-                "the per-worker default, made for uid {uid} with mode 0700 when the executor takes this policy"
-            ),
-            warning: None,
-        },
-        None => unavailable(forwarded, NO_SCRATCH.into()),
+        Some(s) => {
+            let path = Path::new(s).join(name).to_string_lossy().into_owned();
+            Home {
+                warning: instead(&choice, uid, &path),
+                path: Some(path),
+                source: format!(
+                    "the per-worker default, made for uid {uid} with mode 0700 when the executor takes this policy"
+                ),
+            }
+        }
+        None => unavailable(&choice, forwarded, uid, NO_SCRATCH.into()),
+    }
+}
+
+/// Whether `uid` (the command user) may create entries in the directory `path`. For the
+/// executor's own effective uid (it acts as the command user by the time it settles a
+/// policy) the kernel answers (`faccessat` with `AT_EACCESS`); for another (`check-config`,
+/// run before any switch) its owner, group and mode bits do ([`home::mode_lets_write`]).
+pub fn writable_by(path: &str, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(cpath) = CString::new(path) else {
+        return false;
+    };
+    // SAFETY: geteuid cannot fail.
+    if uid == unsafe { libc::geteuid() } {
+        // SAFETY: `cpath` is a valid NUL-terminated string that outlives the call.
+        return std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+            && unsafe {
+                libc::faccessat(
+                    libc::AT_FDCWD,
+                    cpath.as_ptr(),
+                    libc::W_OK | libc::X_OK,
+                    libc::AT_EACCESS,
+                )
+            } == 0;
+    }
+    let Ok(md) = std::fs::metadata(path) else {
+        return false;
+    };
+    let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or(uid, |u| u.gid.as_raw());
+    md.is_dir() && home::mode_lets_write(md.uid(), md.gid(), md.mode(), uid, &[gid])
+}
+
+/// The warning of a per-worker default used instead of the worker's own `HOME`.
+fn instead(choice: &HomeChoice, uid: u32, per_worker: &str) -> Option<String> {
+    match choice {
+        HomeChoice::Unwritable(h) => Some(format!(
+            "the worker's HOME ({h}) is not writable by uid {uid} that commands run as: commands get the per-worker home {per_worker} instead; set env.home to a directory uid {uid} can write, or give it {h}"
+        )),
+        _ => None,
     }
 }
 
 const NO_SCRATCH: &str = "confinement.scratch_paths names no existing directory to keep a per-worker home in; add one (e.g. /tmp) or set env.home to a directory under a root";
 
-/// Commands keep the forwarded `HOME` (unusable in the jail), and the warning says why.
-fn unavailable(forwarded: Option<&str>, why: String) -> Home {
+/// The per-worker default could not be made: commands keep the forwarded `HOME` (unusable in
+/// the jail) unless the command user cannot write it (then they get none), and the warning
+/// says why.
+fn unavailable(choice: &HomeChoice, forwarded: Option<&str>, uid: u32, why: String) -> Home {
+    if let HomeChoice::Unwritable(h) = choice {
+        return Home {
+            path: None,
+            source: "none (the worker's HOME is not writable by the command user, and the per-worker default is unavailable)".into(),
+            warning: Some(format!(
+                "commands get no HOME: the worker's HOME ({h}) is not writable by uid {uid} that commands run as, and the per-worker default is unavailable: {why}"
+            )),
+        };
+    }
     let now = match forwarded {
         Some(h) => format!("HOME={h}, which they cannot use"),
         None => "no HOME".into(),
@@ -100,9 +163,16 @@ fn unavailable(forwarded: Option<&str>, why: String) -> Home {
 pub fn settle(config: &Config, forwarded: Option<&str>, uid: u32, identity: &str) -> Home {
     let roots = &config.fs.host_roots;
     let scratch = &config.confinement.scratch_paths;
-    let choice = home::choose(config.env.home.as_deref(), forwarded, roots, scratch);
+    let writable = forwarded.is_some_and(|h| writable_by(h, uid));
+    let choice = home::choose(
+        config.env.home.as_deref(),
+        forwarded,
+        writable,
+        roots,
+        scratch,
+    );
     let gap = home::gap(&choice, roots, scratch);
-    match choice {
+    match choice.clone() {
         HomeChoice::Configured(h) => {
             let warning = gap.or_else(|| {
                 (!Path::new(&h).is_dir()).then(|| {
@@ -127,17 +197,20 @@ pub fn settle(config: &Config, forwarded: Option<&str>, uid: u32, identity: &str
             source: "none (the worker has no HOME to forward)".into(),
             warning: None,
         },
-        HomeChoice::PerWorker => {
+        HomeChoice::PerWorker | HomeChoice::Unwritable(_) => {
             let name = home::default_home_name(uid, identity);
             match per_worker(scratch, &name, uid) {
-                Ok(p) => Home {
-                    path: Some(p.to_string_lossy().into_owned()),
-                    source: format!(
-                        "the per-worker default: owned by uid {uid}, mode 0700, kept across calls and restarts"
-                    ),
-                    warning: None,
-                },
-                Err(why) => unavailable(forwarded, why),
+                Ok(p) => {
+                    let path = p.to_string_lossy().into_owned();
+                    Home {
+                        warning: instead(&choice, uid, &path),
+                        path: Some(path),
+                        source: format!(
+                            "the per-worker default: owned by uid {uid}, mode 0700, kept across calls and restarts"
+                        ),
+                    }
+                }
+                Err(why) => unavailable(&choice, forwarded, uid, why),
             }
         }
     }
@@ -338,7 +411,58 @@ mod tests {
             Some("env.home (/nonexistent-iii-home) is not an existing directory: commands cannot use ~; create it, owned by uid 7, or set env.home to one that exists")
         );
         c.env.home = None;
-        let h = settle(&c, Some("/root"), me(), "id");
-        assert_eq!((h.path.as_deref(), h.warning), (Some("/root"), None));
+        let own = t.path().to_string_lossy().into_owned();
+        let h = settle(&c, Some(&own), me(), "id");
+        assert_eq!((h.path.as_deref(), h.warning), (Some(own.as_str()), None));
+    }
+
+    /// A worker `HOME` in a scratch path (`HOME=/tmp/w`, as in many containers) that the
+    /// command user cannot write is not handed on: the per-worker default is, with a warning
+    /// saying why; when that cannot be had either, commands get no `HOME` at all.
+    #[test]
+    fn a_home_the_command_user_cannot_write_is_replaced_by_the_per_worker_one() {
+        if me() != 0 {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (root, scratch) = (t.path().join("root"), t.path().join("scratch"));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::create_dir(&scratch).unwrap();
+        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let worker_home = scratch.join("w");
+        std::fs::create_dir(&worker_home).unwrap();
+        std::fs::set_permissions(&worker_home, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let w = worker_home.to_string_lossy().into_owned();
+        let c = jailed(&root, &scratch);
+        assert!(!writable_by(&w, 4242) && writable_by(&w, 0));
+        // The per-worker default cannot be made for uid 4242 by this (root) process: no HOME.
+        let h = settle(&c, Some(&w), 4242, "id");
+        assert_eq!(h.path, None);
+        assert!(
+            h.warning.as_deref().is_some_and(|x| x.starts_with(&format!(
+                "commands get no HOME: the worker's HOME ({w}) is not writable by uid 4242 that commands run as, and the per-worker default is unavailable: "
+            ))),
+            "{h:?}"
+        );
+        // Made by uid 4242 (as the executor acting as it does): used, and the warning says why.
+        // (The failed attempt above made it, as root: it stays refused until it is 4242's.)
+        let mine = scratch.join(home::default_home_name(4242, "id"));
+        std::os::unix::fs::chown(&mine, Some(4242), Some(4242)).unwrap();
+        let h = settle(&c, Some(&w), 4242, "id");
+        let m = mine.to_string_lossy().into_owned();
+        assert_eq!(h.path.as_deref(), Some(m.as_str()));
+        assert_eq!(
+            h.warning,
+            Some(format!("the worker's HOME ({w}) is not writable by uid 4242 that commands run as: commands get the per-worker home {m} instead; set env.home to a directory uid 4242 can write, or give it {w}"))
+        );
+        let p = preview(&c, Some(&w), 4242).warning.unwrap_or_default();
+        assert!(
+            p.starts_with(&format!("the worker's HOME ({w}) is not writable by uid 4242 that commands run as: commands get the per-worker home ")),
+            "{p}"
+        );
+        // Writable by the command user: kept, as before.
+        std::os::unix::fs::chown(&worker_home, Some(4242), None).unwrap();
+        let h = settle(&c, Some(&w), 4242, "id");
+        assert_eq!((h.path.as_deref(), h.warning), (Some(w.as_str()), None));
     }
 }

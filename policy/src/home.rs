@@ -3,10 +3,13 @@
 //!
 //! `HOME`, first that applies:
 //! 1. `env.home`, when set (jailed or not): the operator's explicit choice.
-//! 2. Unjailed: the worker's own `HOME` as forwarded (`env.inherit` / `env.allow`), or none,
-//!    as it always was.
-//! 3. Jailed: the worker's forwarded `HOME` when it lies inside a root or a scratch path, so an
-//!    operator who set `HOME` in the executor's environment for the jail keeps it.
+//! 2. The worker's forwarded `HOME` (`env.inherit` / `env.allow`) that the command user
+//!    cannot write: never handed on. The per-worker default (4.) is used instead, and a WARN
+//!    says why ([`HomeChoice::Unwritable`]). (A root worker's `HOME=/tmp/w` in a container,
+//!    with commands acting as another user, is the usual case.)
+//! 3. Unjailed: the worker's own `HOME` as forwarded, or none, as it always was. Jailed: the
+//!    worker's forwarded `HOME` when it lies inside a root or a scratch path, so an operator
+//!    who set `HOME` in the executor's environment for the jail keeps it.
 //! 4. Jailed: the per-worker default, a directory under the first scratch path that the
 //!    executor creates for the command user ([`default_home_name`]).
 //!
@@ -23,30 +26,50 @@ pub enum HomeChoice {
     Forwarded(String),
     /// The per-worker default: the executor creates it under the first scratch path.
     PerWorker,
+    /// The per-worker default, because the worker's forwarded `HOME` (this one), which would
+    /// otherwise be used, is not writable by the command user.
+    Unwritable(String),
     /// Unjailed, no `env.home`, and the worker forwards no `HOME`: commands get none.
     Unset,
 }
 
-/// The decision. `forwarded` is `HOME` in the forwarded environment, if any.
+/// The decision. `forwarded` is `HOME` in the forwarded environment, if any, and
+/// `forwarded_writable` whether the command user can write it (a directory it may create
+/// entries in).
 pub fn choose(
     configured: Option<&str>,
     forwarded: Option<&str>,
+    forwarded_writable: bool,
     roots: &[String],
     scratch: &[String],
 ) -> HomeChoice {
     if let Some(h) = configured {
         return HomeChoice::Configured(h.to_string());
     }
-    if roots.is_empty() {
-        return match forwarded {
-            Some(h) => HomeChoice::Forwarded(h.to_string()),
-            None => HomeChoice::Unset,
-        };
-    }
+    let jailed = !roots.is_empty();
     match forwarded {
-        Some(h) if inside(h, roots, scratch) => HomeChoice::Forwarded(h.to_string()),
-        _ => HomeChoice::PerWorker,
+        None if jailed => HomeChoice::PerWorker,
+        None => HomeChoice::Unset,
+        Some(h) if jailed && !inside(h, roots, scratch) => HomeChoice::PerWorker,
+        Some(h) if !forwarded_writable => HomeChoice::Unwritable(h.to_string()),
+        Some(h) => HomeChoice::Forwarded(h.to_string()),
     }
+}
+
+/// Whether a directory of `owner`:`group` with `mode` lets `uid` (in groups `gids`) create
+/// entries in it: root always; else the owner, group or other write and search bits, by the
+/// first class that applies (as the kernel checks them, ACLs aside).
+pub fn mode_lets_write(owner: u32, group: u32, mode: u32, uid: u32, gids: &[u32]) -> bool {
+    let bits = if uid == 0 {
+        return true;
+    } else if uid == owner {
+        mode >> 6
+    } else if gids.contains(&group) {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & 0o3 == 0o3
 }
 
 /// True when `path` is absolute, has no `..`, and lies (by whole components) at or under one
@@ -114,6 +137,25 @@ pub fn gap(choice: &HomeChoice, roots: &[String], scratch: &[String]) -> Option<
     }
 }
 
+/// The load-time gap of a directory the command user cannot enter: `working_dir` (`root` =
+/// false) or a jail root, for commands acting as `uid`, with the fix.
+pub fn unreachable_gap(path: &str, root: bool, uid: u32) -> String {
+    let (what, effect) = if root {
+        (
+            format!("the root {path}"),
+            "commands, terminal sessions and fs calls in it fail",
+        )
+    } else {
+        (
+            format!("working_dir {path}"),
+            "every command without a cwd fails (S216)",
+        )
+    };
+    format!(
+        "{what} cannot be entered by uid {uid} that commands run as: {effect}; set confinement.run_as to a user that can enter it, or give uid {uid} access to it (chown the jail to that user)"
+    )
+}
+
 /// Where a command starts when the call gives no `cwd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DefaultCwd {
@@ -149,47 +191,90 @@ mod tests {
         let none: Vec<String> = Vec::new();
         // 1. env.home wins, jailed or not, inside or not.
         assert_eq!(
-            choose(Some("/srv/app/.home"), Some("/root"), &roots, &scratch),
+            choose(
+                Some("/srv/app/.home"),
+                Some("/root"),
+                false,
+                &roots,
+                &scratch
+            ),
             HomeChoice::Configured("/srv/app/.home".into())
         );
         assert_eq!(
-            choose(Some("/opt/h"), Some("/root"), &none, &scratch),
+            choose(Some("/opt/h"), Some("/root"), true, &none, &scratch),
             HomeChoice::Configured("/opt/h".into())
         );
         // 2. Unjailed: the forwarded HOME as it was, or none.
         assert_eq!(
-            choose(None, Some("/root"), &none, &scratch),
+            choose(None, Some("/root"), true, &none, &scratch),
             HomeChoice::Forwarded("/root".into())
         );
-        assert_eq!(choose(None, None, &none, &scratch), HomeChoice::Unset);
+        assert_eq!(choose(None, None, true, &none, &scratch), HomeChoice::Unset);
         // 3. Jailed: a forwarded HOME the jail lets commands use is kept.
         assert_eq!(
-            choose(None, Some("/srv/app/home"), &roots, &scratch),
+            choose(None, Some("/srv/app/home"), true, &roots, &scratch),
             HomeChoice::Forwarded("/srv/app/home".into())
         );
         assert_eq!(
-            choose(None, Some("/var/tmp/h"), &roots, &scratch),
+            choose(None, Some("/var/tmp/h"), true, &roots, &scratch),
             HomeChoice::Forwarded("/var/tmp/h".into())
         );
         // 4. Jailed, a HOME outside (or none, or one with `..`): the per-worker default.
         assert_eq!(
-            choose(None, Some("/root"), &roots, &scratch),
-            HomeChoice::PerWorker
-        );
-        assert_eq!(choose(None, None, &roots, &scratch), HomeChoice::PerWorker);
-        assert_eq!(
-            choose(None, Some("/srv/app/../../root"), &roots, &scratch),
+            choose(None, Some("/root"), true, &roots, &scratch),
             HomeChoice::PerWorker
         );
         assert_eq!(
-            choose(None, Some("/srv/apple"), &roots, &scratch),
+            choose(None, None, true, &roots, &scratch),
+            HomeChoice::PerWorker
+        );
+        assert_eq!(
+            choose(None, Some("/srv/app/../../root"), true, &roots, &scratch),
+            HomeChoice::PerWorker
+        );
+        assert_eq!(
+            choose(None, Some("/srv/apple"), true, &roots, &scratch),
             HomeChoice::PerWorker,
             "compared by whole components"
         );
         assert_eq!(
-            choose(None, Some("relative"), &roots, &scratch),
+            choose(None, Some("relative"), true, &roots, &scratch),
             HomeChoice::PerWorker
         );
+        // 2. A forwarded HOME the command user cannot write: never handed on, jailed (inside
+        // a scratch path) or not; one outside the jail is not used anyway (no warning).
+        assert_eq!(
+            choose(None, Some("/tmp/w"), false, &roots, &scratch),
+            HomeChoice::Unwritable("/tmp/w".into())
+        );
+        assert_eq!(
+            choose(None, Some("/root"), false, &none, &scratch),
+            HomeChoice::Unwritable("/root".into())
+        );
+        assert_eq!(
+            choose(None, Some("/root"), false, &roots, &scratch),
+            HomeChoice::PerWorker
+        );
+        assert_eq!(
+            choose(None, None, false, &none, &scratch),
+            HomeChoice::Unset
+        );
+    }
+
+    #[test]
+    fn who_may_write_a_directory_exact_values() {
+        // root: always.
+        assert!(mode_lets_write(1, 1, 0o000, 0, &[]));
+        // The owner: its own bits, even when others have more.
+        assert!(mode_lets_write(7, 7, 0o700, 7, &[7]));
+        assert!(!mode_lets_write(7, 7, 0o577, 7, &[7]));
+        assert!(!mode_lets_write(7, 7, 0o600, 7, &[7]), "no search bit");
+        // The group.
+        assert!(mode_lets_write(0, 9, 0o770, 7, &[7, 9]));
+        assert!(!mode_lets_write(0, 9, 0o757, 7, &[7, 9]));
+        // Others, e.g. a root-owned 0755 HOME for nobody; a sticky 1777 one.
+        assert!(!mode_lets_write(0, 0, 0o755, 65534, &[65534]));
+        assert!(mode_lets_write(0, 0, 0o1777, 65534, &[65534]));
     }
 
     #[test]
@@ -255,6 +340,18 @@ mod tests {
         assert_eq!(
             gap(&HomeChoice::Forwarded("/srv/ws/h".into()), &roots, &scratch),
             None
+        );
+    }
+
+    #[test]
+    fn unreachable_gaps_exact_values() {
+        assert_eq!(
+            unreachable_gap("/srv/app/sub", false, 65534),
+            "working_dir /srv/app/sub cannot be entered by uid 65534 that commands run as: every command without a cwd fails (S216); set confinement.run_as to a user that can enter it, or give uid 65534 access to it (chown the jail to that user)"
+        );
+        assert_eq!(
+            unreachable_gap("/srv/app", true, 7),
+            "the root /srv/app cannot be entered by uid 7 that commands run as: commands, terminal sessions and fs calls in it fail; set confinement.run_as to a user that can enter it, or give uid 7 access to it (chown the jail to that user)"
         );
     }
 

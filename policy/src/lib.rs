@@ -10,6 +10,7 @@
 //! * [`denylist`]: the advisory command denylist.
 //! * [`env_policy`]: the dangerous-environment gate and the forwarded base environment.
 //! * [`home`]: which `HOME` commands get, and where a command without a `cwd` starts.
+//! * [`terminal`]: which shell a terminal session gets, and what is said about it.
 //! * [`argv`]: argv rules.
 //! * [`command`]: the one command validator (argv, denylist, env, cwd, timeouts).
 //! * [`mode`]: file-mode and owner rules of the fs surface.
@@ -26,6 +27,7 @@ pub mod error;
 pub mod home;
 pub mod mode;
 pub mod sync;
+pub mod terminal;
 pub mod widening;
 
 pub use error::{Code, PolicyError, WireCode, WireError};

@@ -75,6 +75,10 @@ pub struct CommandReport {
     #[serde(default)]
     pub cwd: String,
     pub gaps: Vec<String>,
+    /// The shell a terminal session without a program starts, and why terminals act as the
+    /// user they do when the worker is root and they are not.
+    #[serde(default)]
+    pub terminal: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -194,7 +194,13 @@ impl Request {
 /// Successful replies, one variant per request kind.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Reply {
-    PolicyAccepted { generation: u64 },
+    /// `warnings`: what holds under the accepted policy that commands will meet (a `HOME`
+    /// they cannot use, a root or `working_dir` the command user cannot enter), each with
+    /// its fix; `shell::config-status` shows them.
+    PolicyAccepted {
+        generation: u64,
+        warnings: Vec<String>,
+    },
     Exec(ExecResponse),
     ExecBg(ExecBgResponse),
     JobStatus(StatusResponse),

@@ -601,3 +601,97 @@ async fn many_calls_in_flight_on_one_connection() {
         t.elapsed()
     );
 }
+
+/// What a command's environment holds through the real worker (`iii-shell serve`, whose own
+/// environment has `RUST_LOG`, `III_URL` and systemd's service variables, with
+/// `env.inherit: true`): none of the worker's own variables, and the agent-safe defaults for a
+/// command nobody is at the keyboard of (`PAGER=cat`, `GIT_PAGER=cat`,
+/// `GIT_TERMINAL_PROMPT=0`), for `shell::exec` and `shell::exec_bg` alike; a terminal session
+/// gets the worker-only filter but not those defaults. A forwarded `PAGER` wins over the
+/// default, and per-call `env` still cannot set one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_get_agent_safe_defaults_and_none_of_the_workers_own_variables() {
+    use iii_test_engine::TestEngine;
+    let engine = TestEngine::start().await;
+    let worker_only = [
+        ("INVOCATION_ID", "0123456789abcdef"),
+        ("JOURNAL_STREAM", "0:0"),
+        ("NOTIFY_SOCKET", "/nonexistent/notify"),
+        ("STATE_DIRECTORY", "/var/lib/iii-shell"),
+        ("III_SHELL_TEST_MARK", "x"),
+    ];
+    let mut b = Worker::builder()
+        .engine(&engine)
+        .seed(&Config::builtin_default())
+        .env("III_TEST_ALLOWED_NOWHERE", "1")
+        .env("KEPT_BY_INHERIT", "yes");
+    for (k, v) in worker_only {
+        b = b.env(k, v);
+    }
+    let w = b.start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let names = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_string()))
+            .collect()
+    };
+    let r = caller
+        .call("shell::exec", json!({"command": "env", "args": []}))
+        .await
+        .unwrap();
+    let out = r["stdout"].as_str().unwrap().to_string();
+    let keys = names(&out);
+    for k in [
+        "PAGER=cat",
+        "GIT_PAGER=cat",
+        "GIT_TERMINAL_PROMPT=0",
+        "KEPT_BY_INHERIT=yes",
+    ] {
+        assert!(out.lines().any(|l| l == k), "{k} missing: {out}");
+    }
+    for k in ["RUST_LOG", "III_URL", "III_TEST_ALLOWED_NOWHERE"]
+        .into_iter()
+        .chain(worker_only.iter().map(|(k, _)| *k))
+    {
+        assert!(!keys.iter().any(|n| n == k), "{k} leaked: {out}");
+    }
+    // A background job: the same.
+    let r = caller
+        .call("shell::exec_bg", json!({"command": "env", "args": []}))
+        .await
+        .unwrap();
+    let id = r["job_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + WAIT;
+    let job = loop {
+        let job = caller
+            .call("shell::status", json!({"job_id": id}))
+            .await
+            .unwrap()["job"]
+            .clone();
+        if job["status"] != "running" {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "still running: {job}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let out = job["stdout"].as_str().unwrap();
+    assert!(out.lines().any(|l| l == "PAGER=cat"), "{out}");
+    assert!(!names(out).iter().any(|n| n == "RUST_LOG"), "{out}");
+    // Per-call env still cannot set a pager; it can turn the prompt back on.
+    let r = caller
+        .call(
+            "shell::exec",
+            json!({"command": "env", "args": [], "env": {"PAGER": "less"}}),
+        )
+        .await;
+    assert_code(&r, "S210");
+    let r = caller
+        .call(
+            "shell::exec",
+            json!({"command": "sh", "args": ["-c", "echo $GIT_TERMINAL_PROMPT"], "env": {"GIT_TERMINAL_PROMPT": "1"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["stdout"], "1\n");
+}

@@ -1,4 +1,4 @@
-//! What a new user meets on a jailed start of the shipped configuration (issue 25): commands,
+//! What a new user meets on a jailed start of the shipped configuration: commands,
 //! background jobs and terminal sessions start in the primary root, get a `HOME` they can
 //! write that outlives the call and the executor, `doctor` shows both, and the logs carry
 //! no WARN that is untrue or repeated. All through the real binary: `iii-shell serve` against
@@ -6,7 +6,9 @@
 //!
 //! The jail is what an operator sets up: a workspace owned by an unprivileged user (the
 //! commands' user, `run_as` unset), the worker started from a directory outside every root
-//! and scratch path, with a `HOME` there too (as `/root` is for a root service).
+//! and scratch path, with a `HOME` there too (as `/root` is for a root service). That
+//! directory is never the checkout's when the checkout lies in a scratch path (a clone under
+//! `/tmp`): see [`outside_scratch`].
 
 use crate::common;
 
@@ -53,7 +55,7 @@ impl Site {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         let start_dir = tempfile::Builder::new()
             .prefix("jailed-defaults-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(outside_scratch())
             .unwrap();
         let start = canon(start_dir.path());
         let own_home = start.join("own-home");
@@ -122,6 +124,24 @@ impl Site {
             )
         })
     }
+}
+
+/// Where the worker's start-up directory and own `HOME` go: the target directory's temp
+/// dir, unless the checkout lies in a scratch path of the shipped configuration (a clone
+/// under `/tmp`), where a `HOME` would be in reach of the jail; then the first of `/root`,
+/// `/var/lib`, `/run` that is a directory outside them all.
+fn outside_scratch() -> PathBuf {
+    let c = Config::from_yaml(SHIPPED_CONFIG_YAML).expect("the shipped config parses");
+    let scratch = &c.confinement.scratch_paths;
+    [env!("CARGO_TARGET_TMPDIR"), "/root", "/var/lib", "/run"]
+        .into_iter()
+        .map(canon_or_same)
+        .find(|p| p.is_dir() && !scratch.iter().any(|s| p.starts_with(canon_or_same(s))))
+        .expect("a directory outside every scratch path")
+}
+
+fn canon_or_same(p: &str) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p))
 }
 
 /// Removes the per-worker HOME a test made (it lives in /tmp, named after the test's own
@@ -550,5 +570,53 @@ async fn the_peer_uid_warning_comes_once_the_command_user_is_known() {
     assert!(
         log.find(w[0]).unwrap() > settled,
         "warned before the user was known: {log}"
+    );
+}
+
+/// A worker whose own `HOME` lies in a scratch path (`HOME=/tmp/w`, as in many containers
+/// and CI runners) that the command user cannot write: commands never get it. They get the
+/// per-worker HOME, which they can write, and one WARN says why and what to do.
+#[test]
+fn a_worker_home_in_scratch_the_command_user_cannot_write_is_not_handed_on() {
+    let site = Site::new();
+    let cfg = site.write_config("shell.yaml", &site.config());
+    let scratch_home = tempfile::Builder::new()
+        .prefix("worker-home-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let w = canon(scratch_home.path());
+    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let payload =
+        json!({"command": "sh", "args": ["-c", "echo \"$HOME\"; touch \"$HOME/x\" && echo wrote"]})
+            .to_string();
+    let o = Command::new(BIN)
+        .args(["call", "--config", &s(&cfg), "shell::exec", &payload])
+        .current_dir(&site.start)
+        .env("HOME", &w)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env_remove("III_NAMESPACE")
+        .env_remove("III_WORKER_NAME")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let out = v["stdout"].as_str().unwrap();
+    let home = out.lines().next().unwrap_or_default().to_string();
+    let _cleanup = RemoveAfter(Some(PathBuf::from(&home)));
+    assert!(home.starts_with("/tmp/iii-shell-home-4242-"), "{v}");
+    assert_eq!(out, format!("{home}\nwrote\n"), "{v}");
+    assert!(names_in(&w).is_empty());
+    let log = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(
+        warns(&log)
+            .iter()
+            .filter(|l| l.contains(&format!(
+                "the worker's HOME ({}) is not writable by uid 4242 that commands run as: commands get the per-worker home {home} instead; set env.home",
+                s(&w)
+            )))
+            .count(),
+        1,
+        "{log}"
     );
 }

@@ -630,10 +630,15 @@ async fn env_is_deny_only_and_the_default_is_a_login_shell() {
     let s = open(
         &caller,
         &page,
-        json!({"program": "sh", "args": ["-c", "echo foo=$FOO term=$TERM; sleep 30"], "env": {"FOO": "bar"}}),
+        json!({"program": "sh", "args": ["-c", "echo foo=$FOO term=$TERM pager=${PAGER-unset} rust_log=${RUST_LOG-unset}; sleep 30"], "env": {"FOO": "bar"}}),
     )
     .await;
     page.wait_text(&s.id, "foo=bar term=").await;
+    // A terminal has someone at the keyboard: no `PAGER=cat` default (that is for commands),
+    // and none of the worker's own variables (the worker runs with RUST_LOG set).
+    if std::env::var_os("PAGER").is_none() {
+        page.wait_text(&s.id, "pager=unset rust_log=unset").await;
+    }
 
     // No program: the login shell, told so by a leading '-' in argv[0].
     let r = caller
@@ -2125,4 +2130,87 @@ async fn adopting_counts_against_the_per_caller_cap() {
     .unwrap();
     let taken = b.call("shell::pty::adopt", adopt).await.unwrap();
     assert_eq!(taken["status"], "attached");
+}
+
+/// A first run as root: a root worker, a root-owned jail and no `confinement.run_as`, so
+/// commands act as `nobody`. A terminal session without a program opens a shell that works
+/// (`/bin/sh`, not nobody's `nologin`, which only says "This account is currently not
+/// available"), the worker says once why it is not root's, and a `working_dir` nobody
+/// cannot enter is reported at load, with the fix, by `shell::config-status` and `doctor`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_run_as_root_opens_a_working_shell_and_reports_what_nobody_cannot_enter() {
+    if !is_root() {
+        panic!("this test needs root (a root worker with a root-owned jail)");
+    }
+    let engine = TestEngine::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    std::fs::set_permissions(
+        &root_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let private = root_path.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let mut config = jailed(&root_path);
+    config.confinement.run_as = None;
+    config.working_dir = Some(private.to_string_lossy().into_owned());
+    let w = Worker::builder().engine(&engine).seed(&config).start();
+    wait_ready(&engine, &w).await;
+    let caller = engine.client().await;
+    let gap = format!(
+        "working_dir {} cannot be entered by uid 65534 that commands run as: every command without a cwd fails (S216); set confinement.run_as to a user that can enter it, or give uid 65534 access to it (chown the jail to that user)",
+        private.display()
+    );
+    let status = caller
+        .call("shell::config-status", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(status["warnings"], json!([gap]), "{status}");
+    // The root itself nobody can enter: no gap for it.
+
+    let page = Page::new(&engine, "shell").await;
+    let r = caller
+        .call(
+            "shell::pty::open",
+            json!({"cwd": ".", "cols": 80, "rows": 24, "output_function_id": page.id}),
+        )
+        .await
+        .unwrap();
+    let s = session_of(&r);
+    write(&caller, &s, "echo ok$((40+2)); id -u\n").await;
+    page.wait_text(&s.id, "ok42").await;
+    page.wait_text(&s.id, "65534").await;
+    let text = page.text(&s.id);
+    assert!(!text.contains("currently not available"), "{text:?}");
+    assert!(
+        cmdline(s.pid).is_some_and(|c| c.starts_with("-sh")),
+        "{:?}",
+        cmdline(s.pid)
+    );
+    let note = "terminal sessions run as nobody (uid 65534), not root, like every command (confinement.run_as unset and a root-owned primary root: nobody); their shell is /bin/sh (nobody's login shell /usr/sbin/nologin is not one to log in with); to have them act as another user, set confinement.run_as to it, or make it the owner of the primary root";
+    w.expect_log(note).await;
+    assert_eq!(w.log_lines(note).len(), 1, "{}", w.stderr());
+    assert_eq!(w.log_lines(&gap).len(), 1, "{}", w.stderr());
+
+    // doctor says both.
+    let cfg = w.dir().join("doctor.yaml");
+    std::fs::write(&cfg, serde_norway::to_string(&config).unwrap()).unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["doctor", "--json", "--config"])
+        .arg(&cfg)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["commands"]["terminal"], format!("/bin/sh: {note}"), "{v}");
+    assert!(
+        v["warnings"].as_array().unwrap().contains(&json!(gap)),
+        "{v}"
+    );
 }

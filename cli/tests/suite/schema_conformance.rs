@@ -968,10 +968,10 @@ fn config_schema_refuses_removed_and_unknown_keys() {
     }
 }
 
-/// The extra `config_id` of `shell::config-status` is allowed by the seed's own schema: a
-/// reply with it validates against the seed's response schema.
+/// The extra `config_id` and `warnings` of `shell::config-status` are allowed by the seed's
+/// own schema: a reply with them validates against the seed's response schema.
 #[test]
-fn config_status_with_its_config_id_fits_the_seed_schema() {
+fn config_status_with_its_config_id_and_warnings_fits_the_seed_schema() {
     let seed = seed_functions();
     let schema = &seed["shell::config-status"]["response_schema"];
     let reply = serde_json::to_value(iii_shell_broker::snapshot::ReloadStatus {
@@ -979,13 +979,18 @@ fn config_status_with_its_config_id_fits_the_seed_schema() {
         last_error: None,
         rejected_reloads: 0,
         config_id: "shell-host-a".into(),
+        warnings: vec!["the root /srv cannot be entered by uid 65534".into()],
     })
     .unwrap();
     assert_eq!(reply["config_id"], "shell-host-a");
+    assert_eq!(
+        reply["warnings"][0],
+        "the root /srv cannot be entered by uid 65534"
+    );
     validate(schema, &reply).expect("fits the seed's schema");
 }
 
-/// Issue 16: the whole `coder::*` surface is published (and therefore checked above against
+/// The whole `coder::*` surface is published (and therefore checked above against
 /// the seed, with the allow-list still empty).
 #[test]
 fn every_coder_function_of_the_seed_is_published() {

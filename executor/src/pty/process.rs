@@ -70,25 +70,20 @@ pub fn check_size(cols: u16, rows: u16) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// The login shell of the user the executor runs as: the passwd entry, else `$SHELL` of the
-/// forwarded environment, else `/bin/sh`.
+/// The login shell of the user the executor runs as: settled with the policy
+/// ([`Policy::settle_user`]), or (a policy not installed by an executor) worked out now.
 pub fn login_shell(policy: &Policy) -> String {
-    let usable = |p: &str| {
-        use std::os::unix::fs::PermissionsExt;
-        p.starts_with('/')
-            && std::fs::metadata(p)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if let Ok(Some(u)) = nix::unistd::User::from_uid(nix::unistd::geteuid()) {
-        let s = u.shell.to_string_lossy().into_owned();
-        if usable(&s) {
-            return s;
-        }
+    if !policy.user.shell.path.is_empty() {
+        return policy.user.shell.path.clone();
     }
-    if let Some(s) = policy.base_env.get("SHELL").filter(|s| usable(s)) {
-        return s.clone();
-    }
-    "/bin/sh".to_string()
+    let account = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten();
+    crate::policy::shell_for(
+        account.as_ref(),
+        policy.base_env.get("SHELL").map(String::as_str),
+    )
+    .path
 }
 
 /// Opens the PTY and starts the program on it.
