@@ -15,10 +15,13 @@ use tokio::sync::broadcast;
 use super::tests::policy;
 use super::Watches;
 
-/// Every change delivered until none arrived for `quiet`.
+/// Every change delivered until none arrived for `quiet` after the first (awaited up to 60 s:
+/// a loaded machine may be slow, and every caller expects at least one event).
 async fn drain(rx: &mut broadcast::Receiver<Event>, quiet: Duration) -> Vec<Change> {
     let mut got = Vec::new();
-    while let Ok(r) = tokio::time::timeout(quiet, rx.recv()).await {
+    let mut wait = Duration::from_secs(60);
+    while let Ok(r) = tokio::time::timeout(wait, rx.recv()).await {
+        wait = quiet;
         match r {
             Ok(Event::Changed { changes, .. }) => got.extend(changes),
             Ok(_) => {}
