@@ -11,7 +11,8 @@
 //! * A new directory's own watch is set only after its creation event, so what was written
 //!   into it in between raised no event: when a created directory's window closes, its
 //!   entries (recursively, symlinks not followed) are reported as `created` too, unless they
-//!   are pending already; more than `watch.max_pending_paths` of them is the overflow signal.
+//!   are pending already; more than `watch.max_pending_paths` of them, or a directory that
+//!   cannot be listed (deeper than the kernel's path limit), is the overflow signal.
 //! * Paths the policy denies, `.git` internals and (unless `include_ignored`) ignored paths
 //!   are never delivered (`filter`).
 //! * Nothing is ever lost silently: a kernel queue overflow, a watch limit reached while the
@@ -350,7 +351,7 @@ async fn coalesce(mut c: Coalescer) {
                 // no event: report its contents once, now that the window has passed.
                 let mut found = Vec::new();
                 if !list_new_dir(&c.via, &rel, c.max_pending, &mut found) {
-                    tracing::error!(binding = %c.binding_id, "a new directory in a shell::changed tree holds more than watch.max_pending_paths entries; sending one overflow signal instead");
+                    tracing::error!(binding = %c.binding_id, "a new directory in a shell::changed tree cannot be listed in full (more than watch.max_pending_paths entries, or deeper than the kernel's path limit); sending one overflow signal instead (raise watch.max_pending_paths, or keep trees shallower than PATH_MAX)");
                     c.lost.store(true, Ordering::SeqCst);
                     break;
                 }
@@ -384,10 +385,16 @@ async fn coalesce(mut c: Coalescer) {
 }
 
 /// Every entry under `via/rel` (symlinks not followed), root-relative, with whether it is a
-/// directory; false when there are more than `cap`.
+/// directory; false when there are more than `cap`, or a directory cannot be listed (its path
+/// is beyond the kernel's path limit, so it is not watched either): a gap the subscriber must
+/// hear of. A directory gone or replaced since is no gap: that change has its own event.
 fn list_new_dir(via: &Path, rel: &Path, cap: usize, out: &mut Vec<(PathBuf, bool)>) -> bool {
-    let Ok(entries) = std::fs::read_dir(via.join(rel)) else {
-        return true;
+    let entries = match std::fs::read_dir(via.join(rel)) {
+        Ok(entries) => entries,
+        Err(e) => {
+            return e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ENOTDIR)
+        }
     };
     for e in entries.flatten() {
         let sub = rel.join(e.file_name());
@@ -432,16 +439,19 @@ async fn sleep_until(due: Option<Instant>) {
 }
 
 #[cfg(test)]
+mod hostile_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn policy(root: &Path, tweak: impl FnOnce(&mut serde_json::Value)) -> Arc<Policy> {
+    pub(super) fn policy(root: &Path, tweak: impl FnOnce(&mut serde_json::Value)) -> Arc<Policy> {
         let mut v = serde_json::json!({"fs": {"host_roots": [root.to_string_lossy()]}});
         tweak(&mut v);
         Arc::new(Policy::build(1, &v.to_string()).expect("policy"))
     }
 
-    async fn next_changes(rx: &mut broadcast::Receiver<Event>) -> Vec<Change> {
+    pub(super) async fn next_changes(rx: &mut broadcast::Receiver<Event>) -> Vec<Change> {
         match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
             Ok(Ok(Event::Changed { changes, .. })) => changes,
             other => panic!("no change event: {other:?}"),
