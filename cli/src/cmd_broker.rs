@@ -125,6 +125,12 @@ unsafe fn read_start_up(fd: i32) -> Result<StartUpConfig, String> {
 /// The broker's own `/proc/self/stat` and `statm`, for its gauges.
 pub type OwnStat = iii_shell_confine::proc_stat::Files;
 
+/// The broker's status when it stops itself on purpose (a configuration id it cannot make,
+/// no executor to serve with, the engine's fatal refusal): the supervisor exits with it
+/// rather than start a broker that would stop the same way
+/// ([`crate::cmd_serve::replace_broker_after`]).
+pub const STOPPED_ON_PURPOSE: i32 = 1;
+
 pub async fn run(
     args: ServeArgs,
     seed: Config,
@@ -147,7 +153,7 @@ pub async fn run(
         Ok(id) => id,
         Err(e) => {
             tracing::error!("{e}");
-            return 1;
+            return STOPPED_ON_PURPOSE;
         }
     };
     tracing::info!(config_id = %config_id, "this worker's configuration id is '{config_id}'");
@@ -167,7 +173,7 @@ pub async fn run(
         Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}; the broker needs its executor: start iii-shell-executor (or run `iii-shell serve`, which starts both)");
-            return 1;
+            return STOPPED_ON_PURPOSE;
         }
     };
 
@@ -245,7 +251,7 @@ pub async fn run(
         _ = booted => 0,
         why = link.fatal() => {
             tracing::error!("stopping: {why}");
-            1
+            STOPPED_ON_PURPOSE
         }
         _ = shutdown_signal() => {
             tracing::info!("shutting down: no new calls; answering the ones in flight");

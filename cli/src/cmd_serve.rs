@@ -280,6 +280,16 @@ enum Exit {
     Broker(i32),
 }
 
+/// Whether a broker that exited with `code` (no shutdown asked) is replaced by a new pair:
+/// yes when it crashed (a panic's 101, any other failure) or was killed by a signal
+/// (128 + n); no for 0 (told to stop) and for [`crate::cmd_broker::STOPPED_ON_PURPOSE`] (it
+/// stopped itself: a configuration id it cannot make, no executor, the engine refused it),
+/// where a new broker would stop the same way: `serve` exits with that status instead, and
+/// what started it (systemd's `Restart=`) decides.
+pub fn replace_broker_after(code: i32) -> bool {
+    code != 0 && code != crate::cmd_broker::STOPPED_ON_PURPOSE
+}
+
 /// How one pair's supervision ended.
 enum Ended {
     /// `serve` ends with this status (a shutdown, or the broker's clean exit).
@@ -357,7 +367,7 @@ async fn supervise(starter: &Starter, executor: Child, broker: Child, control: O
                     }
                 }
                 kill_what_it_left(executor_pid, broker_pid);
-                return if stopping || code == 0 {
+                return if stopping || !replace_broker_after(code) {
                     Ended::Exit(code)
                 } else {
                     Ended::BrokerDied(code)
@@ -497,5 +507,29 @@ fn reap_orphans(broker_pid: u32) {
             // SAFETY: waitpid on one specific zombie child; the status is discarded.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
         }
+    }
+}
+
+#[cfg(test)]
+mod replace_tests {
+    use super::replace_broker_after;
+
+    #[test]
+    fn only_a_crashed_or_killed_broker_is_replaced() {
+        let got: Vec<(i32, bool)> = [0, 1, 2, 101, 128 + 9, 128 + 15]
+            .into_iter()
+            .map(|c| (c, replace_broker_after(c)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, false),
+                (1, false),
+                (2, true),
+                (101, true),
+                (137, true),
+                (143, true)
+            ]
+        );
     }
 }

@@ -34,9 +34,12 @@ pub fn tempdir() -> tempfile::TempDir {
 }
 
 /// A temp dir outside `/tmp` (a default scratch path, which commands may write): where a
-/// test keeps a worker's own state so it stays where it is configured.
+/// test keeps a worker's own state so it stays where it is configured. A test that runs as
+/// an unprivileged user (who cannot write the target directory) gets one under `/tmp`.
 pub fn private_tempdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir")
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .or_else(|_| tempfile::tempdir())
+        .expect("tempdir")
 }
 
 /// `$XDG_STATE_HOME` of the workers the tests start: a worker whose turn store lies in
