@@ -74,8 +74,10 @@ pub struct ReloadStatus {
     /// What holds under the policy in force that commands will meet, each with its fix: a
     /// root or `working_dir` the command user cannot enter, a `HOME` commands cannot use,
     /// capabilities that reach other terminals. Set by the executor when it accepts a
-    /// policy. Left out of the published schema like `config_id` (the seed's allows it).
-    #[serde(default)]
+    /// policy. Left out of the published schema like `config_id` (the seed's allows it), and
+    /// left out of the reply when there is none, so a worker with nothing to say answers the
+    /// seed's shape exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(skip)]
     pub warnings: Vec<String>,
 }
