@@ -22,9 +22,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iii_shell::spawn_executor::spawn_executor_with;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_broker::telemetry;
 use iii_shell_broker::telemetry::propagation::Carrier;
 use iii_shell_broker::validate::exec_request_with;

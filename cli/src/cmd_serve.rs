@@ -19,9 +19,9 @@ use iii_shell_protocol::config::{Config, ConfinementMode};
 
 use crate::cli::ServeArgs;
 use crate::respawn_backoff::respawn_delay;
+use crate::spawn_executor::{clear_cloexec, spawn_executor_raw};
 use iii_shell_broker::confine::lookup_user;
 use iii_shell_broker::executor_source::send_fd;
-use iii_shell_broker::spawn_executor::{clear_cloexec, spawn_executor_raw};
 
 pub fn run(args: ServeArgs) -> i32 {
     // A seed file that exists but does not parse aborts boot before anything else happens.

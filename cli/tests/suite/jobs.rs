@@ -6,9 +6,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use iii_shell::spawn_executor::spawn_executor_with;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::clock::now_ms;
 use iii_shell_protocol::config::Config;
 use serde_json::{json, Value};

@@ -5,11 +5,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use iii_shell::spawn_executor::spawn_executor_with;
 use iii_shell_broker::call_deadline::CallBounds;
 use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::WireError;
 use serde_json::Value;
