@@ -852,7 +852,7 @@ async fn compare_spaced(
 
 /// Pause before every call of [`spawn_kinds`].
 const KINDS_SPACING: Duration = Duration::from_millis(100);
-/// `shell::exec_bg` against `shell::exec` of the same program (issue 27 item 3).
+/// `shell::exec_bg` against `shell::exec` of the same program (neither may pay for its extra steps on every call).
 const BG_GOAL: f64 = 1.2;
 /// `shell::pty::open` against `shell::exec` of the same program.
 const PTY_GOAL: f64 = 2.0;
@@ -1286,7 +1286,7 @@ fn print_row(name: &str, s: &Stats) {
 /// Spaced `shell::exec` calls through `iii-shell serve` and the test engine, before and after
 /// the executor is killed and respawned by the supervisor, in the same run. A respawned
 /// executor inherits the supervisor's seccomp filter; it must still start commands with
-/// clone3 into their cgroup, so both halves should be alike (issue 12: they were ~5x apart
+/// clone3 into their cgroup, so both halves should be alike (they were ~5x apart
 /// when that filter took clone3 away). `BENCH_RESPAWN_ONLY=1` runs this part alone.
 async fn respawn_comparison(iters: usize) {
     let engine = iii_test_engine::TestEngine::start().await;

@@ -863,7 +863,7 @@ async fn commands_survive_pooled_cgroups_killed_from_outside() {
     }
 }
 
-/// Issue 13: when a job's root exits, what is left of its tree is killed (the job cgroup),
+/// When a job's root exits, what is left of its tree is killed (the job cgroup),
 /// as for `shell::exec`: a child holding the pipes, and a setsid daemon that closed them.
 /// The job still reports the root's own exit code.
 #[tokio::test]
@@ -887,7 +887,7 @@ async fn a_finished_job_leaves_nothing_running() {
     }
 }
 
-/// Issue 13: finished jobs cost bounded memory. At most FINISHED_MAX (256) finished jobs are
+/// Finished jobs cost bounded memory. At most FINISHED_MAX (256) finished jobs are
 /// kept, the oldest finished dropped first, and `doctor` reports what is kept and dropped.
 #[tokio::test]
 async fn finished_jobs_are_capped_oldest_first_and_reported_by_doctor() {
@@ -966,7 +966,7 @@ async fn fork_forty(h: &Harness) -> usize {
     n
 }
 
-/// Issue 13: process limits hold for root. `confinement.job_limits.pids_max` is the job
+/// Process limits hold for root. `confinement.job_limits.pids_max` is the job
 /// cgroup's `pids.max`, which the kernel enforces for every uid (RLIMIT_NPROC is ignored for
 /// root: `max_processes: 20` let a command run 61 processes). Bounded: the script starts at
 /// most 40 processes whatever happens.
