@@ -28,12 +28,12 @@ use iii_shell_broker::services::Services;
 use iii_shell_broker::telemetry;
 use iii_shell_broker::telemetry::propagation::Carrier;
 use iii_shell_broker::validate::exec_request_with;
-use iii_shell_executor::denylist::Denylist;
 use iii_shell_executor::policy::Policy;
 use iii_shell_executor::prepare::prepare;
-use iii_shell_executor::reaper::reap;
-use iii_shell_executor::spawn::SpawnPlan;
+use iii_shell_launch::reaper::reap;
+use iii_shell_launch::spawn::SpawnPlan;
 use iii_shell_launch::{Launcher, Settings};
+use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::{ExecSpec, Request};
 use serde_json::{json, Value};
@@ -1216,7 +1216,7 @@ fn fmt_kib(kib: Option<u64>) -> String {
 
 /// Whether the executor made a job-cgroup base (a child of its cgroup named after its pid).
 fn job_cgroups(executor_pid: u32) -> String {
-    match iii_shell_executor::cgroups::own_cgroup_dir()
+    match iii_shell_launch::cgroups::own_cgroup_dir()
         .map(|p| p.join(format!("iii-shell-{executor_pid}")))
     {
         Some(dir) if dir.is_dir() => format!("enabled ({})", dir.display()),

@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use iii_shell_executor::policy::CommandConfinement;
-use iii_shell_executor::reaper::reap;
-use iii_shell_executor::spawn::SpawnPlan;
+use iii_shell_launch::reaper::reap;
+use iii_shell_launch::spawn::SpawnPlan;
 use iii_shell_launch::{Launcher, Settings};
 use iii_shell_protocol::config::Config;
 

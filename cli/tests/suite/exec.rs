@@ -5,7 +5,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use iii_shell_executor::env_policy::{DANGEROUS_KEYS, DANGEROUS_PREFIXES};
+use iii_shell_policy::env_policy::{DANGEROUS_KEYS, DANGEROUS_PREFIXES};
 use iii_shell_protocol::config::Config;
 use serde_json::json;
 

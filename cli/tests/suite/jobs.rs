@@ -995,8 +995,8 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
     // A hybrid host: the pids controller is a cgroup v1 hierarchy's, and each job has a twin
     // there (the executor's base in it, next to ours).
     let v1_twin = !delegated
-        && iii_shell_executor::pids_v1::own()
-            .map(|d| d.join(iii_shell_executor::pids_v1::base_name(h.executor_pid)))
+        && iii_shell_launch::pids_v1::own()
+            .map(|d| d.join(iii_shell_launch::pids_v1::base_name(h.executor_pid)))
             .is_some_and(|d| d.is_dir());
     if !delegated && !v1_twin {
         assert!(line.starts_with("NOT enforced: "), "{line}");
