@@ -13,3 +13,5 @@ pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod heap;
 pub mod respawn_backoff;
+pub mod seed;
+pub mod spawn_executor;
