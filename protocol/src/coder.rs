@@ -919,6 +919,14 @@ pub fn check_window(line_from: Option<u64>, line_to: Option<u64>) -> Result<(), 
     Ok(())
 }
 
+/// The rules of one batch entry of `coder::read-file` (its failure is that entry's alone).
+pub fn check_entry(item: &ReadItem) -> Result<(), String> {
+    if item.stat && (item.line_from.is_some() || item.line_to.is_some() || item.numbered) {
+        return Err("stat cannot be combined with a window or numbered".into());
+    }
+    check_window(item.line_from, item.line_to)
+}
+
 /// The request-level rules of `coder::read-file` (CODER-16..21), checked by the broker and
 /// again by the executor.
 pub fn check_read(spec: &ReadSpec) -> Result<(), String> {
@@ -935,16 +943,8 @@ pub fn check_read(spec: &ReadSpec) -> Result<(), String> {
         {
             return Err("line_from, line_to, numbered, stat, encoding and max_output_bytes apply in `path` mode only; set them per entry in `paths` (object form)".into());
         }
-        for item in spec.paths.iter().flatten() {
-            if item.stat && (item.line_from.is_some() || item.line_to.is_some() || item.numbered) {
-                return Err(format!(
-                    "{}: stat cannot be combined with a window or numbered",
-                    item.path
-                ));
-            }
-            check_window(item.line_from, item.line_to)
-                .map_err(|e| format!("{}: {e}", item.path))?;
-        }
+        // An entry's own fields are checked with that entry (`check_entry`): one bad entry
+        // fails alone and never aborts the others.
         return Ok(());
     }
     if spec.stat && (windowed || spec.numbered || spec.max_output_bytes.is_some() || spec.base64) {
