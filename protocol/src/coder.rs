@@ -961,3 +961,47 @@ pub fn check_read(spec: &ReadSpec) -> Result<(), String> {
     }
     check_window(spec.line_from, spec.line_to)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(line_from: Option<u64>, line_to: Option<u64>, stat: bool) -> ReadItem {
+        ReadItem {
+            path: "a".into(),
+            line_from,
+            line_to,
+            numbered: false,
+            stat,
+        }
+    }
+
+    /// A batch's entries are checked one by one: a bad entry never fails the request.
+    #[test]
+    fn batch_entries_are_checked_alone() {
+        let spec = ReadSpec {
+            path: None,
+            paths: Some(vec![item(None, None, false), item(Some(2), Some(1), false)]),
+            stat: false,
+            line_from: None,
+            line_to: None,
+            numbered: false,
+            base64: false,
+            max_output_bytes: None,
+        };
+        assert_eq!(check_read(&spec), Ok(()));
+        assert_eq!(check_entry(&item(None, None, false)), Ok(()));
+        assert_eq!(
+            check_entry(&item(Some(2), Some(1), false)),
+            Err("line_to (1) is before line_from (2); pass line_to >= line_from".into())
+        );
+        assert_eq!(
+            check_entry(&item(Some(1), None, true)),
+            Err("stat cannot be combined with a window or numbered".into())
+        );
+        assert_eq!(
+            check_entry(&item(Some(0), None, false)),
+            Err("line_from and line_to are 1-based: 0 is not a line number".into())
+        );
+    }
+}

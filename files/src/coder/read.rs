@@ -82,7 +82,7 @@ pub fn read(ctx: &Ctx<'_>, spec: &ReadSpec) -> Result<ReadFileOutput, CErr> {
         let mut r = BufReader::with_capacity(64 * 1024, &mut f.file);
         let w = read_window(&mut r, from, spec.line_to, ctx.max_read(), spec.numbered)
             .map_err(io_err(input))?;
-        check_first_line(&w, input, from, ctx.max_read(), "max_read_bytes")?;
+        check_first_line(&w, input, from, ctx.max_read())?;
         out.content = Some(w.content);
         out.lines_returned = Some(w.lines);
         out.total_lines = w.total;
@@ -138,18 +138,12 @@ pub fn read(ctx: &Ctx<'_>, spec: &ReadSpec) -> Result<ReadFileOutput, CErr> {
 
 /// C218 for a window that returned nothing because its first line (`from`) is longer than
 /// its cap: a window keeps whole lines, so no window can return that line as text.
-fn check_first_line(
-    w: &Window,
-    input: &str,
-    from: u64,
-    cap: u64,
-    what: &str,
-) -> Result<(), CErr> {
+fn check_first_line(w: &Window, input: &str, from: u64, cap: u64) -> Result<(), CErr> {
     if w.lines > 0 || !w.more {
         return Ok(());
     }
     Err(CErr::too_large(format!(
-        "line {from} of {input} is longer than a window can return ({cap} bytes, {what}): read its bytes with shell::workspace::read-bytes (it starts at byte offset {})",
+        "line {from} of {input} is longer than a window can return (max_read_bytes, {cap}): read its bytes with shell::workspace::read-bytes (the line starts at offset {})",
         w.offset
     )))
 }
@@ -242,13 +236,11 @@ fn entry(ctx: &Ctx<'_>, item: &ReadItem, cap: u64) -> Result<ReadEntryResult, CE
         item.numbered,
     )
     .map_err(io_err(&item.path))?;
-    check_first_line(
-        &w,
-        &item.path,
-        item.line_from.unwrap_or(1),
-        cap,
-        "what is left of batch_read_budget_bytes and max_read_bytes",
-    )?;
+    if cap >= ctx.max_read() {
+        // Cut by max_read_bytes itself, not by what is left of the batch's budget (a call
+        // of its own returns that line).
+        check_first_line(&w, &item.path, item.line_from.unwrap_or(1), cap)?;
+    }
     r.content = Some(w.content);
     r.lines_returned = Some(w.lines);
     r.total_lines = w.total;
