@@ -141,7 +141,10 @@ async fn writes_keep_the_bytes_given() {
         .await;
     assert_eq!(result(&v, 0)["success"], true, "{v}");
     assert_eq!(result(&v, 0)["bytes_written"], body.len());
-    assert_eq!(std::fs::read(j.root.join("c.txt")).unwrap(), body.as_bytes());
+    assert_eq!(
+        std::fs::read(j.root.join("c.txt")).unwrap(),
+        body.as_bytes()
+    );
     let w = j.root.join("w.txt");
     j.h.ok("shell::fs::write", json!({"path": s(&w), "content": body}))
         .await;
@@ -188,7 +191,11 @@ async fn a_bad_batch_entry_fails_alone() {
 #[tokio::test]
 async fn near_matches_each_have_their_context() {
     let j = jailed_with(|_| {}).await;
-    std::fs::write(j.root.join("t.txt"), "one\nhit a\ntwo\nhit b\nthree\nfour\n").unwrap();
+    std::fs::write(
+        j.root.join("t.txt"),
+        "one\nhit a\ntwo\nhit b\nthree\nfour\n",
+    )
+    .unwrap();
     let v =
         j.h.ok(
             "coder::search",
@@ -235,7 +242,11 @@ async fn messages_say_the_real_numbers() {
         "C210",
     )
     .await;
-    assert!(e.message.starts_with("invalid regex: regex parse error:\n    foo(\n"), "{e:?}");
+    assert!(
+        e.message
+            .starts_with("invalid regex: regex parse error:\n    foo(\n"),
+        "{e:?}"
+    );
     assert!(!e.message.contains("(?:"), "{e:?}");
     // Moving a directory into itself says what is wrong.
     std::fs::create_dir_all(j.root.join("d/sub")).unwrap();

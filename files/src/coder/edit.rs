@@ -14,7 +14,9 @@
 //!   (equivalently: one forward merge over the original lines); then the `replace` ops run in
 //!   request order over the whole body. Everything is validated before anything is applied,
 //!   and nothing is written unless every op succeeded. The file keeps its owner, group, mode
-//!   and ACL as far as the executor may keep them (`crate::fs::keep`).
+//!   and ACL as far as the executor may keep them (`crate::fs::keep`), and its form
+//!   ([`Form`]): its UTF-8 BOM stays first, untouched lines keep their line ends and new
+//!   ones take the dominant end; a file that is not UTF-8 is refused ([`check_text`]).
 
 use std::collections::HashSet;
 use std::io::Read;

@@ -308,12 +308,7 @@ impl<'a> Ctx<'a> {
     /// That form is only a hint: the jail then resolves it beneath its own root (`openat2`),
     /// so a link swapped meanwhile leads nowhere else, and denied paths stay C211. A path
     /// resolving outside every root stays C215.
-    fn rerooted(
-        &self,
-        abs: &str,
-        input: &str,
-        follow_last: bool,
-    ) -> Result<Option<String>, CErr> {
+    fn rerooted(&self, abs: &str, input: &str, follow_last: bool) -> Result<Option<String>, CErr> {
         if !self.policy.jail.is_jailed() {
             return Ok(None);
         }

@@ -383,7 +383,10 @@ impl FileSink<'_> {
     fn saw(&mut self, no: u64, text: String) {
         for &(i, until) in &self.pending {
             if no <= until {
-                self.out[i].after.get_or_insert_with(Vec::new).push(text.clone());
+                self.out[i]
+                    .after
+                    .get_or_insert_with(Vec::new)
+                    .push(text.clone());
             }
         }
         self.pending.retain(|&(_, until)| until > no);
