@@ -104,6 +104,7 @@
 //! | 143 | `network: deny`, a call asking `allow` / `deny_bind` / `loopback` (exec, exec_bg, pty open) | S210 naming `network`, nothing ran |
 //! | 144 | `loopback` configured, a per-call `loopback` or `deny_bind` under `allow`; the same under `strict` | runs as `deny` (EACCES); strict: S216 naming what is missing |
 //! | 145 | `network: deny`: `curl http://192.0.2.1/` | exit 7 at once, no timeout |
+//! | 146 | `doctor` under `deny`, `allow`, `loopback` | the mode, its mechanism, a probe command's verdict; loopback: "runs as deny" and its gap |
 //! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
 //! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
 //! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |

@@ -223,3 +223,40 @@ async fn escape_145_curl_to_an_outside_address_fails_at_once_under_deny() {
     // curl's "Couldn't connect to server"; `run` has checked it did not time out.
     assert_eq!(o.code, Some(7), "{o:?}");
 }
+
+/// The `network` line of `doctor` under `config`.
+async fn doctor_network(config: Config) -> (String, Vec<String>) {
+    use iii_shell_protocol::messages::Reply;
+    let h = Harness::new(config).await;
+    let Reply::Doctor(report) = h.services.executor.call(Request::Doctor).await.unwrap() else {
+        panic!("not a doctor reply")
+    };
+    (report.commands.network, report.commands.gaps)
+}
+
+#[tokio::test]
+async fn escape_146_doctor_shows_the_mode_its_mechanism_and_what_a_command_sees() {
+    let (deny, _) = doctor_network(with_network(NetworkAccess::Deny)).await;
+    assert_eq!(
+        deny,
+        "deny: seccomp: socket/socketpair of every family but AF_UNIX fail with EACCES; Landlock TCP rules as a second layer where the kernel has them; a command sees: network deny (IP sockets refused: Permission denied (os error 13); seccomp socket-family rule)"
+    );
+    let (allow, _) = doctor_network(with_network(NetworkAccess::Allow)).await;
+    assert_eq!(
+        allow,
+        "allow: nothing restricts it; a command sees: network allow (the host's network)"
+    );
+    let (loopback, gaps) = doctor_network(with_network(NetworkAccess::Loopback)).await;
+    assert!(
+        loopback.starts_with("loopback (runs as deny): seccomp: ")
+            && loopback.ends_with("a command sees: network deny (IP sockets refused: Permission denied (os error 13); seccomp socket-family rule)"),
+        "{loopback}"
+    );
+    assert!(
+        gaps.contains(&format!(
+            "confinement.network loopback runs as deny: missing {}",
+            iii_shell_policy::network::NO_LOOPBACK
+        )),
+        "{gaps:?}"
+    );
+}
