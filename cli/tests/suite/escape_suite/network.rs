@@ -99,7 +99,7 @@ async fn escape_142_a_call_tightens_its_own_network_on_every_path() {
     let script = |tag: &str| {
         format!(
             "{} probe network {OUTSIDE} > {tag}.tmp && mv {tag}.tmp {tag}.out",
-            q(&bin())
+            q(bin())
         )
     };
     h.ok(
