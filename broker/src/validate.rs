@@ -102,6 +102,7 @@ pub fn exec_request_with(
             ("cwd", request.cwd.is_some()),
             ("env", request.env.is_some()),
             ("stdin", request.stdin.is_some()),
+            ("network", request.network.is_some()),
         ] {
             if present {
                 return Err(WireError::new(
@@ -146,12 +147,15 @@ pub fn exec_request_with(
         });
     }
     let timeout_ms = resolve_timeout(request.timeout_ms, config);
+    iii_shell_policy::network::for_call(config.confinement.network, request.network)
+        .map_err(|m| WireError::new(Code::S210, m))?;
     let spec = ExecSpec {
         argv: argv.clone(),
         cwd: request.cwd.clone(),
         env,
         stdin: request.stdin.clone().map(String::into_bytes),
         timeout_ms,
+        network: request.network,
     };
     Ok(CheckedExec {
         request,

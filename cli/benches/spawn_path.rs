@@ -12,7 +12,8 @@
 //! baseline executor another `confinement.run_as` (the same binary as both, for the uid switch).
 //! `BENCH_KINDS_ONLY=1` runs only the spaced comparison of `shell::exec`, `shell::exec_bg` and
 //! `shell::pty::open`. The last rows compare telemetry on and off and measure the worker's memory with it on;
-//! `BENCH_TELEMETRY_ONLY=1` runs only those.
+//! `BENCH_TELEMETRY_ONLY=1` runs only those. `BENCH_NETWORK_ONLY=1` runs only the per-spawn
+//! cost of each `confinement.network` mode.
 
 use std::ffi::CString;
 use std::future::Future;
@@ -86,6 +87,10 @@ fn main() {
             drop(services);
             wait_or_kill(&mut child, Duration::from_secs(5));
         });
+        return;
+    }
+    if std::env::var_os("BENCH_NETWORK_ONLY").is_some() {
+        rt.block_on(network_modes((iters / 4).max(40)));
         return;
     }
     if std::env::var_os("BENCH_RESPAWN_ONLY").is_some() {
@@ -915,6 +920,60 @@ async fn spawn_kinds(services: &Arc<Services>, iters: usize) {
     println!();
 }
 
+/// Per-spawn cost of each `confinement.network` mode (`BENCH_NETWORK_ONLY=1`): `shell::exec`
+/// of `/bin/true`, taking turns, spaced, on one executor per configured mode (`allow` and
+/// `deny`, each with its pre-started processes), and on the `allow` one a call asking for
+/// `deny` and one asking for `loopback` (which run as `deny`, through the ordinary spawn path:
+/// a pre-started process holds the policy's own mode).
+async fn network_modes(iters: usize) {
+    use iii_shell_protocol::config::NetworkAccess;
+    let (mut allow_cfg, _jail) = bench_config();
+    allow_cfg.confinement.network = NetworkAccess::Allow;
+    let mut deny_cfg = allow_cfg.clone();
+    deny_cfg.confinement.network = NetworkAccess::Deny;
+    let args = bench_executor_args();
+    let (allow, mut a_child, _) = start_executor(&allow_cfg, &args).await;
+    let (deny, mut d_child, _) = start_executor(&deny_cfg, &args).await;
+    let plain = json!({"command": TRUE, "args": []});
+    let call_deny = json!({"command": TRUE, "args": [], "network": "deny"});
+    let call_loopback = json!({"command": TRUE, "args": [], "network": "loopback"});
+    let mut rows: [Vec<Duration>; 4] = Default::default();
+    let steal = Steal::now();
+    for n in 0..iters {
+        for k in 0..4 {
+            tokio::time::sleep(SPACING).await;
+            let i = (n + k) % 4;
+            rows[i].push(match i {
+                0 => iii_exec(&allow, &plain).await,
+                1 => iii_exec(&deny, &plain).await,
+                2 => iii_exec(&allow, &call_deny).await,
+                _ => iii_exec(&allow, &call_loopback).await,
+            });
+        }
+    }
+    let steal = Steal::since(steal);
+    let [a, d, cd, cl] = rows.map(Stats::of);
+    println!(
+        "network modes, spaced ({iters} each, {} ms pause before every call, taking turns):",
+        SPACING.as_millis()
+    );
+    print_header();
+    print_row("configured allow", &a);
+    print_row("configured deny", &d);
+    print_row("allow, the call asks deny", &cd);
+    print_row("allow, the call asks loopback (runs as deny)", &cl);
+    println!(
+        "  deny - allow p50 {:+.1} us (goal <= 200 us); per-call deny - allow {:+.1} us; per-call loopback - allow {:+.1} us",
+        d.p50 - a.p50,
+        cd.p50 - a.p50,
+        cl.p50 - a.p50
+    );
+    println!("  host: {}", fmt_steal(steal));
+    drop((allow, deny));
+    wait_or_kill(&mut a_child, Duration::from_secs(5));
+    wait_or_kill(&mut d_child, Duration::from_secs(5));
+}
+
 /// Installs `config` in the executor (generations after the bench's first policy).
 async fn set_policy(services: &Arc<Services>, generation: u64, config: &Config) {
     let json = serde_json::to_string(config).expect("config json");
@@ -988,6 +1047,7 @@ async fn stages(
         env: Vec::new(),
         stdin: None,
         timeout_ms: 30_000,
+        network: None,
     };
     let env: Vec<(String, String)> = std::env::vars().collect();
     let dn = || launcher.dev_null().expect("/dev/null");

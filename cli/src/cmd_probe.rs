@@ -3,7 +3,8 @@
 //!
 //! `probe syscall NAME` makes one system call with harmless arguments and prints
 //! `NAME errno=N (text)` or `NAME ok`. `probe status` prints the confinement fields of
-//! `/proc/self/status`.
+//! `/proc/self/status`. `probe network [ADDR:PORT]` says what network it reaches
+//! (`crate::probe_network`).
 
 /// Makes the named system call; returns the raw result and errno.
 fn call(name: &str) -> Option<(i64, i32)> {
@@ -268,6 +269,7 @@ pub fn run(args: &[String]) -> i32 {
             }
             code
         }
+        Some("network") => crate::probe_network::run(&args[1..]),
         Some("broker") => broker_probe(args.get(1).map(String::as_str)),
         Some("status") => {
             let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -292,7 +294,9 @@ pub fn run(args: &[String]) -> i32 {
             0
         }
         _ => {
-            eprintln!("usage: iii-shell probe syscall NAME... | probe status");
+            eprintln!(
+                "usage: iii-shell probe syscall NAME... | probe status | probe network [ADDR:PORT]"
+            );
             2
         }
     }

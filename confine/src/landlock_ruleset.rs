@@ -56,10 +56,22 @@ pub struct CommandRuleset {
 pub fn needed_abi(network: NetworkAccess) -> i32 {
     let mut needed = 5;
     needed = needed.max(6);
-    if network != NetworkAccess::Allow {
+    if tcp_rules(network).is_some() {
         needed = needed.max(4);
     }
     needed
+}
+
+/// The TCP rights a ruleset takes away for `network`: none for `allow`, and none for
+/// `loopback`, whose namespace is the bound (a command binds and connects inside it).
+/// Under `deny` the socket-family rule (`network_block`) is the first layer and these the
+/// second.
+pub fn tcp_rules(network: NetworkAccess) -> Option<BitFlags<AccessNet>> {
+    match network {
+        NetworkAccess::Allow | NetworkAccess::Loopback => None,
+        NetworkAccess::DenyBind => Some(BitFlags::from(AccessNet::BindTcp)),
+        NetworkAccess::Deny => Some(AccessNet::BindTcp | AccessNet::ConnectTcp),
+    }
 }
 
 /// What a kernel at `abi` enforces of a ruleset restricting `network`, and the gap to
@@ -122,11 +134,7 @@ pub fn build(
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(ABI::V5))
         .map_err(err)?;
-    if network != NetworkAccess::Allow {
-        let net = match network {
-            NetworkAccess::DenyBind => BitFlags::from(AccessNet::BindTcp),
-            _ => AccessNet::BindTcp | AccessNet::ConnectTcp,
-        };
+    if let Some(net) = tcp_rules(network) {
         ruleset = ruleset.handle_access(net).map_err(err)?;
     }
     ruleset = ruleset.scope(Scope::from_all(ABI::V6)).map_err(err)?;

@@ -4,6 +4,7 @@
 //! * [`seccomp`]: the deny filter (hand-built BPF, for its clone3 exception) and the installer.
 //! * [`broker_allowlist`]: the broker's default-deny allowlist, compiled by seccompiler.
 //! * [`special_bits`]: the rule refusing setuid/setgid/sticky modes, folded into a filter.
+//! * [`network_block`]: the socket-family rule of `confinement.network: deny`.
 //! * [`caps`]: capability sets dropped to the configured ones and verified.
 //! * [`landlock`]: the kernel's Landlock ABI.
 //! * [`landlock_plan`]: which path a command may reach with which rights, from the
@@ -24,6 +25,7 @@ pub mod caps;
 pub mod landlock;
 pub mod landlock_plan;
 pub mod landlock_ruleset;
+pub mod network_block;
 pub mod proc_stat;
 pub mod ptys;
 pub mod requirement;

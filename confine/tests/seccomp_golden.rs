@@ -434,3 +434,53 @@ fn the_special_bits_block_refuses_setuid_and_setgid_modes_only() {
         assert_eq!(run(&f, Data::call(libc::SYS_read | X32)), x32);
     }
 }
+
+#[test]
+fn the_network_block_refuses_every_socket_family_but_unix() {
+    use iii_shell_confine::network_block::with;
+    let deny = build_with(&[], None).unwrap();
+    for f in [with(None), with(Some(&deny))] {
+        for nr in [
+            libc::SYS_socket,
+            libc::SYS_socketpair,
+            libc::SYS_socket | X32,
+            libc::SYS_socketpair | X32,
+        ] {
+            for (family, want) in [
+                (libc::AF_UNIX, ALLOW),
+                (libc::AF_INET, errno(libc::EACCES)),
+                (libc::AF_INET6, errno(libc::EACCES)),
+                (libc::AF_PACKET, errno(libc::EACCES)),
+                (libc::AF_NETLINK, errno(libc::EACCES)),
+                (libc::AF_VSOCK, errno(libc::EACCES)),
+            ] {
+                let want = if nr & X32 != 0 && want == ALLOW && f.denied.len() > 1 {
+                    errno(EPERM) // the deny filter behind it refuses x32
+                } else {
+                    want
+                };
+                assert_eq!(
+                    run(&f, Data::call(nr).arg(0, family as u64)),
+                    want,
+                    "{nr} family {family}"
+                );
+            }
+            // The family is an int: high bits do not turn AF_INET into AF_UNIX.
+            assert_eq!(
+                run(
+                    &f,
+                    Data::call(nr).arg(0, (1u64 << 32) | libc::AF_INET as u64)
+                ),
+                errno(libc::EACCES)
+            );
+        }
+        assert_eq!(
+            run(&f, Data::call(libc::SYS_connect).arg(0, 3)),
+            ALLOW,
+            "connect on an inherited socket is left to Landlock"
+        );
+        let mut i386 = Data::call(102); // socketcall on i386
+        i386.arch = AUDIT_ARCH_I386;
+        assert_eq!(run(&f, i386), KILL_PROCESS);
+    }
+}

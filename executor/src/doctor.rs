@@ -121,6 +121,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         env: Vec::new(),
         stdin: None,
         timeout_ms: 5000,
+        network: None,
     };
     let observed = match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await
     {
@@ -183,11 +184,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         landlock: ll_enforcement,
         landlock_rules: ll_rules,
         scoping: ll_scoped,
-        network: match c.network {
-            NetworkAccess::Allow => "allow".into(),
-            NetworkAccess::DenyBind => "deny bind".into(),
-            NetworkAccess::Deny => "deny bind and connect".into(),
-        },
+        network: network_line(&policy).await,
         seccomp_denied: special_bits_line(policy.commands.special_bits)
             .into_iter()
             .chain(
@@ -282,6 +279,49 @@ fn special_bits_line(p: crate::confine::special_bits::Placement) -> Option<Strin
     }
 }
 
+/// The network mode, the mechanism enforcing it, and what a probe command
+/// (`iii-shell probe network`, this binary) reports from the inside.
+async fn network_line(policy: &Arc<Policy>) -> String {
+    use iii_shell_policy::network::name;
+    let n = &policy.commands.network;
+    let mechanism = match n.runs_as {
+        NetworkAccess::Allow => "nothing restricts it",
+        NetworkAccess::DenyBind => "Landlock TCP bind rule",
+        NetworkAccess::Loopback => "a network namespace of its own, lo up",
+        NetworkAccess::Deny => "seccomp: socket/socketpair of every family but AF_UNIX fail with EACCES; Landlock TCP rules as a second layer where the kernel has them",
+    };
+    let mode = if n.runs_as == n.configured {
+        name(n.configured).to_string()
+    } else {
+        format!("{} (runs as {})", name(n.configured), name(n.runs_as))
+    };
+    let observed = match std::env::current_exe() {
+        Ok(exe) => {
+            let spec = ExecSpec {
+                argv: vec![
+                    exe.to_string_lossy().into_owned(),
+                    "probe".into(),
+                    "network".into(),
+                ],
+                cwd: None,
+                env: Vec::new(),
+                stdin: None,
+                timeout_ms: 5000,
+                network: None,
+            };
+            match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await {
+                Ok(r) if r.exit_code == Some(0) => {
+                    r.stdout.lines().next().unwrap_or("").to_string()
+                }
+                Ok(r) => format!("not observed ({})", r.stderr.trim()),
+                Err(e) => format!("not observed ({e})"),
+            }
+        }
+        Err(e) => format!("not observed ({e})"),
+    };
+    format!("{mode}: {mechanism}; a command sees: {observed}")
+}
+
 /// Asks a real command to change the mode of `/` (owned by root) to the mode it already has:
 /// refused (EPERM) unless the command runs as the owner (root). Nothing changes either way.
 async fn foreign_chmod(policy: &Arc<Policy>) -> String {
@@ -296,6 +336,7 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
         env: Vec::new(),
         stdin: None,
         timeout_ms: 5000,
+        network: None,
     };
     match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await {
         Ok(r) if r.exit_code == Some(0) => {

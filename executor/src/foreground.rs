@@ -139,11 +139,12 @@ async fn run_inner(
     let timeout_ms = spec.timeout_ms.min(policy.config.max_timeout_ms);
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let entered = Instant::now();
-    let prestarted = if timeout_ms == 0 || !allow_prestarted {
-        None
-    } else {
-        policy.take_prestarted()
-    };
+    let prestarted =
+        if timeout_ms == 0 || !allow_prestarted || !policy.prestarted_fits(spec.network) {
+            None
+        } else {
+            policy.take_prestarted()
+        };
     let started;
     // Traced requests: the re-checks and confinement setup, the spawn, the wait.
     let mut prep_span = call_trace::start("exec.prepare");

@@ -400,6 +400,9 @@ async fn prestarted(
     cap: usize,
     prep_span: &mut Option<Span>,
 ) -> Result<Option<(Option<Span>, Started)>, ExecError> {
+    if !policy.prestarted_fits(spec.network) {
+        return Ok(None);
+    }
     let Some(w) = policy.take_prestarted() else {
         return Ok(None);
     };

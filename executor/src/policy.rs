@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use iii_shell_protocol::config::Config;
+use iii_shell_protocol::config::{Config, NetworkAccess};
 
 use crate::command_ruleset::{self, strict_refusal, Reuse, Ruleset};
 use crate::confine::{landlock_rules, seccomp, special_bits, Rlimits};
@@ -75,6 +75,73 @@ pub struct CommandConfinement {
     /// Where the special-bits rule sits for this policy.
     pub special_bits: special_bits::Placement,
     pub rlimits: Rlimits,
+    /// The network modes: what is configured, and what a command under `deny` loads.
+    pub network: NetworkFilters,
+}
+
+/// The network half of a policy's command confinement (`confinement.network`).
+#[derive(Debug)]
+pub struct NetworkFilters {
+    /// `confinement.network` as configured.
+    pub configured: NetworkAccess,
+    /// What commands not asking for anything else run as (see
+    /// [`iii_shell_policy::network::enforce`]).
+    pub runs_as: NetworkAccess,
+    /// What a command running as `deny` loads: the socket-family rule
+    /// (`confine::network_block`) in front of the spawn filter. Built here, in the parent.
+    pub deny_filter: Arc<seccomp::Filter>,
+    /// Set once a call ran tighter than it asked (its WARN is logged once per policy).
+    warned: AtomicBool,
+}
+
+impl NetworkFilters {
+    fn new(configured: NetworkAccess, spawn_filter: Option<&Arc<seccomp::Filter>>) -> Self {
+        NetworkFilters {
+            configured,
+            runs_as: iii_shell_policy::network::enforce(
+                configured,
+                configured,
+                loopback_available(),
+            )
+            .runs_as,
+            deny_filter: Arc::new(iii_shell_confine::network_block::with(
+                spawn_filter.map(|f| &**f),
+            )),
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    /// What a call asking for `requested` runs under: S210 when it is wider than the
+    /// configuration; when it cannot be enforced, S216 under `strict`, otherwise `deny` with
+    /// one WARN.
+    pub fn for_call(
+        &self,
+        requested: Option<NetworkAccess>,
+        strict: bool,
+    ) -> Result<NetworkAccess, iii_shell_files::error::ExecError> {
+        use iii_shell_files::error::ExecError;
+        use iii_shell_policy::network;
+        let wanted = network::for_call(self.configured, requested).map_err(ExecError::Invalid)?;
+        let e = network::enforce(self.configured, wanted, loopback_available());
+        if let Some(missing) = e.missing {
+            if strict {
+                return Err(ExecError::Internal(format!(
+                    "network {} cannot be enforced (confinement.mode: strict): missing {missing}",
+                    network::name(wanted)
+                )));
+            }
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(wanted = network::name(wanted), missing, "a command asked for a network mode this executor cannot enforce and runs as deny instead (no network at all); to enforce it, provide what is missing or use confinement.mode: strict to refuse such calls");
+            }
+        }
+        Ok(e.runs_as)
+    }
+}
+
+/// Whether commands can get a network namespace of their own (`loopback`). Not yet: the
+/// executor makes none, so `loopback` runs as `deny` (or is refused under `strict`).
+pub fn loopback_available() -> bool {
+    false
 }
 
 /// What each command loads: the per-spawn deny filter (when the live list differs from the
@@ -116,10 +183,12 @@ impl CommandConfinement {
             special_bits::in_executor(),
         )
         .unwrap_or(special_bits::Placement::Inherited);
+        let spawn = spawn_filter(&seccomp, seccomp_per_spawn, placement);
         let c = CommandConfinement {
             landlock: Arc::default(),
             gaps: Vec::new(),
-            spawn_filter: spawn_filter(&seccomp, seccomp_per_spawn, placement),
+            network: NetworkFilters::new(config.confinement.network, spawn.as_ref()),
+            spawn_filter: spawn,
             special_bits: placement,
             seccomp,
             seccomp_per_spawn,
@@ -133,6 +202,15 @@ impl CommandConfinement {
                     name.trim_start_matches("SYS_")
                 ));
             }
+        }
+        let net = config.confinement.network;
+        if let Some(missing) =
+            iii_shell_policy::network::enforce(net, net, loopback_available()).missing
+        {
+            extra_gaps.push(format!(
+                "confinement.network {} runs as deny: missing {missing}",
+                iii_shell_policy::network::name(net)
+            ));
         }
         let mut c = c;
         c.gaps = extra_gaps;
@@ -183,12 +261,22 @@ impl CommandConfinement {
             special_bits::placement(allow_special_bits, seccomp, special_bits::in_executor())?;
         self.special_bits = placement;
         self.spawn_filter = spawn_filter(&self.seccomp, self.seccomp_per_spawn, placement);
+        self.network = NetworkFilters::new(self.network.configured, self.spawn_filter.as_ref());
         Ok(())
     }
 
-    /// What a spawned child applies to itself; an error before [`CommandConfinement::ready`]
-    /// (a command is never started without its ruleset).
+    /// What a spawned child applies to itself under the policy's own network mode; an error
+    /// before [`CommandConfinement::ready`] (a command is never started without its ruleset).
     pub fn child(&self) -> Result<ChildConfinement, iii_shell_files::error::ExecError> {
+        self.child_as(self.network.runs_as)
+    }
+
+    /// [`CommandConfinement::child`] running as `network` (what
+    /// [`NetworkFilters::for_call`] settled).
+    pub fn child_as(
+        &self,
+        network: NetworkAccess,
+    ) -> Result<ChildConfinement, iii_shell_files::error::ExecError> {
         use iii_shell_files::error::ExecError;
         use std::os::fd::AsRawFd;
         let ruleset = match self.landlock.get() {
@@ -204,7 +292,11 @@ impl CommandConfinement {
             rlimits: self.rlimits,
             no_new_privs: true,
             landlock_fd: ruleset.fd.as_ref().map(|f| f.as_raw_fd()),
-            seccomp: self.spawn_filter.clone(),
+            seccomp: if network == NetworkAccess::Deny {
+                Some(self.network.deny_filter.clone())
+            } else {
+                self.spawn_filter.clone()
+            },
         })
     }
 }
@@ -393,6 +485,26 @@ impl Policy {
             terminal,
             reach,
         };
+    }
+
+    /// The network mode a call asking for `requested` runs under
+    /// ([`NetworkFilters::for_call`]; `strict` from this policy).
+    pub fn network_for(
+        &self,
+        requested: Option<NetworkAccess>,
+    ) -> Result<NetworkAccess, iii_shell_files::error::ExecError> {
+        let strict =
+            self.config.confinement.mode == iii_shell_protocol::config::ConfinementMode::Strict;
+        self.commands.network.for_call(requested, strict)
+    }
+
+    /// Whether a pre-started process (confined under the policy's own network mode) can take
+    /// a call asking for `requested`: only when the call runs under that same mode.
+    pub fn prestarted_fits(&self, requested: Option<NetworkAccess>) -> bool {
+        requested.is_none()
+            || self
+                .network_for(requested)
+                .is_ok_and(|n| n == self.commands.network.runs_as)
     }
 
     /// A pre-started command process: a ready one if there is one, else one still setting

@@ -181,7 +181,8 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     )
     .map_err(setup_error)?;
     plan.cwd = cwd;
-    plan.confinement = policy.commands.child()?;
+    let network = policy.network_for(spec.network)?;
+    plan.confinement = policy.commands.child_as(network)?;
     let cgroup = policy
         .launcher
         .cgroups()
@@ -213,6 +214,11 @@ pub fn prepare_for_prestarted(
     policy: &Policy,
     spec: &ExecSpec,
 ) -> Result<PreparedForPrestarted, ExecError> {
+    if !policy.prestarted_fits(spec.network) {
+        return Err(ExecError::Internal(
+            "a pre-started process runs under the policy's own network mode, not the call's".into(),
+        ));
+    }
     let Staged {
         program,
         cwd,
@@ -284,6 +290,7 @@ mod plan_tests {
             ],
             stdin: None,
             timeout_ms: 1000,
+            network: None,
         }
     }
 

@@ -141,16 +141,20 @@ pub enum ConfinementMode {
     Strict,
 }
 
-/// TCP restriction for commands (Landlock ABI 4 and later).
+/// What network commands reach (the order, from widest to tightest, is
+/// [`crate::network::tightness`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkAccess {
     /// Commands may bind and connect TCP ports.
     #[default]
     Allow,
-    /// Commands may connect but not bind TCP ports.
+    /// Commands may connect but not bind TCP ports (Landlock ABI 4 and later).
     DenyBind,
-    /// Commands may neither bind nor connect TCP ports.
+    /// Commands reach 127.0.0.1 and ::1 of a network namespace of their own and nothing
+    /// else (not the host's own loopback services).
+    Loopback,
+    /// Commands open no IP, packet or netlink socket (UDP included); Unix sockets only.
     Deny,
 }
 
@@ -184,7 +188,7 @@ pub struct ConfinementConfig {
     #[serde(deserialize_with = "null_as_empty")]
     #[schemars(with = "Option<Vec<String>>")]
     pub secret_paths: Vec<String>,
-    /// TCP bind/connect restriction for commands.
+    /// What network commands reach: `allow` (default), `deny_bind` (no TCP bind), `loopback` (127.0.0.1 and ::1 of a namespace of their own), `deny` (no IP, packet or netlink socket at all; Unix sockets only). A call may tighten it for itself with its `network` field.
     pub network: NetworkAccess,
     /// Unprivileged user the broker drops to when started as root.
     pub broker_user: String,

@@ -15,6 +15,7 @@
 //! * [`command`]: the one command validator (argv, denylist, env, cwd, timeouts).
 //! * [`mode`]: file-mode and owner rules of the fs surface.
 //! * [`capture`]: bounded output capture and its truncation at a character boundary.
+//! * [`network`]: the order of the network modes, and a call's tightening of its own.
 //! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
@@ -26,6 +27,7 @@ pub mod env_policy;
 pub mod error;
 pub mod home;
 pub mod mode;
+pub mod network;
 pub mod sync;
 pub mod terminal;
 pub mod widening;

@@ -234,7 +234,7 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
             new: n.confinement.run_as.clone(),
         });
     }
-    if network_rank(n.confinement.network) > network_rank(b.confinement.network) {
+    if crate::network::wider(n.confinement.network, b.confinement.network) {
         w.push(Widening::Network {
             base: b.confinement.network,
             new: n.confinement.network,
@@ -377,14 +377,6 @@ fn acts_as_root(c: &Config) -> bool {
         Some(Ok(RunAs::Name(n))) => n == "root",
         Some(Ok(RunAs::Id { uid: 0, gid })) => gid.is_none_or(|g| g == 0),
         Some(_) => false,
-    }
-}
-
-fn network_rank(a: NetworkAccess) -> u8 {
-    match a {
-        NetworkAccess::Deny => 0,
-        NetworkAccess::DenyBind => 1,
-        NetworkAccess::Allow => 2,
     }
 }
 

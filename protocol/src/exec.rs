@@ -50,6 +50,9 @@ pub struct ExecRequest {
     /// Per-call timeout in milliseconds, capped at the configured max; negative or fractional values fall back to the default.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// What network the command may reach, only ever tighter than the configured `confinement.network` (host only, S210 on sandbox): `allow` < `deny_bind` < `loopback` < `deny`; a wider value is S210.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::config::NetworkAccess>,
 }
 
 /// Wire request for `shell::exec_bg`.
@@ -76,6 +79,9 @@ pub struct ExecBgRequest {
     /// Per-call timeout in milliseconds; ignored by host background jobs, forwarded to sandbox targets.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// What network the command may reach, only ever tighter than the configured `confinement.network` (host only, S210 on sandbox): `allow` < `deny_bind` < `loopback` < `deny`; a wider value is S210.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::config::NetworkAccess>,
 }
 
 impl From<ExecBgRequest> for ExecRequest {
@@ -88,6 +94,7 @@ impl From<ExecBgRequest> for ExecRequest {
             stdin: r.stdin,
             target: r.target,
             timeout_ms: r.timeout_ms,
+            network: r.network,
         }
     }
 }

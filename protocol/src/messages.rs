@@ -108,6 +108,9 @@ pub struct ExecSpec {
     /// Timeout in ms, already resolved against the policy by the broker (re-clamped by the
     /// executor). Ignored by host background jobs.
     pub timeout_ms: u64,
+    /// The call's own network mode (`None`: the configured one); the executor checks it is
+    /// not wider ([`iii_shell_policy::network::for_call`]).
+    pub network: Option<crate::config::NetworkAccess>,
 }
 
 /// Requests the executor accepts.

@@ -34,6 +34,9 @@ pub struct OpenRequest {
     pub env: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub request_id: Option<String>,
+    /// What network the session's processes may reach, only ever tighter than the configured `confinement.network`: `allow` < `deny_bind` < `loopback` < `deny`; a wider value is S210.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::config::NetworkAccess>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -292,6 +295,8 @@ pub struct OpenSpec {
     /// Who opens it ([`caller_of`]): the session's holder, for the per-caller cap and
     /// `pty.adopt: opener`.
     pub caller: String,
+    /// The session's own network mode (`None`: the configured one).
+    pub network: Option<crate::config::NetworkAccess>,
 }
 
 /// A session operation on the executor socket.

@@ -135,6 +135,7 @@ pub fn open_spec(
         argv,
         env,
         caller: String::new(),
+        network: req.network,
     })
 }
 
@@ -191,6 +192,8 @@ pub async fn dispatch(
                 .get()
                 .ok_or_else(|| WireError::new(Code::S216, "no configuration is in force yet"))?;
             let req: OpenRequest = parse(&payload)?;
+            iii_shell_policy::network::for_call(rt.config.confinement.network, req.network)
+                .map_err(invalid)?;
             let mut spec = open_spec(req, rt.config.fs.host_roots.is_empty(), rt.denylist()?)?;
             spec.caller = caller_of(&payload);
             match call(services, PtyOp::Open(spec)).await? {

@@ -98,6 +98,13 @@
 //! | 126 | reloads: `fs.allow_special_bits` true at start (fs::chmod 4755 and commands work), then false; false at start, then true | true→false: refused on every path, one filter loaded per spawn; false→true: S210 "restart the worker", still refused — root |
 //! | 127 | `run_as: 4242:4242`: job cgroups where a root executor has them; a command's cgroup; a setsid daemon after its command | still on (base owned by 4242), the command in a job cgroup, the daemon killed — root |
 //! | 128 | a command opens another command's pty by path (read, write) or chmods it | EACCES / EPERM, nothing read or written, jailed and unjailed (FIXED: owner `(uid_t)-2`, mode 0000) |
+//! | 140 | `network: deny`: IP (TCP, UDP, raw), packet, netlink sockets and `socketpair(AF_INET)`; UDP sendto / TCP connect to an outside address and to a loopback listener, as root | EACCES for each; Unix sockets and socketpairs work (FIXED: UDP went out) |
+//! | 141 | the same as `run_as: 4242:4242` | EACCES for each (not EPERM: the rule answers first) — root |
+//! | 142 | `network: allow`, a call asking `network: deny` (exec, exec_bg, a terminal session) | that call: EACCES for each; a call without it: the host's network — root |
+//! | 143 | `network: deny`, a call asking `allow` / `deny_bind` / `loopback` (exec, exec_bg, pty open) | S210 naming `network`, nothing ran |
+//! | 144 | `loopback` configured, a per-call `loopback` or `deny_bind` under `allow`; the same under `strict` | runs as `deny` (EACCES); strict: S216 naming what is missing |
+//! | 145 | `network: deny`: `curl http://192.0.2.1/` | exit 7 at once, no timeout |
+//! | 146 | `doctor` under `deny`, `allow`, `loopback` | the mode, its mechanism, a probe command's verdict; loopback: "runs as deny" and its gap |
 //! | c01 | coder: every function through `root/link -> /outside`   | C215, outside untouched |
 //! | c02 | coder: read/write/search through `root/leaf -> secret`   | C215; listed as symlink; delete removes the link |
 //! | c03 | coder: `..` paths and `/tmp/x/root-evil` prefix confusion | C215, files untouched |
@@ -2494,6 +2501,7 @@ async fn special_bits_on_every_path(h: &Harness, j: &Jail) -> [(String, String);
             argv: Some(vec!["sh".into(), "-c".into(), special_bits_script("pty")]),
             env: Vec::new(),
             caller: String::new(),
+            network: None,
         })))
         .await
         .expect("pty open");
@@ -2646,3 +2654,7 @@ async fn escape_127_job_cgroups_survive_the_uid_switch() {
         );
     }
 }
+
+// ------------------------------------------------------------------ network modes (140 and up)
+
+mod network;

@@ -89,6 +89,7 @@ pub fn login_shell(policy: &Policy) -> String {
 /// Opens the PTY and starts the program on it.
 pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     check(policy, spec)?;
+    let network = policy.network_for(spec.network)?;
     policy.commands_ready().await?;
     let resolved = policy.jail.resolve(&spec.cwd)?;
     let st = fstat(&resolved.fd).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
@@ -133,9 +134,11 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
         set_cloexec(fd).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
     }
     spawn::set_nonblocking(&master).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
-    if let Some((child, cgroup)) =
-        in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd).await?
-    {
+    let fits = policy.prestarted_fits(spec.network);
+    if let Some((child, cgroup)) = match fits {
+        true => in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd).await?,
+        false => None,
+    } {
         return Ok(Started {
             child,
             cgroup,
@@ -159,7 +162,7 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
     )
     .map_err(|e| ExecError::Internal(format!("spawn setup: {e}")))?;
     plan.cwd = Some(resolved.fd);
-    plan.confinement = policy.commands.child()?;
+    plan.confinement = policy.commands.child_as(network)?;
     plan.controlling_tty = true;
     // The policy's job limits, as for a command: a pooled cgroup keeps those of the job that
     // last used it, and a fresh one has none.
@@ -361,6 +364,7 @@ mod tests {
             argv: Some(vec!["sleep".into(), "30".into()]),
             env: Vec::new(),
             caller: String::new(),
+            network: None,
         };
         let started = start(&policy, &spec).await.expect("a session");
         let cg = started.cgroup.as_ref().expect("a job cgroup");
