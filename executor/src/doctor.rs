@@ -121,6 +121,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         env: Vec::new(),
         stdin: None,
         timeout_ms: 5000,
+        limits: Default::default(),
     };
     let observed = match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await
     {
@@ -285,6 +286,7 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
         env: Vec::new(),
         stdin: None,
         timeout_ms: 5000,
+        limits: Default::default(),
     };
     match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await {
         Ok(r) if r.exit_code == Some(0) => {

@@ -6,7 +6,8 @@
 //!
 //! 1. plan: [`plan`], what a spawn is given (C strings, descriptors, the cgroup target, the
 //!    child's confinement), plain data; [`wait`], a child's end through its pidfd;
-//!    [`procfs`], `/proc` reads; [`process_limits`], which limits bind (pure).
+//!    [`procfs`], `/proc` reads; [`process_limits`], which limits bind, and [`limit_files`],
+//!    what they are written as (pure).
 //! 2. child: [`child`], the one child routine, what a new process does between its clone
 //!    and `execve` (raw system calls only, no allocation).
 //! 3. spawn: [`clone3`], a child started inside its job cgroup; [`spawn`], the clone.
@@ -21,6 +22,7 @@ pub mod cgroups;
 pub mod child;
 pub mod clone3;
 pub mod launcher;
+pub mod limit_files;
 pub mod pids_v1;
 pub mod plan;
 pub mod prestarted;

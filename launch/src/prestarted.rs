@@ -351,8 +351,8 @@ impl Prestarted {
         let this: *const Block = &*block;
         block.setup = child::Setup {
             name: NAME.as_ptr(),
-            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
-            join: [-1, cgroup.target().pids_procs],
+            // Started inside its v2 job cgroup by clone3; the v1 twins are joined here.
+            join: crate::plan::CgroupTarget::v1_joins(Some(cgroup.target())),
             // The sources are all above 2 (checked above), so no dup3 overwrites one still to
             // be copied.
             stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],

@@ -51,9 +51,9 @@ pub fn spawn(plan: &SpawnPlan, clone3: &Clone3) -> std::io::Result<Child> {
     let fprog = plan.confinement.seccomp.as_ref().map(|f| f.fprog());
     let mut ctx = ChildCtx {
         setup: crate::child::Setup {
-            // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
-            // cgroup only where clone3 did not start the child inside it (set below).
-            join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
+            // The job's twins in cgroup v1 hierarchies are joined either way; the v2 cgroup
+            // only where clone3 did not start the child inside it (set below).
+            join: crate::plan::CgroupTarget::v1_joins(plan.cgroup),
             stdio: [
                 plan.stdin.as_raw_fd(),
                 plan.stdout.as_raw_fd(),
