@@ -56,7 +56,12 @@ pub fn limits() -> i32 {
                     .iter()
                     .filter_map(|f| read(&dir, f).map(|x| format!("{f}={x}")))
                     .collect();
-                println!("{} {} (cgroup {v} {})", c.name(), values.join(" "), dir.display());
+                println!(
+                    "{} {} (cgroup {v} {})",
+                    c.name(),
+                    values.join(" "),
+                    dir.display()
+                );
             }
             None => println!("{} none", c.name()),
         }

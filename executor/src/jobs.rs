@@ -496,7 +496,10 @@ async fn supervise(
     if let Some(limit) = job.tree.memory_limit_hit() {
         let first = {
             let mut st = lock(&job.state);
-            st.kill_reason.is_none().then(|| st.kill_reason = Some("memory limit".into())).is_some()
+            st.kill_reason
+                .is_none()
+                .then(|| st.kill_reason = Some("memory limit".into()))
+                .is_some()
         };
         if first {
             let line = crate::limit_reason::memory_killed(limit, job.memory_limit_from_call);

@@ -23,7 +23,10 @@ pub fn memory_killed(limit: u64, from_call: bool) -> String {
     } else {
         "confinement.job_limits.memory_max_bytes"
     };
-    format!("iii-shell: killed: memory limit {} reached ({key})\n", bytes(limit))
+    format!(
+        "iii-shell: killed: memory limit {} reached ({key})\n",
+        bytes(limit)
+    )
 }
 
 /// `stderr` with the line appended, on a line of its own.

@@ -453,7 +453,8 @@ impl JobCgroup {
     /// controller it has (for `doctor` and tests).
     pub fn read_back(&self) -> Vec<(String, String)> {
         let read = |dir: &Path, f: &str| {
-            std::fs::read_to_string(dir.join(f)).map_or_else(|e| format!("unreadable: {e}"), |v| v.trim().to_string())
+            std::fs::read_to_string(dir.join(f))
+                .map_or_else(|e| format!("unreadable: {e}"), |v| v.trim().to_string())
         };
         let mut out = Vec::new();
         let mut add = |twin: Option<&V1Twin>, v2: bool, files: &[&str]| {
@@ -467,8 +468,24 @@ impl JobCgroup {
             }
         };
         add(self.pids_v1.as_ref(), self.pids, &["pids.max"]);
-        add(self.memory_v1.as_ref(), self.memory, if self.memory_v1.is_some() { &["memory.limit_in_bytes"] } else { &["memory.max"] });
-        add(self.cpu_v1.as_ref(), self.cpu, if self.cpu_v1.is_some() { &["cpu.cfs_quota_us", "cpu.cfs_period_us"] } else { &["cpu.max"] });
+        add(
+            self.memory_v1.as_ref(),
+            self.memory,
+            if self.memory_v1.is_some() {
+                &["memory.limit_in_bytes"]
+            } else {
+                &["memory.max"]
+            },
+        );
+        add(
+            self.cpu_v1.as_ref(),
+            self.cpu,
+            if self.cpu_v1.is_some() {
+                &["cpu.cfs_quota_us", "cpu.cfs_period_us"]
+            } else {
+                &["cpu.max"]
+            },
+        );
         out
     }
 
@@ -488,15 +505,23 @@ impl JobCgroup {
         }
         if old.map(|o| o.memory_max) != Some(limits.memory_max) {
             match (&self.memory_v1, self.memory) {
-                (Some(t), _) => self.write_files(Some(t), limit_files::v1_memory(limits.memory_max))?,
-                (None, true) => self.write_files(None, limit_files::v2_memory(limits.memory_max))?,
+                (Some(t), _) => {
+                    self.write_files(Some(t), limit_files::v1_memory(limits.memory_max))?
+                }
+                (None, true) => {
+                    self.write_files(None, limit_files::v2_memory(limits.memory_max))?
+                }
                 (None, false) => {}
             }
         }
         if old.map(|o| o.cpu_max_percent) != Some(limits.cpu_max_percent) {
             match (&self.cpu_v1, self.cpu) {
-                (Some(t), _) => self.write_files(Some(t), limit_files::v1_cpu(limits.cpu_max_percent))?,
-                (None, true) => self.write_files(None, limit_files::v2_cpu(limits.cpu_max_percent))?,
+                (Some(t), _) => {
+                    self.write_files(Some(t), limit_files::v1_cpu(limits.cpu_max_percent))?
+                }
+                (None, true) => {
+                    self.write_files(None, limit_files::v2_cpu(limits.cpu_max_percent))?
+                }
                 (None, false) => {}
             }
         }

@@ -89,9 +89,7 @@ mod tests {
 
     fn pairs(v: Vec<(&'static str, String)>) -> Vec<(&'static str, &'static str)> {
         // Only the test's expected literals are compared: turn the values into them.
-        v.into_iter()
-            .map(|(f, s)| (f, &*String::leak(s)))
-            .collect()
+        v.into_iter().map(|(f, s)| (f, &*String::leak(s))).collect()
     }
 
     #[test]
@@ -138,7 +136,10 @@ mod tests {
     fn cgroup_v1_cpu_quota() {
         assert_eq!(
             pairs(v1_cpu(Some(20))),
-            vec![("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "20000")]
+            vec![
+                ("cpu.cfs_period_us", "100000"),
+                ("cpu.cfs_quota_us", "20000")
+            ]
         );
         assert_eq!(
             pairs(v1_cpu(None)),
@@ -158,7 +159,10 @@ mod tests {
 
     #[test]
     fn oom_kill_counts() {
-        assert_eq!(oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 3);
+        assert_eq!(
+            oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"),
+            3
+        );
         assert_eq!(
             oom_kills("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"),
             1

@@ -215,7 +215,9 @@ impl V1Twin {
 
     /// Reads the twin's file `file` (trimmed).
     pub fn read(&self, file: &str) -> std::io::Result<String> {
-        Ok(std::fs::read_to_string(self.dir.join(file))?.trim().to_string())
+        Ok(std::fs::read_to_string(self.dir.join(file))?
+            .trim()
+            .to_string())
     }
 
     /// Removes the twin; false while processes remain in it.

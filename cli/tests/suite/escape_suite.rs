@@ -2801,6 +2801,34 @@ async fn escape_131_a_cpu_burner_is_held_to_its_cpu_share() {
                 || line.contains("cpu.max=10000 100000"),
             "{run_as:?}: {line}"
         );
+        // doctor shows the limit and its controller, and the value the kernel has.
+        let Ok(iii_shell_protocol::messages::Reply::Doctor(report)) =
+            h.services.executor.call(Request::Doctor).await
+        else {
+            panic!("no doctor reply")
+        };
+        let line = |key: &str| {
+            report
+                .commands
+                .process_limits
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {key}: {:?}", report.commands.process_limits))
+        };
+        assert!(
+            line("cpu.max")
+                == "enforced: 10 per job (the job's twin in the cgroup v1 cpu hierarchy)"
+                || line("cpu.max") == "enforced: 10 per job (the job cgroup)",
+            "{}",
+            line("cpu.max")
+        );
+        let kernel = line("job cgroup as the kernel has it");
+        assert!(
+            kernel.contains("cpu.cfs_quota_us=10000 cpu.cfs_period_us=100000")
+                || kernel.contains("cpu.max=10000 100000"),
+            "{kernel}"
+        );
         // Two seconds of spinning at 10 % of a CPU: about 200 ms of CPU time, and the kernel
         // throttled it. (Generous: anything under 600 ms; unlimited it is up to 2000.)
         let o = probe_with(&h, &["burn", "2000"], None).await;
@@ -2813,7 +2841,10 @@ async fn escape_131_a_cpu_burner_is_held_to_its_cpu_share() {
                 .unwrap_or_else(|| panic!("{run_as:?}: no {k}: {o:?}"))
         };
         assert!(field("cpu_ms=") < 600, "{run_as:?}: {o:?}");
-        assert!(field("nr_throttled=") > 0, "{run_as:?}: never throttled: {o:?}");
+        assert!(
+            field("nr_throttled=") > 0,
+            "{run_as:?}: never throttled: {o:?}"
+        );
     }
 }
 
@@ -2870,7 +2901,10 @@ async fn escape_132_a_call_tightens_its_own_limits() {
             .to_string();
         let r = finished_record(&h, &id).await;
         assert!(
-            r["stdout"].as_str().unwrap_or_default().contains("pids pids.max=9 "),
+            r["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("pids pids.max=9 "),
             "{run_as:?}: {r}"
         );
         let out = j.root.join("pty-limits.txt");
@@ -2913,7 +2947,10 @@ async fn escape_133_a_call_cannot_widen_its_limits() {
         let limits = json!({ field: value });
         for (function, payload) in [
             ("shell::exec", json!({"command": "true", "limits": limits})),
-            ("shell::exec_bg", json!({"command": "true", "limits": limits})),
+            (
+                "shell::exec_bg",
+                json!({"command": "true", "limits": limits}),
+            ),
             (
                 "shell::pty::open",
                 json!({
