@@ -307,21 +307,6 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
     }
 }
 
-#[cfg(test)]
-mod terminal_gap_tests {
-    use super::terminal_gap;
-
-    #[test]
-    fn only_capabilities_that_override_a_pty_mode_are_a_gap() {
-        assert_eq!(terminal_gap(&[]), None);
-        assert_eq!(terminal_gap(&["CAP_NET_BIND_SERVICE".into()]), None);
-        assert_eq!(
-            terminal_gap(&["net_bind_service".into(), "fowner".into(), "CAP_DAC_OVERRIDE".into()]),
-            Some("confinement.capabilities grants CAP_FOWNER, CAP_DAC_OVERRIDE: a command holding it can open the terminals of other sessions by path (/dev/pts/N), which the private devpts instance otherwise keeps out of reach; drop it unless commands need it".to_string())
-        );
-    }
-}
-
 /// The limit files of a probe job cgroup with the policy's limits written, as the kernel
 /// reads them back (`pids.max=1024 memory.limit_in_bytes=... cpu.cfs_quota_us=...`): what
 /// a command would run under, not what is configured.
@@ -341,5 +326,20 @@ fn read_back(policy: &Policy) -> String {
             }
         }
         None => "no job cgroup could be made".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod terminal_gap_tests {
+    use super::terminal_gap;
+
+    #[test]
+    fn only_capabilities_that_override_a_pty_mode_are_a_gap() {
+        assert_eq!(terminal_gap(&[]), None);
+        assert_eq!(terminal_gap(&["CAP_NET_BIND_SERVICE".into()]), None);
+        assert_eq!(
+            terminal_gap(&["net_bind_service".into(), "fowner".into(), "CAP_DAC_OVERRIDE".into()]),
+            Some("confinement.capabilities grants CAP_FOWNER, CAP_DAC_OVERRIDE: a command holding it can open the terminals of other sessions by path (/dev/pts/N), which the private devpts instance otherwise keeps out of reach; drop it unless commands need it".to_string())
+        );
     }
 }

@@ -379,11 +379,11 @@ pub struct JobCgroup {
     /// they differ.
     limits: Option<JobLimits>,
     /// Its twin in the cgroup v1 `pids` hierarchy, where `pids.max` comes from there.
-    pids_v1: Option<V1Twin>,
+    pids_v1: Option<Box<V1Twin>>,
     /// Its twins in the cgroup v1 `memory` and `cpu` hierarchies, where those limits come
     /// from there.
-    memory_v1: Option<V1Twin>,
-    cpu_v1: Option<V1Twin>,
+    memory_v1: Option<Box<V1Twin>>,
+    cpu_v1: Option<Box<V1Twin>>,
     /// Which limits its base offers in cgroup v2 (`pids.max`, `memory.max`, `cpu.max`).
     pids: bool,
     memory: bool,
@@ -407,6 +407,7 @@ impl JobCgroup {
         [&self.pids_v1, &self.memory_v1, &self.cpu_v1]
             .into_iter()
             .flatten()
+            .map(|t| &**t)
     }
 
     /// Writes `files` into the v1 twin `twin`, or into the v2 cgroup where there is none;
@@ -467,9 +468,9 @@ impl JobCgroup {
                 out.push((f.to_string(), read(dir, f)));
             }
         };
-        add(self.pids_v1.as_ref(), self.pids, &["pids.max"]);
+        add(self.pids_v1.as_deref(), self.pids, &["pids.max"]);
         add(
-            self.memory_v1.as_ref(),
+            self.memory_v1.as_deref(),
             self.memory,
             if self.memory_v1.is_some() {
                 &["memory.limit_in_bytes"]
@@ -478,7 +479,7 @@ impl JobCgroup {
             },
         );
         add(
-            self.cpu_v1.as_ref(),
+            self.cpu_v1.as_deref(),
             self.cpu,
             if self.cpu_v1.is_some() {
                 &["cpu.cfs_quota_us", "cpu.cfs_period_us"]
@@ -501,7 +502,7 @@ impl JobCgroup {
         // Unknown until written: a failed write leaves the cgroup unused (see `take_for`).
         self.limits = None;
         if self.pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
-            self.write_files(self.pids_v1.as_ref(), limit_files::pids(limits.pids_max))?;
+            self.write_files(self.pids_v1.as_deref(), limit_files::pids(limits.pids_max))?;
         }
         if old.map(|o| o.memory_max) != Some(limits.memory_max) {
             match (&self.memory_v1, self.memory) {
@@ -536,14 +537,14 @@ impl JobCgroup {
         std::fs::create_dir(&dir).ok()?;
         // The twins first: a job whose limits cannot be had gets no cgroup at all, so that
         // it never runs under a limit `doctor` claims and the kernel does not apply.
-        let mut twins: Vec<Option<V1Twin>> = Vec::with_capacity(3);
+        let mut twins: Vec<Option<Box<V1Twin>>> = Vec::with_capacity(3);
         for v1 in [&base.pids_v1, &base.memory_v1, &base.cpu_v1] {
             let Some(v1) = v1 else {
                 twins.push(None);
                 continue;
             };
             match V1Twin::create(v1, name) {
-                Ok(twin) => twins.push(Some(twin)),
+                Ok(twin) => twins.push(Some(Box::new(twin))),
                 Err(e) => {
                     tracing::warn!(error = %e, path = %v1.display(), "cannot make a job's twin in a cgroup v1 hierarchy; the command runs without a job cgroup");
                     let _ = std::fs::remove_dir(&dir);
@@ -664,7 +665,13 @@ impl JobCgroup {
     /// Removes the cgroup once it is empty; returns false while processes remain.
     pub fn remove(&self) -> bool {
         let v2 = std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists();
-        let v1 = self.twins().fold(true, |all, t| t.remove() && all);
+        // Every twin is tried, not only up to the first that stays.
+        let v1 = self
+            .twins()
+            .map(|t| t.remove())
+            .collect::<Vec<_>>()
+            .iter()
+            .all(|r| *r);
         v2 && v1
     }
 
