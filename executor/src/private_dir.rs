@@ -281,6 +281,7 @@ impl PrivateDir {
             dir_path: self.path.clone(),
             name: name.into(),
             path: self.path.join(name),
+            made: Vec::new(),
         };
         iii_shell_files::fs::atomic::write_atomic(&parent, data, FILE_MODE, None)
             .map(|_| ())

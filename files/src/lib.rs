@@ -99,6 +99,7 @@ impl FsPolicy {
             jail: self.jail.scoped(scope_root)?,
             coder_globs: self.coder_globs.clone(),
             scan_key: self.scan_key.clone(),
+            state: self.state.clone(),
         })
     }
 
