@@ -93,6 +93,7 @@ mod tests {
             env: vec![],
             stdin: None,
             timeout_ms,
+            limits: Default::default(),
         })
     }
 

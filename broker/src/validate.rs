@@ -4,6 +4,7 @@
 //! Order (the seed's): malformed payload → host-only fields → argv → denylist → env → cwd →
 //! spawn; the command's part is `policy::command::check_command`, which the executor re-runs.
 
+use iii_shell_policy::call_limits::{tighten, CallLimits};
 use iii_shell_policy::command::{self, check_command, CommandCheck, CommandError};
 use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::config::Config;
@@ -102,6 +103,7 @@ pub fn exec_request_with(
             ("cwd", request.cwd.is_some()),
             ("env", request.env.is_some()),
             ("stdin", request.stdin.is_some()),
+            ("limits", request.limits.is_some()),
         ] {
             if present {
                 return Err(WireError::new(
@@ -146,18 +148,29 @@ pub fn exec_request_with(
         });
     }
     let timeout_ms = resolve_timeout(request.timeout_ms, config);
+    let limits = call_limits(request.limits.as_ref(), config)?;
     let spec = ExecSpec {
         argv: argv.clone(),
         cwd: request.cwd.clone(),
         env,
         stdin: request.stdin.clone().map(String::into_bytes),
         timeout_ms,
+        limits,
     };
     Ok(CheckedExec {
         request,
         argv,
         spec: Some(spec),
     })
+}
+
+/// A call's `limits`, checked against the worker's `confinement.job_limits`: a value above
+/// the worker's (a widening) or 0 is S210 naming the field. The executor checks again.
+pub fn call_limits(limits: Option<&CallLimits>, config: &Config) -> Result<CallLimits, WireError> {
+    let limits = limits.copied().unwrap_or_default();
+    tighten(&config.confinement.job_limits, &limits)
+        .map_err(|e| WireError::new(Code::S210, e.to_string()))?;
+    Ok(limits)
 }
 
 /// `None` → `default_timeout_ms`; otherwise clamped to `max_timeout_ms`.

@@ -988,6 +988,7 @@ async fn stages(
         env: Vec::new(),
         stdin: None,
         timeout_ms: 30_000,
+        limits: Default::default(),
     };
     let env: Vec<(String, String)> = std::env::vars().collect();
     let dn = || launcher.dev_null().expect("/dev/null");

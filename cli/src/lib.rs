@@ -12,4 +12,5 @@ pub mod cmd_executor;
 pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod heap;
+pub mod probe_limits;
 pub mod respawn_backoff;

@@ -17,6 +17,7 @@ pub use iii_shell_files::fs;
 pub use iii_shell_files::home;
 pub use iii_shell_files::jail;
 pub mod jobs;
+pub mod limit_reason;
 pub mod log_relay;
 pub mod panic_reply;
 pub mod policy;

@@ -209,6 +209,16 @@ impl CommandConfinement {
     }
 }
 
+fn launch_limits(
+    l: &iii_shell_policy::config::JobLimitsConfig,
+) -> iii_shell_launch::cgroups::JobLimits {
+    iii_shell_launch::cgroups::JobLimits {
+        pids_max: l.pids_max,
+        memory_max: l.memory_max_bytes,
+        cpu_max_percent: l.cpu_max_percent,
+    }
+}
+
 impl std::ops::Deref for Policy {
     type Target = FsPolicy;
 
@@ -220,11 +230,18 @@ impl std::ops::Deref for Policy {
 impl Policy {
     /// The limits of each job's cgroup under this policy.
     pub fn job_limits(&self) -> iii_shell_launch::cgroups::JobLimits {
-        let l = &self.config.confinement.job_limits;
-        iii_shell_launch::cgroups::JobLimits {
-            pids_max: l.pids_max,
-            memory_max: l.memory_max_bytes,
-        }
+        launch_limits(&self.config.confinement.job_limits)
+    }
+
+    /// The limits of one call's job cgroup: this policy's, tightened by the call's `limits`
+    /// (checked again here: a value above the policy's is S210 naming the field).
+    pub fn job_limits_for(
+        &self,
+        call: &iii_shell_policy::call_limits::CallLimits,
+    ) -> Result<iii_shell_launch::cgroups::JobLimits, iii_shell_files::error::ExecError> {
+        iii_shell_policy::call_limits::tighten(&self.config.confinement.job_limits, call)
+            .map(|l| launch_limits(&l))
+            .map_err(|e| iii_shell_files::error::ExecError::Invalid(e.to_string()))
     }
     /// Builds the policy for `config_json` ([`Policy::build_after`] with no predecessor).
     pub fn build(generation: u64, config_json: &str) -> Result<Policy, String> {

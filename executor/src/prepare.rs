@@ -159,6 +159,7 @@ fn setup_error(e: std::io::Error) -> ExecError {
 
 /// Builds the spawn plan: environment, program path, pipes, cgroup.
 pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
+    let limits = policy.job_limits_for(&spec.limits)?;
     let Staged {
         program,
         cwd,
@@ -185,7 +186,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     let cgroup = policy
         .launcher
         .cgroups()
-        .take_for(policy.job_limits())
+        .take_for(limits)
         .inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
@@ -230,6 +231,12 @@ pub fn prepare_for_prestarted(
         stdin_child,
         stdin,
     })
+}
+
+/// Whether a call may run in a pre-started process: only under the policy's own limits (one
+/// that asks for tighter ones gets a job cgroup of its own).
+pub fn takes_prestarted(spec: &ExecSpec) -> bool {
+    spec.limits == Default::default()
 }
 
 fn reopen_blocking(fd: OwnedFd) -> std::io::Result<OwnedFd> {

@@ -93,6 +93,7 @@ fn sleep_long() -> Request {
         env: Vec::new(),
         stdin: None,
         timeout_ms: 120_000,
+        limits: Default::default(),
     })
 }
 

@@ -166,9 +166,9 @@ fn setup_for(
     fprog: Option<&libc::sock_fprog>,
 ) -> crate::child::Setup {
     crate::child::Setup {
-        // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
-        // cgroup only where clone3 did not start the child inside it.
-        join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
+        // The job's twins in cgroup v1 hierarchies are joined either way; the v2 cgroup
+        // only where clone3 did not start the child inside it.
+        join: crate::plan::CgroupTarget::v1_joins(plan.cgroup),
         stdio: [
             plan.stdin.as_raw_fd(),
             plan.stdout.as_raw_fd(),
@@ -345,7 +345,7 @@ mod seam_tests {
         plan.cgroup = Some(CgroupTarget {
             dir: 40,
             procs: 41,
-            pids_procs: 42,
+            v1_procs: [42, -1, -1],
         });
         plan.confinement = confinement();
         plan.controlling_tty = tty;

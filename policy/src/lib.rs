@@ -18,6 +18,7 @@
 //! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
+pub mod call_limits;
 pub mod capture;
 pub mod command;
 pub mod config;

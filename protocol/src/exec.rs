@@ -50,6 +50,9 @@ pub struct ExecRequest {
     /// Per-call timeout in milliseconds, capped at the configured max; negative or fractional values fall back to the default.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Tighter limits for this command's job (host only, S210 on sandbox): memory_max_bytes, cpu_max_percent, pids_max; each at most the worker's confinement.job_limits (S210 naming the field above it).
+    #[serde(default)]
+    pub limits: Option<iii_shell_policy::call_limits::CallLimits>,
 }
 
 /// Wire request for `shell::exec_bg`.
@@ -76,6 +79,9 @@ pub struct ExecBgRequest {
     /// Per-call timeout in milliseconds; ignored by host background jobs, forwarded to sandbox targets.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Tighter limits for this command's job (host only, S210 on sandbox): memory_max_bytes, cpu_max_percent, pids_max; each at most the worker's confinement.job_limits (S210 naming the field above it).
+    #[serde(default)]
+    pub limits: Option<iii_shell_policy::call_limits::CallLimits>,
 }
 
 impl From<ExecBgRequest> for ExecRequest {
@@ -88,6 +94,7 @@ impl From<ExecBgRequest> for ExecRequest {
             stdin: r.stdin,
             target: r.target,
             timeout_ms: r.timeout_ms,
+            limits: r.limits,
         }
     }
 }

@@ -150,6 +150,7 @@ fn sample(op: ExecutorOp) -> Option<crate::messages::Request> {
         env: Vec::new(),
         stdin: None,
         timeout_ms: 0,
+        limits: Default::default(),
     };
     Some(match op {
         ExecutorOp::Broker => return None,

@@ -108,6 +108,8 @@ pub struct ExecSpec {
     /// Timeout in ms, already resolved against the policy by the broker (re-clamped by the
     /// executor). Ignored by host background jobs.
     pub timeout_ms: u64,
+    /// The call's `limits` (none asked: the default), checked again by the executor.
+    pub limits: iii_shell_policy::call_limits::CallLimits,
 }
 
 /// Requests the executor accepts.

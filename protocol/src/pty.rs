@@ -34,6 +34,9 @@ pub struct OpenRequest {
     pub env: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub request_id: Option<String>,
+    /// Tighter limits for this session's job: memory_max_bytes, cpu_max_percent, pids_max; each at most the worker's confinement.job_limits (S210 naming the field above it).
+    #[serde(default)]
+    pub limits: Option<iii_shell_policy::call_limits::CallLimits>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -292,6 +295,8 @@ pub struct OpenSpec {
     /// Who opens it ([`caller_of`]): the session's holder, for the per-caller cap and
     /// `pty.adopt: opener`.
     pub caller: String,
+    /// The call's `limits` (none asked: the default), checked again by the executor.
+    pub limits: iii_shell_policy::call_limits::CallLimits,
 }
 
 /// A session operation on the executor socket.

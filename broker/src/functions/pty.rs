@@ -135,6 +135,7 @@ pub fn open_spec(
         argv,
         env,
         caller: String::new(),
+        limits: req.limits.unwrap_or_default(),
     })
 }
 
@@ -193,6 +194,7 @@ pub async fn dispatch(
             let req: OpenRequest = parse(&payload)?;
             let mut spec = open_spec(req, rt.config.fs.host_roots.is_empty(), rt.denylist()?)?;
             spec.caller = caller_of(&payload);
+            crate::validate::call_limits(Some(&spec.limits), &rt.config)?;
             match call(services, PtyOp::Open(spec)).await? {
                 PtyReply::Opened(r, epoch) => {
                     release_after_answer(services, &r.session_id, epoch);

@@ -205,6 +205,7 @@ async fn handshake_ping_and_socket_mode() {
         env: vec![],
         stdin: None,
         timeout_ms: 1000,
+        limits: Default::default(),
     };
     write_frame(
         &mut s,

@@ -89,6 +89,7 @@ pub fn login_shell(policy: &Policy) -> String {
 /// Opens the PTY and starts the program on it.
 pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     check(policy, spec)?;
+    let limits = policy.job_limits_for(&spec.limits)?;
     policy.commands_ready().await?;
     let resolved = policy.jail.resolve(&spec.cwd)?;
     let st = fstat(&resolved.fd).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
@@ -133,9 +134,13 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
         set_cloexec(fd).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
     }
     spawn::set_nonblocking(&master).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
-    if let Some((child, cgroup)) =
+    // A pre-started process has the policy's own limits: one asking for tighter ones spawns.
+    let prestarted = if spec.limits == Default::default() {
         in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd).await?
-    {
+    } else {
+        None
+    };
+    if let Some((child, cgroup)) = prestarted {
         return Ok(Started {
             child,
             cgroup,
@@ -166,7 +171,7 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
     let cgroup = policy
         .launcher
         .cgroups()
-        .take_for(policy.job_limits())
+        .take_for(limits)
         .inspect(|cg| plan.cgroup = Some(cg.target()));
     let child = {
         // As for commands: the root is registered under the lock the orphan reaper checks.
@@ -361,6 +366,7 @@ mod tests {
             argv: Some(vec!["sleep".into(), "30".into()]),
             env: Vec::new(),
             caller: String::new(),
+            limits: Default::default(),
         };
         let started = start(&policy, &spec).await.expect("a session");
         let cg = started.cgroup.as_ref().expect("a job cgroup");
