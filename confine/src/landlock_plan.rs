@@ -23,6 +23,10 @@
 //!   always (a raw disk read bypasses every rule above), and when jailed every character
 //!   device except the allowed ones. Grant paths are canonicalized before they are compared
 //!   with the (canonical) denied paths, and nothing at or under a denied path is granted.
+//!   Only the device directory's own filesystem is scanned: another filesystem mounted
+//!   beneath it (`/dev/shm`, `/dev/mqueue`, `/dev/hugepages`) holds what processes put there,
+//!   often a scratch path's files by the million, and is not walked. The scan visits at most
+//!   [`MAX_DEVICE_ENTRIES`] entries; the directories it did not reach are denied whole.
 
 use std::path::{Path, PathBuf};
 
@@ -40,6 +44,11 @@ pub const DEVICE_FILES: &[&str] = &[
     "/dev/ptmx",
     "/dev/pts",
 ];
+
+/// The most entries the device scan visits (a host's `/dev` holds a few hundred). Past it,
+/// the directories not yet scanned are denied whole (fail closed), and policy builds stay
+/// fast whatever was put under the device directory.
+pub const MAX_DEVICE_ENTRIES: usize = 65_536;
 
 /// Where the device nodes are, and which of them (or which directories of them) commands
 /// may use when jailed.
@@ -67,7 +76,7 @@ pub trait Tree {
     /// The canonical form of `p` (symlinks resolved), or `None` when it cannot be had.
     fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
     /// The entries of directory `dir`, with their types (symlinks not followed); empty when
-    /// it cannot be read.
+    /// it cannot be read. A directory on another filesystem than `dir` is [`Kind::Mount`].
     fn list(&self, dir: &Path) -> Vec<(PathBuf, Kind)>;
 }
 
@@ -75,6 +84,8 @@ pub trait Tree {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Dir,
+    /// A directory on another filesystem than its parent (a mount point).
+    Mount,
     Symlink,
     BlockDevice,
     CharDevice,
@@ -90,17 +101,21 @@ impl Tree for HostTree {
     }
 
     fn list(&self, dir: &Path) -> Vec<(PathBuf, Kind)> {
-        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
         let Ok(rd) = std::fs::read_dir(dir) else {
             return Vec::new();
         };
+        let here = std::fs::symlink_metadata(dir).map(|m| m.dev()).ok();
         rd.flatten()
             .filter_map(|e| {
                 let t = e.file_type().ok()?;
                 let kind = if t.is_symlink() {
                     Kind::Symlink
                 } else if t.is_dir() {
-                    Kind::Dir
+                    match e.metadata().map(|m| m.dev()) {
+                        Ok(dev) if Some(dev) == here => Kind::Dir,
+                        _ => Kind::Mount,
+                    }
                 } else if t.is_block_device() {
                     Kind::BlockDevice
                 } else if t.is_char_device() {
@@ -164,15 +179,28 @@ pub fn device_rights() -> BitFlags<AccessFs> {
 /// character device except the allowed ones (consoles, serial lines, input devices and the
 /// like would otherwise be readable through a `/dev` system path, by a uid-0 command).
 /// Device nodes that appear later get no rights: their directory is granted piecewise.
+/// Only the device directory's filesystem is walked (a [`Kind::Mount`] is not descended
+/// into), and at most [`MAX_DEVICE_ENTRIES`] entries: past that, every directory not yet
+/// walked is denied whole.
 fn device_nodes(tree: &dyn Tree, devices: &Devices, jailed: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(devices.dir.clone(), 0usize)];
+    let mut visited = 0usize;
     while let Some((dir, depth)) = stack.pop() {
-        for (p, kind) in tree.list(&dir) {
+        let entries = tree.list(&dir);
+        visited = visited.saturating_add(entries.len());
+        if visited > MAX_DEVICE_ENTRIES {
+            tracing::warn!(dir = %dir.display(), "the device directory holds more than {MAX_DEVICE_ENTRIES} entries; commands are denied the directories not scanned: remove what was put under it");
+            out.push(dir);
+            out.extend(stack.drain(..).map(|(d, _)| d));
+            break;
+        }
+        for (p, kind) in entries {
             if devices.allowed.iter().any(|d| p.starts_with(d)) {
                 continue;
             }
-            // Not followed: a symlink (`/dev/fd`, `/dev/disk/by-*/…`) is never a rule source.
+            // Not followed: a symlink (`/dev/fd`, `/dev/disk/by-*/…`) is never a rule source;
+            // nor is another filesystem mounted beneath (a mount point, `Kind::Mount`).
             match kind {
                 Kind::Dir if depth < 8 => stack.push((p, depth + 1)),
                 Kind::BlockDevice => out.push(p),
@@ -367,6 +395,61 @@ mod tests {
                 ("/dev/null", device_rights()),
             ]
         );
+    }
+
+    /// Another filesystem under the device directory (`/dev/shm`, where commands may put a
+    /// million files) is not walked, and a device directory past the entry budget denies the
+    /// directories it did not scan, whole.
+    #[test]
+    fn the_device_scan_skips_other_filesystems_and_fails_closed_past_its_budget() {
+        let tree = dev()
+            .with("/dev/shm", Kind::Mount)
+            .with("/dev/shm/planted", Kind::BlockDevice);
+        let mut denied = device_nodes(&tree, &devices(), true);
+        denied.sort_unstable();
+        assert_eq!(
+            denied,
+            [
+                PathBuf::from("/dev/input/event0"),
+                PathBuf::from("/dev/sda"),
+                PathBuf::from("/dev/tty0")
+            ]
+        );
+        let mut big = dev().with("/dev/big", Kind::Dir);
+        for i in 0..MAX_DEVICE_ENTRIES {
+            big = big.with(&format!("/dev/big/f{i}"), Kind::Other);
+        }
+        let mut denied = device_nodes(&big, &devices(), true);
+        denied.sort_unstable();
+        // /dev and /dev/input are listed (their nodes denied one by one); the walk stops at
+        // the first directory that takes it past the budget and denies it (and every
+        // directory still to walk) whole.
+        assert_eq!(
+            denied,
+            [
+                PathBuf::from("/dev/big"),
+                PathBuf::from("/dev/input/event0"),
+                PathBuf::from("/dev/sda"),
+                PathBuf::from("/dev/tty0")
+            ]
+        );
+    }
+
+    /// The host's listing reports a directory on another filesystem as a mount point.
+    #[test]
+    fn the_host_listing_marks_mount_points() {
+        let root = HostTree.list(Path::new("/"));
+        assert!(
+            root.contains(&(PathBuf::from("/proc"), Kind::Mount)),
+            "{root:?}"
+        );
+        assert!(
+            root.contains(&(PathBuf::from("/usr"), Kind::Dir))
+                || root.contains(&(PathBuf::from("/usr"), Kind::Mount))
+        );
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        assert_eq!(HostTree.list(d.path()), [(d.path().join("sub"), Kind::Dir)]);
     }
 
     #[test]

@@ -294,6 +294,9 @@ mod plan_tests {
         }
     }
 
+    /// What a command without a terminal gets before the request's own variables.
+    const NON_INTERACTIVE: &[&str] = &["GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0", "PAGER=cat"];
+
     fn cwd_of(p: &Prepared) -> Option<std::path::PathBuf> {
         use std::os::fd::AsRawFd;
         let fd = p.plan.cwd.as_ref()?.as_raw_fd();
@@ -331,10 +334,11 @@ mod plan_tests {
         std::fs::create_dir(root.join("sub")).unwrap();
         let p = policy(&root, false, false).await;
         let prepared = prepare(&p, &spec(Some("sub"))).unwrap();
-        // The last value of a repeated key wins; nothing of the executor's environment.
+        // The non-interactive defaults first, then the request's (the last value of a repeated
+        // key wins); nothing of the executor's environment.
         assert_eq!(
             prepared.plan.summary(),
-            summary(&["GREETING=hey"], None, false)
+            summary(&[NON_INTERACTIVE, &["GREETING=hey"]].concat(), None, false)
         );
         assert_eq!(cwd_of(&prepared), Some(root.join("sub")));
         assert!(prepared.stdin.is_none());
@@ -356,7 +360,11 @@ mod plan_tests {
         assert!(!filter.denied.is_empty());
         assert_eq!(
             prepared.plan.summary(),
-            summary(&["GREETING=hey"], Some(&filter), true)
+            summary(
+                &[NON_INTERACTIVE, &["GREETING=hey"]].concat(),
+                Some(&filter),
+                true
+            )
         );
         assert_eq!(
             prepared.stdin.as_ref().map(|(_, b)| b.as_slice()),

@@ -25,7 +25,8 @@ fn list_of_a_session_with_50000_recorded_paths() {
     let d = tempfile::tempdir().unwrap();
     let (root, data) = (d.path().join("root"), d.path().join("data"));
     std::fs::create_dir_all(&root).unwrap();
-    let v = json!({"fs": {"host_roots": [root]}, "turns": {"data_dir": data}});
+    let v = json!({"fs": {"host_roots": [root]},
+        "confinement": {"scratch_paths": []}, "turns": {"data_dir": data}});
     let p = Policy::build(1, &v.to_string()).unwrap();
     let store = Store::open(&data, 1 << 30).unwrap();
     let mut recs = vec![json!({"t": "start", "turn_id": "t1", "started_at": 1})];

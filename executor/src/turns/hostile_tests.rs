@@ -3,6 +3,7 @@
 //! command that swaps the file, a deleted root, concurrent hooks on one session.
 
 use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +37,9 @@ fn setup() -> Setup {
 
 /// A policy over `roots` with the store in `data` and `extra` merged in at the top level.
 fn policy_with(roots: &[&Path], data: &Path, code: Value, deny: &[PathBuf]) -> Policy {
+    // No scratch paths: the store in the temp dir stays out of commands' reach in place.
     let v = json!({"fs": {"host_roots": roots, "denylist_paths": deny},
+        "confinement": {"scratch_paths": []},
         "code": code, "turns": {"data_dir": data, "max_blob_bytes": 1u64 << 30}});
     Policy::build(1, &v.to_string()).expect("policy")
 }
@@ -342,9 +345,9 @@ fn the_hook_maps_are_bounded() {
     assert_eq!(list["turns"][0]["file_count"], 1, "{list}");
 }
 
-/// A `list` stuck reading one session's log (here a FIFO planted as the log, which blocks its
-/// reader) holds no lock the other sessions need: a turn of another session starts and
-/// records meanwhile.
+/// A FIFO planted as one session's log never blocks its `list` (the store opens it
+/// non-blocking and reads only regular files), and a `list` holds no lock the other sessions
+/// need: a turn of another session starts and records meanwhile.
 #[test]
 fn a_fold_holds_no_lock_other_sessions_wait_for() {
     let s = setup();
@@ -377,8 +380,12 @@ fn a_fold_holds_no_lock_other_sessions_wait_for() {
         });
     }
     let other = rx.recv_timeout(Duration::from_secs(20));
-    // Unblock the lister whatever happened (a writer that closes at once: an empty log).
-    drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+    // Unblock a lister that did open the FIFO (a writer that closes at once: an empty log);
+    // with no reader the non-blocking open fails, which is the expected case.
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo);
     let listed = lister.join().unwrap();
     assert_eq!(
         other,
