@@ -291,6 +291,7 @@ mod plan_tests {
             ],
             stdin: None,
             timeout_ms: 1000,
+            limits: Default::default(),
         }
     }
 

@@ -817,9 +817,10 @@ mod seam_tests {
     use super::*;
     use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
 
-    /// A block as `Prestarted::start` makes it: socket 9, pids twin 42, stdio 10-12.
+    /// A block as `Prestarted::start` makes it: socket 9, v1 twins (pids 42, memory 43,
+    /// cpu 44), stdio 10-12.
     fn block() -> Box<Block> {
-        Block::new(9, &confinement(), 42, [10, 11, 12])
+        Block::new(9, &confinement(), [-1, 42, 43, 44], [10, 11, 12])
     }
 
     fn image() -> ExecImage {
@@ -848,6 +849,8 @@ mod seam_tests {
             Call::SetName("iii-prestarted".into()),
             Call::Setsid,
             Call::JoinCgroup(42),
+            Call::JoinCgroup(43),
+            Call::JoinCgroup(44),
             Call::DupOnto(10, 0),
             Call::DupOnto(11, 1),
             Call::DupOnto(12, 2),
