@@ -29,6 +29,21 @@ pub fn memory_killed(limit: u64, from_call: bool) -> String {
     )
 }
 
+/// Warns once per process for each limit in `gone` (config keys with their controller) that
+/// commands run without, because the job cgroups have no controller for it (best effort).
+pub fn warn_once_without(gone: &[&'static str]) {
+    static WARNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let Ok(mut warned) = WARNED.lock() else {
+        return;
+    };
+    for name in gone {
+        if !warned.contains(name) {
+            warned.push(name);
+            tracing::warn!(limit = %name, "confinement.job_limits.{name} cannot be enforced: the job cgroups have no controller for it, so commands run without this limit (best effort; strict mode refuses them); delegate the controller to iii-shell's cgroup (cgroup v2) or mount its cgroup v1 hierarchy");
+        }
+    }
+}
+
 /// `stderr` with the line appended, on a line of its own.
 pub fn append(stderr: &mut String, line: &str) {
     if !stderr.is_empty() && !stderr.ends_with('\n') {

@@ -239,9 +239,37 @@ impl Policy {
         &self,
         call: &iii_shell_policy::call_limits::CallLimits,
     ) -> Result<iii_shell_launch::cgroups::JobLimits, iii_shell_files::error::ExecError> {
-        iii_shell_policy::call_limits::tighten(&self.config.confinement.job_limits, call)
-            .map(|l| launch_limits(&l))
-            .map_err(|e| iii_shell_files::error::ExecError::Invalid(e.to_string()))
+        let limits =
+            iii_shell_policy::call_limits::tighten(&self.config.confinement.job_limits, call)
+                .map_err(|e| iii_shell_files::error::ExecError::Invalid(e.to_string()))?;
+        self.check_limit_controllers(&limits)?;
+        Ok(launch_limits(&limits))
+    }
+
+    /// Whether the job cgroups can enforce `limits`: strict mode refuses a limit without its
+    /// controller (S216 naming it); best effort runs without it and warns once per controller.
+    pub fn check_limit_controllers(
+        &self,
+        limits: &iii_shell_policy::config::JobLimitsConfig,
+    ) -> Result<(), iii_shell_files::error::ExecError> {
+        use iii_shell_policy::limit_controllers::{decide, Controllers, Decision};
+        let cgroups = self.launcher.cgroups();
+        let have = match cgroups.base().filter(|_| cgroups.usable()) {
+            Some(b) => Controllers {
+                memory: b.memory_controller().is_some(),
+                cpu: b.cpu_controller().is_some(),
+                pids: b.pids_controller().is_some(),
+            },
+            None => Controllers::default(),
+        };
+        match decide(self.config.confinement.mode, limits, have) {
+            Decision::Run => Ok(()),
+            Decision::Refuse(why) => Err(iii_shell_files::error::ExecError::Internal(why)),
+            Decision::RunWithout(gone) => {
+                crate::limit_reason::warn_once_without(&gone);
+                Ok(())
+            }
+        }
     }
     /// Builds the policy for `config_json` ([`Policy::build_after`] with no predecessor).
     pub fn build(generation: u64, config_json: &str) -> Result<Policy, String> {

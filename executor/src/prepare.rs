@@ -214,6 +214,7 @@ pub fn prepare_for_prestarted(
     policy: &Policy,
     spec: &ExecSpec,
 ) -> Result<PreparedForPrestarted, ExecError> {
+    policy.check_limit_controllers(&policy.config.confinement.job_limits)?;
     let Staged {
         program,
         cwd,

@@ -26,6 +26,7 @@ pub mod denylist;
 pub mod env_policy;
 pub mod error;
 pub mod home;
+pub mod limit_controllers;
 pub mod mode;
 pub mod sync;
 pub mod terminal;
