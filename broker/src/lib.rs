@@ -21,7 +21,6 @@ pub mod schema;
 pub mod services;
 pub mod slots;
 pub mod snapshot;
-pub mod spawn_executor;
 pub mod telemetry;
 pub mod validate;
 pub mod worker_identity;

@@ -11,7 +11,6 @@
 //! accept it, and swaps it in atomically. A bad value keeps the last-good runtime and is
 //! reported through `shell::config-status`.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,31 +59,6 @@ pub fn all_function_defs() -> Vec<FunctionDef> {
         response_format: schema_for::<OnConfigChangeResponse>(),
     });
     v
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BootError {
-    #[error("seed config {path}: {error}")]
-    BadSeed { path: String, error: String },
-}
-
-/// Reads the `--config` seed: a missing file means the built-in default; a file that exists
-/// but does not parse aborts boot.
-pub fn load_seed(path: &Path) -> Result<Config, BootError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Config::from_yaml(&text).map_err(|e| BootError::BadSeed {
-            path: path.display().to_string(),
-            error: e.0,
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::info!(path = %path.display(), "no seed config file; the built-in default is the seed");
-            Ok(Config::builtin_default())
-        }
-        Err(e) => Err(BootError::BadSeed {
-            path: path.display().to_string(),
-            error: e.to_string(),
-        }),
-    }
 }
 
 pub struct Lifecycle {

@@ -35,7 +35,6 @@ pub fn syslog_priority(level: &Level) -> u8 {
 /// `<device>:<inode>` of that stream (see systemd.exec(5)), and it is inherited by children,
 /// so it is compared with what stderr really is.
 fn stderr_is_journal() -> bool {
-    use std::os::unix::fs::MetadataExt;
     let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
         return false;
     };
@@ -45,11 +44,8 @@ fn stderr_is_journal() -> bool {
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
         return false;
     };
-    let fd = std::os::fd::AsFd::as_fd(&std::io::stderr())
-        .try_clone_to_owned()
-        .map(std::fs::File::from);
-    match fd.and_then(|f| f.metadata()) {
-        Ok(md) => md.dev() == dev && md.ino() == ino,
+    match nix::sys::stat::fstat(std::io::stderr()) {
+        Ok(st) => st.st_dev == dev && st.st_ino == ino,
         Err(_) => false,
     }
 }

@@ -1,5 +1,5 @@
 //! Start-up and reload against the size of the tree (`cargo bench -p iii-shell --bench reload`,
-//! release build; issue 27 item 4). One jail of `RELOAD_BENCH_FILES` files (default
+//! release build; a reload must not cost with the tree's size). One jail of `RELOAD_BENCH_FILES` files (default
 //! 1,000,000, in directories of 100, one protected `.env` per 1,000 directories) and one
 //! empty jail, in the same run:
 //!

@@ -22,18 +22,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iii_shell::spawn_executor::spawn_executor_with;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_broker::telemetry;
 use iii_shell_broker::telemetry::propagation::Carrier;
 use iii_shell_broker::validate::exec_request_with;
-use iii_shell_executor::denylist::Denylist;
 use iii_shell_executor::policy::Policy;
 use iii_shell_executor::prepare::prepare;
-use iii_shell_executor::reaper::reap;
-use iii_shell_executor::spawn::SpawnPlan;
+use iii_shell_launch::reaper::reap;
+use iii_shell_launch::spawn::SpawnPlan;
 use iii_shell_launch::{Launcher, Settings};
+use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::messages::{ExecSpec, Request};
 use serde_json::{json, Value};
@@ -852,7 +852,7 @@ async fn compare_spaced(
 
 /// Pause before every call of [`spawn_kinds`].
 const KINDS_SPACING: Duration = Duration::from_millis(100);
-/// `shell::exec_bg` against `shell::exec` of the same program (issue 27 item 3).
+/// `shell::exec_bg` against `shell::exec` of the same program (neither may pay for its extra steps on every call).
 const BG_GOAL: f64 = 1.2;
 /// `shell::pty::open` against `shell::exec` of the same program.
 const PTY_GOAL: f64 = 2.0;
@@ -1217,7 +1217,7 @@ fn fmt_kib(kib: Option<u64>) -> String {
 
 /// Whether the executor made a job-cgroup base (a child of its cgroup named after its pid).
 fn job_cgroups(executor_pid: u32) -> String {
-    match iii_shell_executor::cgroups::own_cgroup_dir()
+    match iii_shell_launch::cgroups::own_cgroup_dir()
         .map(|p| p.join(format!("iii-shell-{executor_pid}")))
     {
         Some(dir) if dir.is_dir() => format!("enabled ({})", dir.display()),
@@ -1287,7 +1287,7 @@ fn print_row(name: &str, s: &Stats) {
 /// Spaced `shell::exec` calls through `iii-shell serve` and the test engine, before and after
 /// the executor is killed and respawned by the supervisor, in the same run. A respawned
 /// executor inherits the supervisor's seccomp filter; it must still start commands with
-/// clone3 into their cgroup, so both halves should be alike (issue 12: they were ~5x apart
+/// clone3 into their cgroup, so both halves should be alike (they were ~5x apart
 /// when that filter took clone3 away). `BENCH_RESPAWN_ONLY=1` runs this part alone.
 async fn respawn_comparison(iters: usize) {
     let engine = iii_test_engine::TestEngine::start().await;

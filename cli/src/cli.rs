@@ -42,11 +42,9 @@ impl ServeArgs {
     /// parse is an error. An implicit `./config.yaml` whose top level has none of our keys
     /// (current or removed) is another program's, typically the engine's in the project
     /// directory a launcher runs us in: it is skipped with a warning.
-    pub fn seed(
-        &self,
-    ) -> Result<iii_shell_protocol::config::Config, iii_shell_broker::lifecycle::BootError> {
+    pub fn seed(&self) -> Result<iii_shell_protocol::config::Config, crate::seed::BootError> {
         match &self.config {
-            Some(path) => iii_shell_broker::lifecycle::load_seed(path),
+            Some(path) => crate::seed::load_seed(path),
             None => {
                 let path = std::path::Path::new(IMPLICIT_CONFIG);
                 match std::fs::read_to_string(path) {
@@ -57,7 +55,7 @@ impl ServeArgs {
                         );
                         Ok(iii_shell_protocol::config::Config::builtin_default())
                     }
-                    _ => iii_shell_broker::lifecycle::load_seed(path),
+                    _ => crate::seed::load_seed(path),
                 }
             }
         }

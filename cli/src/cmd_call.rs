@@ -8,9 +8,9 @@ use iii_shell_protocol::{Code, WireError};
 use serde_json::Value;
 
 use crate::cli::CallArgs;
+use crate::spawn_executor::spawn_executor;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor;
 
 /// Loads `--config` if the file exists (a file that exists but fails to parse is an error),
 /// else the built-in default.

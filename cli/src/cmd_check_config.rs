@@ -32,7 +32,7 @@ pub fn check(file: &Path) -> Result<String, String> {
         config.denylist_patterns.len()
     );
     out.push_str(&paths_report(&written, &config));
-    let user = iii_shell_executor::run_as::decide_here(&config)
+    let user = iii_shell_launch::run_as::decide_here(&config)
         .map_err(|e| format!("the executor would refuse it: {e}"))?;
     out.push_str(&format!(
         "  commands as     {}:{} ({})\n",
@@ -42,7 +42,7 @@ pub fn check(file: &Path) -> Result<String, String> {
         out.push_str(&format!("  warning: {w}\n"));
     }
     // What the executor settles when it takes the policy; check-config creates nothing.
-    let home = iii_shell_executor::home::preview(
+    let home = iii_shell_files::home::preview(
         &config,
         policy.base_env.get("HOME").map(String::as_str),
         user.uid,

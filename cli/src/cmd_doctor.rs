@@ -9,8 +9,8 @@ use iii_shell_protocol::messages::{Reply, Request};
 use serde_json::json;
 
 use crate::cli::{DoctorArgs, ServeArgs};
+use crate::spawn_executor::spawn_executor;
 use iii_shell_broker::executor_client::ExecutorClient;
-use iii_shell_broker::spawn_executor::spawn_executor;
 
 pub async fn run(args: DoctorArgs, serve: &ServeArgs) -> i32 {
     let written = match serve.seed() {

@@ -96,7 +96,7 @@ pub fn harden(args: &ExecutorArgs) -> Result<Hardened, i32> {
         // is known at the first policy, which says it then (`run_as::apply`).
         let own = nix::unistd::getuid().as_raw();
         if args.peer_uid.unwrap_or(own) == own {
-            let msg = iii_shell_executor::run_as::PEER_IS_COMMAND_UID;
+            let msg = iii_shell_launch::run_as::PEER_IS_COMMAND_UID;
             if envelope.mode == iii_shell_protocol::config::ConfinementMode::Strict {
                 tracing::error!("refusing to start in strict mode: {msg}");
                 return Err(2);

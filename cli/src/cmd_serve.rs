@@ -19,9 +19,9 @@ use iii_shell_protocol::config::{Config, ConfinementMode};
 
 use crate::cli::ServeArgs;
 use crate::respawn_backoff::respawn_delay;
+use crate::spawn_executor::{clear_cloexec, spawn_executor_raw};
 use iii_shell_broker::confine::lookup_user;
 use iii_shell_broker::executor_source::send_fd;
-use iii_shell_broker::spawn_executor::{clear_cloexec, spawn_executor_raw};
 
 pub fn run(args: ServeArgs) -> i32 {
     // A seed file that exists but does not parse aborts boot before anything else happens.
@@ -34,7 +34,7 @@ pub fn run(args: ServeArgs) -> i32 {
     };
     // strict refuses to start when the seed would run jailed commands as root or fall back
     // to nobody (the executor refuses such a policy too, whichever value the engine holds).
-    if let Err(e) = iii_shell_executor::run_as::decide_here(&seed) {
+    if let Err(e) = iii_shell_launch::run_as::decide_here(&seed) {
         if seed.confinement.mode == ConfinementMode::Strict {
             tracing::error!("{e}; refusing to start (set confinement.run_as)");
             return 1;
@@ -447,7 +447,7 @@ async fn supervise(starter: &Starter, executor: Child, broker: Child, control: O
 /// subreaper (job trees where no job cgroup exists), with their sessions, process groups
 /// and descendants. The zombies are reaped. Only the broker is spared.
 fn kill_what_it_left(dead: u32, broker_pid: u32) {
-    use iii_shell_executor::{cgroups, procfs};
+    use iii_shell_launch::{cgroups, procfs};
     if let Some(base) = cgroups::base_of(dead) {
         if !cgroups::kill_base(&base) {
             tracing::warn!(path = %base.display(), "the dead executor's job cgroups are not gone yet");
@@ -455,7 +455,7 @@ fn kill_what_it_left(dead: u32, broker_pid: u32) {
     }
     // Its job twins in a cgroup v1 pids hierarchy, now empty (the same processes were in
     // the v2 job cgroups just killed); the next executor's sweep removes any left behind.
-    iii_shell_executor::pids_v1::remove_base_of(dead);
+    iii_shell_launch::pids_v1::remove_base_of(dead);
     let me = std::process::id() as i32;
     let spared = |p: i32| p == broker_pid as i32 || p == me || p <= 1;
     // A SIGKILLed process can take a while to exit on a loaded host: keep killing until no
@@ -499,11 +499,11 @@ fn kill_what_it_left(dead: u32, broker_pid: u32) {
 /// Reaps our zombie children other than the broker (orphans re-parented to us). The current
 /// executor is reaped by its own wait thread.
 fn reap_orphans(broker_pid: u32) {
-    for pid in iii_shell_executor::procfs::own_children() {
+    for pid in iii_shell_launch::procfs::own_children() {
         if pid == broker_pid as i32 {
             continue;
         }
-        if iii_shell_executor::procfs::stat(pid).is_some_and(|s| s.state == b'Z') {
+        if iii_shell_launch::procfs::stat(pid).is_some_and(|s| s.state == b'Z') {
             // SAFETY: waitpid on one specific zombie child; the status is discarded.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
         }

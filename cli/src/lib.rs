@@ -14,3 +14,5 @@ pub mod cmd_serve;
 pub mod heap;
 pub mod probe_limits;
 pub mod respawn_backoff;
+pub mod seed;
+pub mod spawn_executor;

@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use iii_shell_executor::coder::{self, edit, read, search, tree, Ctx};
 use iii_shell_executor::policy::Policy;
+use iii_shell_files::coder::{self, edit, read, search, tree, Ctx};
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::config::Config;
 

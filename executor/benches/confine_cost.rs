@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use iii_shell_executor::policy::CommandConfinement;
-use iii_shell_executor::reaper::reap;
-use iii_shell_executor::spawn::SpawnPlan;
+use iii_shell_launch::reaper::reap;
+use iii_shell_launch::spawn::SpawnPlan;
 use iii_shell_launch::{Launcher, Settings};
 use iii_shell_protocol::config::Config;
 
@@ -114,7 +114,7 @@ fn main() {
     );
 }
 
-/// The special-bits rule loaded by every child (as before issue 15's follow-up, and still
+/// The special-bits rule loaded by every child (as before the executor held it itself, and still
 /// after a reload turns `fs.allow_special_bits` off) against inherited from this process (as
 /// the executor now installs it at its first policy), both with Landlock off, interleaved.
 fn special_bits(iters: usize) {

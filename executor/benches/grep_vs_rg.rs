@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use iii_shell_executor::fs::grep::grep_with_threads;
 use iii_shell_executor::policy::Policy;
+use iii_shell_files::fs::grep::grep_with_threads;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::fs::GrepSpec;
 

@@ -1,5 +1,5 @@
 //! What a policy build (start-up, every reload, every `iii-shell call`) costs as the jail grows
-//! (`cargo bench -p iii-shell-executor --bench policy_build`; issue 27 item 4). A jail of
+//! (`cargo bench -p iii-shell-executor --bench policy_build`; it must not grow with the jail). A jail of
 //! `POLICY_BENCH_FILES` files (default 1,000,000, in directories of 100, with one protected
 //! `.env` per 1,000 directories) against an empty jail, alternating between them,
 //! `POLICY_BENCH_ROUNDS` rounds (default 7), medians:

@@ -4,18 +4,12 @@
 //! against the policy it was given (argv rules, denylist, dangerous env keys, the path jail),
 //! and only then runs commands and background jobs. It never talks to the network.
 
-pub use iii_shell_protocol::call_trace;
 pub mod capture;
 pub mod command_ruleset;
-pub use iii_shell_files::coder;
 pub mod confine;
 mod dispatch;
 pub mod doctor;
-pub use iii_shell_files::error;
 pub mod foreground;
-pub use iii_shell_files::fs;
-pub use iii_shell_files::home;
-pub use iii_shell_files::jail;
 pub mod jobs;
 pub mod limit_reason;
 pub mod log_relay;
@@ -33,20 +27,13 @@ pub mod usage;
 pub mod warnings;
 pub mod watch;
 
-/// The launcher's modules, where the executor's modules have always found them.
-pub use iii_shell_launch::{
-    cgroups, child, clone3, pids_v1, prestarted, procfs, reaper, run_as, spawn, tree,
-};
-
-/// The shared policy rules, re-exported where the executor's modules have always found them.
-pub use iii_shell_policy::{denylist, env_policy};
-
 use std::sync::Arc;
 
 use iii_shell_protocol::messages::Event;
 use tokio::sync::broadcast;
 
-use iii_shell_launch::{Launcher, Settings};
+use iii_shell_files::coder;
+use iii_shell_launch::{reaper, Launcher, Settings};
 
 use crate::jobs::Jobs;
 use crate::policy::{Policy, PolicyStore};

@@ -6,9 +6,9 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use iii_shell_executor::fs::grep::grep;
-use iii_shell_executor::fs::sed::sed;
 use iii_shell_executor::policy::Policy;
+use iii_shell_files::fs::grep::grep;
+use iii_shell_files::fs::sed::sed;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::fs::{GrepResponse, GrepSpec, SedSpec};
 
@@ -690,7 +690,7 @@ fn sed_drops_special_bits_unless_allowed() {
 /// the broker let through, and changes nothing.
 #[test]
 fn chmod_refuses_the_no_change_owner_ids_and_changes_nothing() {
-    use iii_shell_executor::fs::ops::chmod;
+    use iii_shell_files::fs::ops::chmod;
     let t = Tree::new();
     let f = t.write("f", "x");
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();

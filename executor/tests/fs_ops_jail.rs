@@ -9,9 +9,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
 use common::Tree;
-use iii_shell_executor::error::ExecError;
-use iii_shell_executor::fs::{ops, workspace};
 use iii_shell_executor::policy::Policy;
+use iii_shell_files::error::ExecError;
+use iii_shell_files::fs::{ops, workspace};
 use iii_shell_protocol::fs::WriteFile;
 
 const SECRET: &[u8] = b"OUTSIDE SECRET";

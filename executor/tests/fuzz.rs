@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use iii_shell_executor::jail::Jail;
 use iii_shell_executor::server::serve_connection;
 use iii_shell_executor::Executor;
+use iii_shell_files::jail::Jail;
 use iii_shell_protocol::frame::{encode, read_frame, MAX_FRAME_BYTES};
 use iii_shell_protocol::messages::{ClientFrame, Hello, ServerFrame, MAGIC};
 use iii_shell_protocol::PROTOCOL_VERSION;
@@ -436,7 +436,7 @@ fn fuzz_path_resolver() {
                 let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
                 if let Ok(res) = t.jail.resolve_with(&input, flags) {
                     prop_assert!(inside(t, &res.path), "{input:?} -> {:?}", res.path);
-                    let st = iii_shell_executor::jail::fstat(&res.fd).unwrap();
+                    let st = iii_shell_files::jail::fstat(&res.fd).unwrap();
                     if st.st_mode & libc::S_IFMT == libc::S_IFREG {
                         let got = read_fd_prefix(&res.fd);
                         prop_assert!(got != SECRET && got != DENIED, "{input:?} served {got:?}");

@@ -70,7 +70,7 @@ impl LinkOptions {
             idle_timeout: ms("III_SHELL_IDLE_MS", 60_000),
             retry_every: ms("III_SHELL_RETRY_MS", 2_000),
             call_timeout: Duration::from_secs(30),
-            pid: std::process::id(),
+            pid: nix::unistd::getpid().as_raw().unsigned_abs(),
         }
     }
 }

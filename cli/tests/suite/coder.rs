@@ -1098,7 +1098,7 @@ async fn create_file_expected_revision() {
     assert!(!j.root.join("gone").exists());
 }
 
-/// Issue 16: two concurrent create-file calls with the same expected_revision cannot both
+/// Two concurrent create-file calls with the same expected_revision cannot both
 /// succeed (the comparison happens under the write's lock).
 #[tokio::test]
 async fn concurrent_creates_with_one_revision_conflict() {
@@ -1220,7 +1220,7 @@ async fn update_file_applies_and_echoes() {
     assert_eq!(names, ["lib.rs"]);
 }
 
-/// Issue 16 / CODER-55, 56, 59, 09: an edit whose fourth op fails leaves the file
+/// CODER-55, 56, 59, 09: an edit whose fourth op fails leaves the file
 /// byte-identical (and its inode untouched), while the other file in the batch is applied.
 #[tokio::test]
 async fn failing_fourth_op_leaves_the_file_byte_identical() {
@@ -1321,11 +1321,11 @@ fn must_be_root() {
     }
 }
 
-/// Issue 16: a replaced file keeps its owner and group when the executor may keep them
+/// A replaced file keeps its owner and group when the executor may keep them
 /// (root with `CAP_CHOWN` kept by the pinned envelope): update-file, an overwriting
 /// create-file and a cross-root move. (Mode 0606: the executor holds no CAP_DAC_OVERRIDE, so
 /// another user's file must be readable and writable by others for it to edit it at all.)
-/// Issue 25: a file the executor may not write (0604) is never given back to its owner (the
+/// A file the executor may not write (0604) is never given back to its owner (the
 /// chown would make the new content look like the owner's), so its edit is refused (C216,
 /// nothing written) rather than handing it to the executor's user. A move carries the
 /// owner's own bytes, so a 0604 file keeps its owner when moved.
@@ -1471,7 +1471,7 @@ fn acl_of(p: &Path) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// Issue 25: every operation that rewrites an existing file through a temp file and a rename
+/// Every operation that rewrites an existing file through a temp file and a rename
 /// keeps its owner, group, mode and POSIX ACL (`system.posix_acl_access`), as editors do:
 /// `coder::update-file`, an overwriting `coder::create-file`, `shell::fs::sed` and
 /// `shell::fs::write` over the file. The file is 1234:1234, mode 0640, with an ACL granting
@@ -1550,7 +1550,7 @@ async fn rewrites_keep_owner_group_mode_and_acl() {
     }
 }
 
-/// Issue 16: without `CAP_CHOWN` (the default), replacing another user's file would hand it
+/// Without `CAP_CHOWN` (the default), replacing another user's file would hand it
 /// to the executor's user: update-file, an overwriting create-file and a cross-root move
 /// refuse with C216 naming the owner and the fix, and nothing changes (bytes, owner, no temp
 /// file left, the move's source still there). The executor's own files are edited as usual.
@@ -1907,7 +1907,7 @@ fn ppaths(v: &Value, root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Issue 16 / CODER-35: a repository with nested .gitignore files; respect_gitignore and
+/// CODER-35: a repository with nested .gitignore files; respect_gitignore and
 /// include_hidden.
 #[tokio::test]
 async fn search_respects_nested_gitignore() {

@@ -1809,7 +1809,7 @@ async fn escape_128_command_cannot_open_another_commands_pty() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// coder::* (issue 16): the same path policy as shell::fs::*, with C-codes.
+// coder::*: the same path policy as shell::fs::*, with C-codes.
 // ---------------------------------------------------------------------------------------------
 
 /// The code of a coder call: the call's own error, or its first entry's (batched calls).

@@ -5,7 +5,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use iii_shell_executor::env_policy::{DANGEROUS_KEYS, DANGEROUS_PREFIXES};
+use iii_shell_policy::env_policy::{DANGEROUS_KEYS, DANGEROUS_PREFIXES};
 use iii_shell_protocol::config::Config;
 use serde_json::json;
 
@@ -426,7 +426,7 @@ async fn grandchild_holding_the_pipe_does_not_hang_the_call() {
     }
 }
 
-/// Issue 12: `sh -c 'sleep 20 & echo done'` returns once the root has exited and the pipes
+/// `sh -c 'sleep 20 & echo done'` returns once the root has exited and the pipes
 /// were drained for at most ROOT_EXIT_DRAIN (2 s), with the real exit code and the output
 /// read so far, and the grandchild is killed as on a timeout.
 #[tokio::test]

@@ -330,7 +330,7 @@ fn old_state(root: &Path) -> Vec<String> {
     names_in(root)
 }
 
-/// Issue 12: a `files[]` batch with streamed entries is all-or-nothing. Entries 0 and 1 are
+/// A `files[]` batch with streamed entries is all-or-nothing. Entries 0 and 1 are
 /// channels (one replacing an existing file), entry 2 fails in turn: its channel is over
 /// `fs.max_write_bytes`, its target is a directory, its path leaves the jail, its mode is
 /// refused. Every time no target changes, no temp file is left, and the error names
@@ -426,7 +426,7 @@ fn peak_rss_kib(pid: i32) -> u64 {
         .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"))
 }
 
-/// Issue 25: a `files[]` batch of 20 MiB mixing inline and channel entries whose LAST entry
+/// A `files[]` batch of 20 MiB mixing inline and channel entries whose LAST entry
 /// fails only when it is renamed into place (its target lies in a sticky directory and
 /// belongs to another user, so the kernel refuses the rename with EPERM). Every entry is
 /// staged first; the commit renames them in order, and the failing rename rolls back the
@@ -530,7 +530,7 @@ async fn a_mixed_20_mib_batch_whose_last_rename_fails_changes_nothing() {
     unchanged("inline batch");
 }
 
-/// Issue 12: a staged batch is bounded: more than 256 entries is S218 naming the first one
+/// A staged batch is bounded: more than 256 entries is S218 naming the first one
 /// past the cap, and nothing is written. Inline entries over 8 MiB in total take the staged
 /// path (they do not fit one frame).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -574,7 +574,7 @@ async fn a_staged_batch_past_the_entry_cap_is_s218_and_writes_nothing() {
     assert_eq!(names_in(&t.root.join("many")).len(), 256);
 }
 
-/// Issue 12: the executor is killed (SIGKILL) while a streamed batch is staged, one entry
+/// The executor is killed (SIGKILL) while a streamed batch is staged, one entry
 /// complete and the next one's channel still open. The call fails, no target changes, and
 /// no temp file is left anywhere in the root (staged entries have no name until commit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2371,7 +2371,7 @@ async fn large_inline_writes_are_streamed_whole() {
     j.outside_untouched();
 }
 
-// ---------------------------------------------------------------- issue 12: fs calls
+// ---------------------------------------------------------------- fs calls
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_without_owner_read_reports_created() {

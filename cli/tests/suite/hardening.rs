@@ -406,7 +406,7 @@ fn observed(v: &Value, key: &str) -> String {
         .join(" ")
 }
 
-/// Issue 15's doctor lines, for each way a root worker is configured: the uid, gid and groups
+/// The command user's doctor lines, for each way a root worker is configured: the uid, gid and groups
 /// a real command ran with, whether it could chmod a file it does not own, the warning, and
 /// where the special-bits rule sits.
 #[test]

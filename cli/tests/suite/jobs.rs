@@ -6,9 +6,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use iii_shell::spawn_executor::spawn_executor_with;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::clock::now_ms;
 use iii_shell_protocol::config::Config;
 use serde_json::{json, Value};
@@ -863,7 +863,7 @@ async fn commands_survive_pooled_cgroups_killed_from_outside() {
     }
 }
 
-/// Issue 13: when a job's root exits, what is left of its tree is killed (the job cgroup),
+/// When a job's root exits, what is left of its tree is killed (the job cgroup),
 /// as for `shell::exec`: a child holding the pipes, and a setsid daemon that closed them.
 /// The job still reports the root's own exit code.
 #[tokio::test]
@@ -887,7 +887,7 @@ async fn a_finished_job_leaves_nothing_running() {
     }
 }
 
-/// Issue 13: finished jobs cost bounded memory. At most FINISHED_MAX (256) finished jobs are
+/// Finished jobs cost bounded memory. At most FINISHED_MAX (256) finished jobs are
 /// kept, the oldest finished dropped first, and `doctor` reports what is kept and dropped.
 #[tokio::test]
 async fn finished_jobs_are_capped_oldest_first_and_reported_by_doctor() {
@@ -966,7 +966,7 @@ async fn fork_forty(h: &Harness) -> usize {
     n
 }
 
-/// Issue 13: process limits hold for root. `confinement.job_limits.pids_max` is the job
+/// Process limits hold for root. `confinement.job_limits.pids_max` is the job
 /// cgroup's `pids.max`, which the kernel enforces for every uid (RLIMIT_NPROC is ignored for
 /// root: `max_processes: 20` let a command run 61 processes). Bounded: the script starts at
 /// most 40 processes whatever happens.
@@ -995,8 +995,8 @@ async fn pids_max_holds_for_root_in_the_job_cgroup() {
     // A hybrid host: the pids controller is a cgroup v1 hierarchy's, and each job has a twin
     // there (the executor's base in it, next to ours).
     let v1_twin = !delegated
-        && iii_shell_executor::pids_v1::own()
-            .map(|d| d.join(iii_shell_executor::pids_v1::base_name(h.executor_pid)))
+        && iii_shell_launch::pids_v1::own()
+            .map(|d| d.join(iii_shell_launch::pids_v1::base_name(h.executor_pid)))
             .is_some_and(|d| d.is_dir());
     if !delegated && !v1_twin {
         assert!(line.starts_with("NOT enforced: "), "{line}");

@@ -1,4 +1,4 @@
-//! Every error says what happened and what to do: the messages of issue 12, each through the
+//! Every error says what happened and what to do: the messages that used to leave a caller guessing, each through the
 //! real broker and a real executor (or the real binary).
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! The life and death of the processes behind `iii-shell serve` (issue 12): an executor
+//! The life and death of the processes behind `iii-shell serve`: an executor
 //! killed with SIGKILL leaves nothing running and its jobs keep an honest record, a clean
 //! SIGTERM is quiet, and the broker's configuration never reaches its command line.
 

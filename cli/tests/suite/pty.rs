@@ -1321,7 +1321,7 @@ async fn a_program_that_does_not_read_cannot_wedge_a_write() {
     }
 }
 
-/// Issue 13: a command can reach only the terminals it creates itself. An operator's session
+/// A command can reach only the terminals it creates itself. An operator's session
 /// (`shell::pty::open`) lives in the executor's devpts instance, where commands also allocate
 /// theirs; a command that opens the session's `/dev/pts/N` by path, to write fake output or
 /// to read what is typed there, is refused (EACCES), and the session still works (its shell

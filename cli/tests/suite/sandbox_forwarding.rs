@@ -794,7 +794,7 @@ async fn without_an_engine_link_sandbox_calls_fail_s216() {
     let h = common::Harness::default().await;
     let e = h.err("shell::exec", exec("echo", &["x"])).await;
     assert!(e.code == "S216" && e.message.contains("engine"), "{e:?}");
-    // No engine is not a spawn-time failure: exec_bg answers the S216 code too (issue 12).
+    // No engine is not a spawn-time failure: exec_bg answers the S216 code too.
     let e = h.err("shell::exec_bg", exec("echo", &["x"])).await;
     assert!(e.code == "S216" && e.message.contains("engine"), "{e:?}");
     let l = h.ok("shell::list", json!({})).await;

@@ -90,7 +90,7 @@ impl Setup {
 
 /// Where the worker keeps its state once it moved out of the root.
 fn moved_place(config: &Config) -> PathBuf {
-    let id = iii_shell_executor::home::identity(config);
+    let id = iii_shell_files::home::identity(config);
     worker_state_home().join("iii-shell").join(format!(
         "{:016x}",
         iii_shell_policy::home::fnv1a64(id.as_bytes())

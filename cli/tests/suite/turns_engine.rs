@@ -1175,7 +1175,7 @@ fn iii_shell_test_sha(bytes: &[u8]) -> String {
     format!("{sum:x}:{}", bytes.len())
 }
 
-/// Recursive and structural changes (issue 18): `rm -r` of a nested tree holding a 0600 file,
+/// Recursive and structural changes: `rm -r` of a nested tree holding a 0600 file,
 /// an empty directory and a symlink; `sed` over a tree; `mkdir -p` then a write inside;
 /// `chmod` of a file and a directory. After revert the whole tree (entry set, types, modes,
 /// contents, link targets) is what it was.

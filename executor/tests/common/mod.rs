@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use iii_shell_executor::error::ExecError;
 use iii_shell_executor::policy::Policy;
+use iii_shell_files::error::ExecError;
 use iii_shell_protocol::config::Config;
 
 /// A temp dir holding `root/` (the jail) and `outside/` (beyond it), with canonical paths.

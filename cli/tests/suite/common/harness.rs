@@ -5,11 +5,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use iii_shell::spawn_executor::spawn_executor_with;
 use iii_shell_broker::call_deadline::CallBounds;
 use iii_shell_broker::executor_client::ExecutorClient;
 use iii_shell_broker::functions::{dispatch, CallMeta};
 use iii_shell_broker::services::Services;
-use iii_shell_broker::spawn_executor::spawn_executor_with;
 use iii_shell_protocol::config::Config;
 use iii_shell_protocol::WireError;
 use serde_json::Value;
@@ -123,7 +123,7 @@ pub fn own_home_suffix(config: &Config, turns: &Path) -> Option<(std::path::Path
     }
     let dir = config.confinement.scratch_paths.first()?;
     let name =
-        iii_shell_policy::home::default_home_name(0, &iii_shell_executor::home::identity(config));
+        iii_shell_policy::home::default_home_name(0, &iii_shell_files::home::identity(config));
     // `iii-shell-home-<uid>-<hash>`: the hash is the part that is ours.
     let hash = name.rsplit('-').next().unwrap_or_default();
     Some((std::path::PathBuf::from(dir), format!("-{hash}")))
