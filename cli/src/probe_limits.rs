@@ -2,7 +2,7 @@
 //! process as the kernel has them (its own cgroups, from `/proc/self/cgroup`), and two
 //! bounded loads that meet them (memory touched, CPU burned).
 
-use iii_shell_executor::pids_v1::{own_dir_of, Controller};
+use iii_shell_launch::pids_v1::{own_dir_of, Controller};
 
 /// The limit files of each controller, as (file, v1?).
 const FILES: [(Controller, &[&str], &[&str]); 3] = [
