@@ -919,6 +919,14 @@ pub fn check_window(line_from: Option<u64>, line_to: Option<u64>) -> Result<(), 
     Ok(())
 }
 
+/// The rules of one batch entry of `coder::read-file` (its failure is that entry's alone).
+pub fn check_entry(item: &ReadItem) -> Result<(), String> {
+    if item.stat && (item.line_from.is_some() || item.line_to.is_some() || item.numbered) {
+        return Err("stat cannot be combined with a window or numbered".into());
+    }
+    check_window(item.line_from, item.line_to)
+}
+
 /// The request-level rules of `coder::read-file` (CODER-16..21), checked by the broker and
 /// again by the executor.
 pub fn check_read(spec: &ReadSpec) -> Result<(), String> {
@@ -935,16 +943,8 @@ pub fn check_read(spec: &ReadSpec) -> Result<(), String> {
         {
             return Err("line_from, line_to, numbered, stat, encoding and max_output_bytes apply in `path` mode only; set them per entry in `paths` (object form)".into());
         }
-        for item in spec.paths.iter().flatten() {
-            if item.stat && (item.line_from.is_some() || item.line_to.is_some() || item.numbered) {
-                return Err(format!(
-                    "{}: stat cannot be combined with a window or numbered",
-                    item.path
-                ));
-            }
-            check_window(item.line_from, item.line_to)
-                .map_err(|e| format!("{}: {e}", item.path))?;
-        }
+        // An entry's own fields are checked with that entry (`check_entry`): one bad entry
+        // fails alone and never aborts the others.
         return Ok(());
     }
     if spec.stat && (windowed || spec.numbered || spec.max_output_bytes.is_some() || spec.base64) {
@@ -960,4 +960,48 @@ pub fn check_read(spec: &ReadSpec) -> Result<(), String> {
         return Err("max_output_bytes applies to full reads; a window is capped by max_read_bytes instead (drop one of them)".into());
     }
     check_window(spec.line_from, spec.line_to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(line_from: Option<u64>, line_to: Option<u64>, stat: bool) -> ReadItem {
+        ReadItem {
+            path: "a".into(),
+            line_from,
+            line_to,
+            numbered: false,
+            stat,
+        }
+    }
+
+    /// A batch's entries are checked one by one: a bad entry never fails the request.
+    #[test]
+    fn batch_entries_are_checked_alone() {
+        let spec = ReadSpec {
+            path: None,
+            paths: Some(vec![item(None, None, false), item(Some(2), Some(1), false)]),
+            stat: false,
+            line_from: None,
+            line_to: None,
+            numbered: false,
+            base64: false,
+            max_output_bytes: None,
+        };
+        assert_eq!(check_read(&spec), Ok(()));
+        assert_eq!(check_entry(&item(None, None, false)), Ok(()));
+        assert_eq!(
+            check_entry(&item(Some(2), Some(1), false)),
+            Err("line_to (1) is before line_from (2); pass line_to >= line_from".into())
+        );
+        assert_eq!(
+            check_entry(&item(Some(1), None, true)),
+            Err("stat cannot be combined with a window or numbered".into())
+        );
+        assert_eq!(
+            check_entry(&item(Some(0), None, false)),
+            Err("line_from and line_to are 1-based: 0 is not a line number".into())
+        );
+    }
 }

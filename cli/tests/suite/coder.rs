@@ -1226,7 +1226,8 @@ async fn update_file_applies_and_echoes() {
 async fn failing_fourth_op_leaves_the_file_byte_identical() {
     let j = jailed_root().await;
     let f = j.root.join("a.txt");
-    let original = b"alpha\nbeta\ngamma\n\xffdelta\n".to_vec();
+    // Non-ASCII UTF-8 (a file that is not UTF-8 is refused before any op is looked at).
+    let original = "alpha\nbeta\ngamma\n\u{e9}delta\n".as_bytes().to_vec();
     std::fs::write(&f, &original).unwrap();
     std::fs::write(j.root.join("b.txt"), "one\n").unwrap();
     use std::os::unix::fs::MetadataExt;

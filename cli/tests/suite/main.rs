@@ -12,6 +12,7 @@ mod changed_feed;
 mod cli;
 mod coder;
 mod coder_engine;
+mod coder_form;
 mod console_page;
 mod console_ui;
 mod engine_config;

@@ -14,7 +14,9 @@
 //!   (equivalently: one forward merge over the original lines); then the `replace` ops run in
 //!   request order over the whole body. Everything is validated before anything is applied,
 //!   and nothing is written unless every op succeeded. The file keeps its owner, group, mode
-//!   and ACL as far as the executor may keep them (`crate::fs::keep`).
+//!   and ACL as far as the executor may keep them (`crate::fs::keep`), and its form
+//!   ([`Form`]): its UTF-8 BOM stays first, untouched lines keep their line ends and new
+//!   ones take the dominant end; a file that is not UTF-8 is refused ([`check_text`]).
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -167,7 +169,7 @@ fn create_one(
     let data = spec.content.as_bytes();
     if data.len() as u64 > ctx.max_write() {
         return Err(fail(CErr::too_large(format!(
-            "content is {} bytes, over max_write_bytes ({}): split the file or write it with shell::fs::write",
+            "content is {} bytes, over max_write_bytes ({}): no file call writes a file that large (shell::fs::write has the same limit); split it into smaller files, write it with a command through shell::exec, or raise fs.max_write_bytes",
             data.len(),
             ctx.max_write()
         ))));
@@ -334,7 +336,7 @@ fn update_one(
     }
     if st.st_size as u64 > ctx.max_read() {
         return Err(failc(CErr::too_large(format!(
-            "{input} is {} bytes, over max_read_bytes ({}): edit it with shell::fs::sed",
+            "{input} is {} bytes, over max_read_bytes ({}): no file call edits it (shell::fs::sed has the same limit); change it with a command through shell::exec (for example sed -i), or raise fs.max_read_bytes",
             st.st_size,
             ctx.max_read()
         ))));
@@ -344,6 +346,7 @@ fn update_one(
         .take(ctx.max_read().saturating_add(1))
         .read_to_end(&mut original)
         .map_err(|e| failc(CErr::io(format!("read {input}: {e}"))))?;
+    check_text(input, &original).map_err(failc)?;
     let applied = apply_ops(&original, &spec.ops, ctx.max_write()).map_err(failc)?;
     if applied.body.len() as u64 > ctx.max_write() {
         return Err(failc(CErr::too_large(format!(
@@ -483,26 +486,99 @@ pub fn check_replacement(rep: &str, re: &Regex) -> Result<(), String> {
     Ok(())
 }
 
-/// Lines of inserted or replacing content: split, each ending in `\n`.
-fn content_lines(content: &str) -> Vec<Vec<u8>> {
+/// Lines of inserted or replacing content: split, each ending in the file's line end `eol`
+/// (whatever end the caller wrote, `\n` or `\r\n`, or none on the last line).
+fn content_lines(content: &str, eol: &[u8]) -> Vec<Vec<u8>> {
     split_lines(content.as_bytes())
         .into_iter()
         .map(|l| {
-            let mut v = l.to_vec();
-            if !v.ends_with(b"\n") {
-                v.push(b'\n');
-            }
+            let mut v = strip_eol(l).to_vec();
+            v.extend_from_slice(eol);
             v
         })
         .collect()
+}
+
+/// A line without its `\n` or `\r\n`.
+fn strip_eol(line: &[u8]) -> &[u8] {
+    match line.strip_suffix(b"\n") {
+        Some(l) => l.strip_suffix(b"\r").unwrap_or(l),
+        None => line,
+    }
+}
+
+/// The UTF-8 byte order mark, which stays first in an edited file.
+pub const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The form of a text file that an edit keeps: its BOM and its dominant line end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Form {
+    /// The file starts with a UTF-8 BOM.
+    pub bom: bool,
+    /// The line end new lines take: `\r\n` when more lines end in it than in a bare `\n`.
+    pub eol: &'static [u8],
+    /// Some line ends in `\r\n` (patterns then treat `\r` as a line end too).
+    pub has_crlf: bool,
+}
+
+impl Form {
+    /// The form of `text` (the file without its BOM) and whether it had a BOM.
+    pub fn of(bom: bool, text: &[u8]) -> Form {
+        let lf = memchr::memchr_iter(b'\n', text).count();
+        let crlf = memchr::memmem::find_iter(text, b"\r\n").count();
+        Form {
+            bom,
+            eol: if crlf > lf - crlf { b"\r\n" } else { b"\n" },
+            has_crlf: crlf > 0,
+        }
+    }
+
+    /// `replacement` with each of its line ends (`\n` or `\r\n`) written as the file's.
+    fn line_ends(&self, replacement: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(replacement.len());
+        for l in replacement.split_inclusive(|&b| b == b'\n') {
+            if l.ends_with(b"\n") {
+                out.extend_from_slice(strip_eol(l));
+                out.extend_from_slice(self.eol);
+            } else {
+                out.extend_from_slice(l);
+            }
+        }
+        out
+    }
+}
+
+/// Splits a leading UTF-8 BOM off `bytes`.
+pub fn split_bom(bytes: &[u8]) -> (bool, &[u8]) {
+    match bytes.strip_prefix(BOM) {
+        Some(rest) => (true, rest),
+        None => (false, bytes),
+    }
+}
+
+/// `update-file` edits UTF-8 text only: any other file is refused (C210) rather than
+/// re-encoded, with the byte offset of the first byte that is not UTF-8.
+pub fn check_text(input: &str, bytes: &[u8]) -> Result<(), CErr> {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(CErr::invalid(format!(
+            "{input} is not UTF-8 text (byte {} is not valid UTF-8): coder::update-file edits UTF-8 text only, and nothing was written; replace bytes in it with shell::fs::sed, which leaves every other byte as it is",
+            e.valid_up_to()
+        ))),
+    }
 }
 
 /// Applies `ops` to `original` (see the module doc). Errors are C210 and name the op; a
 /// result that would pass `budget` bytes (`fs.max_write_bytes`) is C218, found while it is
 /// built: no op ever holds more than `budget` bytes of result (plus one replacement's text).
 pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied, CErr> {
-    let budget = usize::try_from(budget).unwrap_or(usize::MAX);
-    let lines = split_lines(original);
+    let (bom, text) = split_bom(original);
+    let form = Form::of(bom, text);
+    let cap = usize::try_from(budget).unwrap_or(usize::MAX);
+    // The BOM stays first, so the text has the rest of the budget.
+    let bom_len = if bom { BOM.len() } else { 0 };
+    let budget = cap.saturating_sub(bom_len);
+    let lines = split_lines(text);
     let n = lines.len() as u64;
     // Validate everything first.
     let mut inserts: Vec<(u64, usize, &str)> = Vec::new();
@@ -557,6 +633,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
                 let re = RegexBuilder::new(pattern)
                     .case_insensitive(*ignore_case)
                     .dot_matches_new_line(*dot_matches_newline)
+                    .crlf(form.has_crlf)
                     .size_limit(1 << 23)
                     .build()
                     .map_err(|e| {
@@ -567,7 +644,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
                 replaces.push(Replace {
                     idx,
                     re,
-                    replacement: replacement.as_bytes().to_vec(),
+                    replacement: form.line_ends(replacement.as_bytes()),
                     pattern: pattern.clone(),
                     expect: *expect_matches,
                 });
@@ -601,7 +678,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
     loop {
         while ii < inserts.len() && inserts[ii].0 == line {
             let start = out.len();
-            out.extend(content_lines(inserts[ii].2));
+            out.extend(content_lines(inserts[ii].2, form.eol));
             regions.push((inserts[ii].1, start, out.len()));
             ii += 1;
         }
@@ -612,7 +689,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
             let (_, t, idx, content) = ranges[ri];
             let start = out.len();
             if let Some(c) = content {
-                out.extend(content_lines(c));
+                out.extend(content_lines(c, form.eol));
             }
             regions.push((idx, start, out.len()));
             ri += 1;
@@ -627,7 +704,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
     let last = out.len().saturating_sub(1);
     for (i, l) in out.iter_mut().enumerate() {
         if i < last && !l.ends_with(b"\n") {
-            l.push(b'\n');
+            l.extend_from_slice(form.eol);
         }
     }
     let mut echoes = Echoes::default();
@@ -637,7 +714,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
     }
     let size: usize = out.iter().map(Vec::len).sum();
     if size > budget {
-        return Err(over_budget("the line ops", Some(size), budget));
+        return Err(over_budget("the line ops", Some(size + bom_len), cap));
     }
     let mut body: Vec<u8> = out.concat();
     drop(out);
@@ -652,7 +729,7 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
                 }
             })
             .map_err(|o| match o {
-                Overflow::Budget => over_budget(&format!("op {} (replace)", r.idx), None, budget),
+                Overflow::Budget => over_budget(&format!("op {} (replace)", r.idx), None, cap),
                 Overflow::Memory => CErr::too_large(format!(
                     "op {} (replace): the result does not fit in memory; nothing was written (set fs.max_write_bytes to bound it)",
                     r.idx
@@ -671,6 +748,9 @@ pub fn apply_ops(original: &[u8], ops: &[EditOp], budget: u64) -> Result<Applied
         }
         body = next;
         echoes.replace_sites(r.idx, &body, &sites, count);
+    }
+    if bom {
+        body.splice(0..0, BOM.iter().copied());
     }
     Ok(Applied {
         line_count: count_lines(&body),
@@ -881,6 +961,62 @@ mod tests {
         assert_eq!(body(&d), "a\nb\n");
         let e = apply(b"", &[ins(1, "x")]).unwrap();
         assert_eq!(body(&e), "x\n");
+    }
+
+    /// Line ops and replace ops keep the file's line ends: untouched lines as they were, new
+    /// lines with the dominant end (CRLF here), whatever end the caller wrote.
+    #[test]
+    fn edits_keep_the_line_ends() {
+        let src = b"a\r\nb\r\nc\r\nd\n";
+        let a = apply(src, &[upd(2, 2, "B")]).unwrap();
+        assert_eq!(a.body, b"a\r\nB\r\nc\r\nd\n");
+        let a = apply(src, &[ins(5, "e\nf\r\ng")]).unwrap();
+        assert_eq!(a.body, b"a\r\nb\r\nc\r\nd\ne\r\nf\r\ng\r\n");
+        // The unterminated last line that gets followed takes the file's end.
+        let a = apply(b"x\r\ny", &[ins(3, "z")]).unwrap();
+        assert_eq!(a.body, b"x\r\ny\r\nz\r\n");
+        // A replacement's line ends become the file's; `.` stops before the `\r`.
+        let a = apply(src, &[rep("b.*", "b1\nb2", None, false)]).unwrap();
+        assert_eq!(a.body, b"a\r\nb1\r\nb2\r\nc\r\nd\n");
+        // An LF file stays LF, even when the caller writes CRLF.
+        let a = apply(b"a\nb\n", &[upd(1, 1, "A\r\nA2\r\n")]).unwrap();
+        assert_eq!(a.body, b"A\nA2\nb\n");
+        // A tie (one of each) is LF.
+        assert_eq!(Form::of(false, b"a\r\nb\n").eol, b"\n");
+        assert_eq!(Form::of(false, b"a\r\nb\r\nc\n").eol, b"\r\n");
+    }
+
+    /// A UTF-8 BOM stays first: an insert at line 1 goes after it, `^` matches after it.
+    #[test]
+    fn the_bom_stays_first() {
+        let src = b"\xEF\xBB\xBFa\nb\n";
+        let a = apply(src, &[ins(1, "top")]).unwrap();
+        assert_eq!(a.body, b"\xEF\xBB\xBFtop\na\nb\n");
+        let a = apply(src, &[upd(1, 1, "A")]).unwrap();
+        assert_eq!(a.body, b"\xEF\xBB\xBFA\nb\n");
+        assert_eq!(a.echoes[0].lines, vec!["A", "b"]);
+        let a = apply(src, &[rep("^a", "Z", Some(1), false)]).unwrap();
+        assert_eq!(a.body, b"\xEF\xBB\xBFZ\nb\n");
+        let a = apply(src, &[rm(1, 2)]).unwrap();
+        assert_eq!(a.body, b"\xEF\xBB\xBF");
+        // The budget counts the BOM, and the message says the real sizes.
+        let e = apply_ops(src, &[ins(1, "xyz")], 10).unwrap_err();
+        assert_eq!(
+            e.message,
+            "the line ops: the edited file would be 11 bytes, over max_write_bytes (10); nothing was written"
+        );
+    }
+
+    /// A file that is not UTF-8 is refused, never re-encoded.
+    #[test]
+    fn non_utf8_is_refused() {
+        assert!(check_text("f", b"\xEF\xBB\xBFok\n").is_ok());
+        let e = check_text("/r/latin1.txt", b"caf\xe9\n").unwrap_err();
+        assert_eq!(e.code, Code::C210);
+        assert_eq!(
+            e.message,
+            "/r/latin1.txt is not UTF-8 text (byte 3 is not valid UTF-8): coder::update-file edits UTF-8 text only, and nothing was written; replace bytes in it with shell::fs::sed, which leaves every other byte as it is"
+        );
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct Window {
     pub total: Option<u64>,
     /// The returned content was valid UTF-8 as read.
     pub utf8: bool,
+    /// Bytes of the stream consumed before the line the window stopped at (where the next
+    /// line starts, or the line that did not fit).
+    pub offset: u64,
 }
 
 /// Reads lines `from..=to` (1-based; `to: None` = to EOF) of `r`, keeping whole lines only,
@@ -60,6 +63,7 @@ pub fn read_window<R: BufRead>(
         more: false,
         total: None,
         utf8: true,
+        offset: 0,
     };
     // Skip to line `from`, a buffer at a time: count the buffer's line ends, and when the
     // window starts inside it, consume up to the end of line `from - 1`.
@@ -76,6 +80,7 @@ pub fn read_window<R: BufRead>(
         match ends.nth(need - 1) {
             Some(i) => {
                 r.consume(i + 1);
+                w.offset += i as u64 + 1;
                 line_no = from;
                 partial = false;
             }
@@ -83,6 +88,7 @@ pub fn read_window<R: BufRead>(
                 let (n, seen) = (buf.len(), memchr_count(buf));
                 partial = buf.last() != Some(&b'\n');
                 r.consume(n);
+                w.offset += n as u64;
                 line_no += seen;
             }
         }
@@ -146,6 +152,7 @@ pub fn read_window<R: BufRead>(
             w.more = true;
             return Ok(w);
         }
+        w.offset += line.len() as u64;
         w.content.push_str(&prefix);
         w.content.push_str(&text);
         w.utf8 &= valid;
@@ -157,6 +164,20 @@ pub fn read_window<R: BufRead>(
             return Ok(w);
         }
     }
+}
+
+/// The size of `bytes` as a read returns it: invalid UTF-8 replaced by U+FFFD, and with the
+/// `N→` prefix of each line when `numbered`.
+pub fn rendered_len(bytes: &[u8], numbered: bool) -> u64 {
+    let text = String::from_utf8_lossy(bytes).len() as u64;
+    if !numbered {
+        return text;
+    }
+    let arrow = '→'.len_utf8() as u64;
+    let prefixes: u64 = (1..=count_lines(bytes))
+        .map(|n| n.to_string().len() as u64 + arrow)
+        .sum();
+    text + prefixes
 }
 
 /// Streaming line count and UTF-8 check of a reader, up to `limit` bytes. Returns
@@ -222,6 +243,15 @@ mod tests {
         assert_eq!(scan(&b"a\n\xff"[..], 100).unwrap(), Some((2, false)));
         assert_eq!(scan(&b"abc"[..], 2).unwrap(), None);
         assert_eq!(scan("é\n".as_bytes(), 100).unwrap(), Some((1, true)));
+    }
+
+    #[test]
+    fn rendered_lengths() {
+        assert_eq!(rendered_len(b"a\nb", false), 3);
+        assert_eq!(rendered_len(b"a\nb", true), 3 + 2 * 4);
+        assert_eq!(rendered_len(b"\xff\n", false), 4);
+        let ten: Vec<u8> = b"x\n".repeat(10);
+        assert_eq!(rendered_len(&ten, true), 20 + 9 * 4 + 5);
     }
 
     #[test]

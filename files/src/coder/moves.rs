@@ -130,6 +130,11 @@ fn move_one(
             "refusing to replace an allowed root: {to_c}"
         ))));
     }
+    if is_dir(&st) && dst.path.starts_with(&src.path) {
+        return Err(failc(CErr::invalid(format!(
+            "cannot move the directory {from} into itself: {to} lies inside it; pick a destination outside {from_c}"
+        ))));
+    }
     let _guards = locks.lock_two(&src.path, &dst.path);
     let dname = dst.c_name();
     match statat(&dst.dir, &dname, true) {

@@ -287,13 +287,47 @@ impl<'a> Ctx<'a> {
     pub fn resolve(&self, input: &str, flags: i32) -> Result<Resolved, CErr> {
         let abs = self.absolute(input)?;
         self.check_scope_lexical(&abs, input)?;
-        let r = self
-            .policy
-            .jail
-            .resolve_with(&abs, flags)
-            .map_err(|e| CErr::from_exec(e, input))?;
+        let jail = &self.policy.jail;
+        let r = match jail.resolve_with(&abs, flags) {
+            Err(ExecError::Escape(e)) => match self.rerooted(&abs, input, true)? {
+                Some(c) => jail.resolve_with(&c, flags),
+                None => Err(ExecError::Escape(e)),
+            },
+            other => other,
+        }
+        .map_err(|e| CErr::from_exec(e, input))?;
         self.check_scope(&r.path, input)?;
         Ok(r)
+    }
+
+    /// The canonical form of `abs` when the jail refused it as an escape but it resolves
+    /// inside some root all the same: a symlink in one root leading into another, or a root
+    /// spelled through a symlink (the jail knows roots by their canonical paths). A missing
+    /// last component is kept as named (so a missing path reads like a denied one: C211), and
+    /// so is any last component unless `follow_last` (a parent never follows its entry).
+    /// That form is only a hint: the jail then resolves it beneath its own root (`openat2`),
+    /// so a link swapped meanwhile leads nowhere else, and denied paths stay C211. A path
+    /// resolving outside every root stays C215.
+    fn rerooted(&self, abs: &str, input: &str, follow_last: bool) -> Result<Option<String>, CErr> {
+        if !self.policy.jail.is_jailed() {
+            return Ok(None);
+        }
+        let lexical = normalize(Path::new(abs));
+        let whole = follow_last
+            .then(|| std::fs::canonicalize(&lexical).ok())
+            .flatten();
+        let canon = whole.or_else(|| match (lexical.parent(), lexical.file_name()) {
+            (Some(dir), Some(name)) => std::fs::canonicalize(dir).ok().map(|d| d.join(name)),
+            _ => None,
+        });
+        let Some(canon) = canon.filter(|c| *c != lexical) else {
+            return Ok(None);
+        };
+        if !self.bases.iter().any(|b| within(&canon, b)) {
+            return Ok(None);
+        }
+        self.check_scope(&canon, input)?;
+        Ok(Some(display(&canon)))
     }
 
     /// The directory holding `input` and its last component (not followed), creating missing
@@ -301,11 +335,15 @@ impl<'a> Ctx<'a> {
     pub fn parent(&self, input: &str, create: bool) -> Result<Parent, CErr> {
         let abs = self.absolute(input)?;
         self.check_scope_lexical(&abs, input)?;
-        let mut p = self
-            .policy
-            .jail
-            .parent(&abs, create)
-            .map_err(|e| CErr::from_exec(e, input))?;
+        let jail = &self.policy.jail;
+        let mut p = match jail.parent(&abs, create) {
+            Err(ExecError::Escape(e)) => match self.rerooted(&abs, input, false)? {
+                Some(c) => jail.parent(&c, create),
+                None => Err(ExecError::Escape(e)),
+            },
+            other => other,
+        }
+        .map_err(|e| CErr::from_exec(e, input))?;
         if let Err(e) = self.check_scope(&p.path, input) {
             p.remove_made();
             return Err(e);

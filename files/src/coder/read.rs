@@ -16,7 +16,7 @@ use base64::Engine;
 use iii_shell_protocol::coder::*;
 use iii_shell_protocol::Code;
 
-use super::lines::{count_lines, read_window, scan};
+use super::lines::{count_lines, read_window, rendered_len, scan, Window};
 use super::paths::{display, perm_bits, revision, CErr, Ctx};
 use crate::fs::entry::{is_dir, is_file};
 use crate::jail::fstat;
@@ -82,6 +82,7 @@ pub fn read(ctx: &Ctx<'_>, spec: &ReadSpec) -> Result<ReadFileOutput, CErr> {
         let mut r = BufReader::with_capacity(64 * 1024, &mut f.file);
         let w = read_window(&mut r, from, spec.line_to, ctx.max_read(), spec.numbered)
             .map_err(io_err(input))?;
+        check_first_line(&w, input, from, ctx.max_read())?;
         out.content = Some(w.content);
         out.lines_returned = Some(w.lines);
         out.total_lines = w.total;
@@ -103,7 +104,7 @@ pub fn read(ctx: &Ctx<'_>, spec: &ReadSpec) -> Result<ReadFileOutput, CErr> {
     }
     let bytes = read_all(&mut f.file, ctx.max_read(), input)?;
     let total = count_lines(&bytes);
-    let over = |returned: usize| {
+    let over = |returned: u64| {
         CErr::new(
             Code::C218,
             format!(
@@ -119,7 +120,7 @@ pub fn read(ctx: &Ctx<'_>, spec: &ReadSpec) -> Result<ReadFileOutput, CErr> {
     if spec.base64 {
         let enc = base64::engine::general_purpose::STANDARD.encode(&bytes);
         if enc.len() as u64 > budget {
-            return Err(over(enc.len()));
+            return Err(over(enc.len() as u64));
         }
         out.is_utf8 = Some(std::str::from_utf8(&bytes).is_ok());
         out.content = Some(enc);
@@ -128,11 +129,23 @@ pub fn read(ctx: &Ctx<'_>, spec: &ReadSpec) -> Result<ReadFileOutput, CErr> {
     let w = read_window(&mut &bytes[..], 1, None, budget, spec.numbered).map_err(io_err(input))?;
     if w.more {
         // Lossy replacement and prefixes only grow the text: its size is at least the file's.
-        return Err(over(bytes.len().max(w.content.len() + 1)));
+        return Err(over(rendered_len(&bytes, spec.numbered)));
     }
     out.is_utf8 = Some(w.utf8);
     out.content = Some(w.content);
     Ok(out)
+}
+
+/// C218 for a window that returned nothing because its first line (`from`) is longer than
+/// its cap: a window keeps whole lines, so no window can return that line as text.
+fn check_first_line(w: &Window, input: &str, from: u64, cap: u64) -> Result<(), CErr> {
+    if w.lines > 0 || !w.more {
+        return Ok(());
+    }
+    Err(CErr::too_large(format!(
+        "line {from} of {input} is longer than a window can return (max_read_bytes, {cap}): read its bytes with shell::workspace::read-bytes (the line starts at offset {})",
+        w.offset
+    )))
 }
 
 /// Reads a whole file of at most `limit` bytes (C218 when it grew past it meanwhile).
@@ -163,15 +176,8 @@ fn batch(ctx: &Ctx<'_>, items: &[ReadItem]) -> Vec<ReadEntryResult> {
     let mut used: u64 = 0;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        if let Err(e) = check_window(item.line_from, item.line_to) {
+        if let Err(e) = check_entry(item) {
             out.push(failed(&item.path, CErr::invalid(e)));
-            continue;
-        }
-        if item.stat && (item.line_from.is_some() || item.line_to.is_some() || item.numbered) {
-            out.push(failed(
-                &item.path,
-                CErr::invalid("stat cannot be combined with a window or numbered"),
-            ));
             continue;
         }
         let remaining = BATCH_READ_BUDGET_BYTES.saturating_sub(used);
@@ -230,6 +236,11 @@ fn entry(ctx: &Ctx<'_>, item: &ReadItem, cap: u64) -> Result<ReadEntryResult, CE
         item.numbered,
     )
     .map_err(io_err(&item.path))?;
+    if cap >= ctx.max_read() {
+        // Cut by max_read_bytes itself, not by what is left of the batch's budget (a call
+        // of its own returns that line).
+        check_first_line(&w, &item.path, item.line_from.unwrap_or(1), cap)?;
+    }
     r.content = Some(w.content);
     r.lines_returned = Some(w.lines);
     r.total_lines = w.total;

@@ -23,7 +23,7 @@
 //! * `fuzzy_paths`: path matches are ranked by [`fuzzy_score`], best first (ties: shorter,
 //!   then lexicographic); with an empty query, shallow then short paths come first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -335,15 +335,68 @@ impl PathSet {
     }
 }
 
-/// Collects one file's matches.
+/// Collects one file's matches. Every match gets its own context lines, as the seed
+/// describes them (the lines immediately before and after it, in file order), even when
+/// matches are near each other: a line can then be context of two matches, and a matched
+/// line context of its neighbour. The searcher reports each line once (as a match or as
+/// context), so the sink keeps the last `before_n` lines it saw and hands each later line
+/// to the matches still waiting for their `after` lines.
 struct FileSink<'a> {
     matcher: &'a RegexMatcher,
     path: &'a Path,
     max_line: usize,
     cap: usize,
-    before: Vec<String>,
+    before_n: usize,
+    after_n: usize,
+    /// The last `before_n` lines reported, with their numbers (contiguous: a break clears).
+    recent: VecDeque<(u64, String)>,
+    /// Matches (index in `out`) still taking `after` lines, up to the line number given.
+    pending: Vec<(usize, u64)>,
     out: Vec<ContentMatch>,
     more: bool,
+}
+
+impl FileSink<'_> {
+    fn new<'a>(
+        matcher: &'a RegexMatcher,
+        path: &'a Path,
+        max_line: usize,
+        cap: usize,
+        context: (usize, usize),
+    ) -> FileSink<'a> {
+        FileSink {
+            matcher,
+            path,
+            max_line,
+            cap,
+            before_n: context.0,
+            after_n: context.1,
+            recent: VecDeque::new(),
+            pending: Vec::new(),
+            out: Vec::new(),
+            more: false,
+        }
+    }
+
+    /// Line `no` was reported: it is `after` context of the matches still waiting, and may
+    /// be `before` context of the next ones.
+    fn saw(&mut self, no: u64, text: String) {
+        for &(i, until) in &self.pending {
+            if no <= until {
+                self.out[i]
+                    .after
+                    .get_or_insert_with(Vec::new)
+                    .push(text.clone());
+            }
+        }
+        self.pending.retain(|&(_, until)| until > no);
+        if self.before_n > 0 {
+            if self.recent.len() == self.before_n {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((no, text));
+        }
+    }
 }
 
 impl Sink for FileSink<'_> {
@@ -351,49 +404,59 @@ impl Sink for FileSink<'_> {
 
     fn matched(&mut self, _s: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
         let line = m.bytes();
+        let no = m.line_number().unwrap_or(0);
         let body = line.strip_suffix(b"\n").unwrap_or(line);
         let considered = &body[..body.len().min(self.max_line)];
         let found = self
             .matcher
             .find(considered)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let text = cut(body, self.max_line);
         let Some(found) = found else {
-            // The match lies past max_line_bytes: not a match for coder::search.
-            self.before.clear();
+            // The match lies past max_line_bytes: not a match for coder::search, but a line
+            // of context for its neighbours.
+            self.saw(no, text);
             return Ok(true);
         };
         if self.out.len() >= self.cap {
             self.more = true;
             return Ok(false);
         }
-        let before = std::mem::take(&mut self.before);
+        let first = no.saturating_sub(self.before_n as u64);
+        let before: Vec<String> = self
+            .recent
+            .iter()
+            .filter(|(n, _)| *n >= first && *n < no)
+            .map(|(_, t)| t.clone())
+            .collect();
+        self.saw(no, text.clone());
         self.out.push(ContentMatch {
             path: display(self.path),
-            line: u32::try_from(m.line_number().unwrap_or(0)).unwrap_or(u32::MAX),
+            line: u32::try_from(no).unwrap_or(u32::MAX),
             column: u32::try_from(found.start() + 1).unwrap_or(u32::MAX),
-            text: cut(body, self.max_line),
+            text,
             before: (!before.is_empty()).then_some(before),
             after: None,
         });
-        Ok(true)
-    }
-
-    fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, std::io::Error> {
-        let text = cut(c.bytes(), self.max_line);
-        match c.kind() {
-            SinkContextKind::Before => self.before.push(text),
-            SinkContextKind::After => {
-                if let Some(last) = self.out.last_mut() {
-                    last.after.get_or_insert_with(Vec::new).push(text);
-                }
-            }
-            SinkContextKind::Other => {}
+        if self.after_n > 0 {
+            self.pending
+                .push((self.out.len() - 1, no + self.after_n as u64));
         }
         Ok(true)
     }
 
+    fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, std::io::Error> {
+        if matches!(c.kind(), SinkContextKind::Other) {
+            return Ok(true);
+        }
+        let text = cut(c.bytes(), self.max_line);
+        self.saw(c.line_number().unwrap_or(0), text);
+        Ok(true)
+    }
+
     fn context_break(&mut self, _s: &Searcher) -> Result<bool, std::io::Error> {
-        self.before.clear();
+        self.recent.clear();
+        self.pending.clear();
         Ok(true)
     }
 }
@@ -537,6 +600,12 @@ pub fn search_with_threads(
     } else {
         regex::escape(&req.query)
     };
+    // The caller's pattern is compiled on its own first, so a bad one is reported as the
+    // caller wrote it (the content matcher wraps it in a group of its own).
+    regex::RegexBuilder::new(&pattern)
+        .case_insensitive(req.ignore_case)
+        .build()
+        .map_err(|e| CErr::invalid(format!("invalid regex: {e}")))?;
     let content = if req.search_content {
         Some(
             RegexMatcherBuilder::new()
@@ -746,15 +815,13 @@ pub fn search_with_threads(
             if protected && policy.jail.inode_is_protected(abs, id, nlink, false) {
                 return WalkState::Continue;
             }
-            let mut sink = FileSink {
+            let mut sink = FileSink::new(
                 matcher,
-                path: abs,
+                abs,
                 max_line,
-                cap: if beyond { 0 } else { limit },
-                before: Vec::new(),
-                out: Vec::new(),
-                more: false,
-            };
+                if beyond { 0 } else { limit },
+                (before as usize, after as usize),
+            );
             if searcher.search_file(matcher, &file, &mut sink).is_ok()
                 && (sink.more || !sink.out.is_empty())
             {
