@@ -94,6 +94,7 @@ mod tests {
             stdin: None,
             timeout_ms,
             network: None,
+            limits: Default::default(),
         })
     }
 

@@ -4,6 +4,7 @@
 //! Order (the seed's): malformed payload → host-only fields → argv → denylist → env → cwd →
 //! spawn; the command's part is `policy::command::check_command`, which the executor re-runs.
 
+use iii_shell_policy::call_limits::{tighten, CallLimits};
 use iii_shell_policy::command::{self, check_command, CommandCheck, CommandError};
 use iii_shell_policy::denylist::Denylist;
 use iii_shell_protocol::config::Config;
@@ -103,6 +104,7 @@ pub fn exec_request_with(
             ("env", request.env.is_some()),
             ("stdin", request.stdin.is_some()),
             ("network", request.network.is_some()),
+            ("limits", request.limits.is_some()),
         ] {
             if present {
                 return Err(WireError::new(
@@ -149,6 +151,7 @@ pub fn exec_request_with(
     let timeout_ms = resolve_timeout(request.timeout_ms, config);
     iii_shell_policy::network::for_call(config.confinement.network, request.network)
         .map_err(|m| WireError::new(Code::S210, m))?;
+    let limits = call_limits(request.limits.as_ref(), config)?;
     let spec = ExecSpec {
         argv: argv.clone(),
         cwd: request.cwd.clone(),
@@ -156,12 +159,22 @@ pub fn exec_request_with(
         stdin: request.stdin.clone().map(String::into_bytes),
         timeout_ms,
         network: request.network,
+        limits,
     };
     Ok(CheckedExec {
         request,
         argv,
         spec: Some(spec),
     })
+}
+
+/// A call's `limits`, checked against the worker's `confinement.job_limits`: a value above
+/// the worker's (a widening) or 0 is S210 naming the field. The executor checks again.
+pub fn call_limits(limits: Option<&CallLimits>, config: &Config) -> Result<CallLimits, WireError> {
+    let limits = limits.copied().unwrap_or_default();
+    tighten(&config.confinement.job_limits, &limits)
+        .map_err(|e| WireError::new(Code::S210, e.to_string()))?;
+    Ok(limits)
 }
 
 /// `None` → `default_timeout_ms`; otherwise clamped to `max_timeout_ms`.

@@ -1048,6 +1048,7 @@ async fn stages(
         stdin: None,
         timeout_ms: 30_000,
         network: None,
+        limits: Default::default(),
     };
     let env: Vec<(String, String)> = std::env::vars().collect();
     let dn = || launcher.dev_null().expect("/dev/null");

@@ -4,7 +4,9 @@
 //! `probe syscall NAME` makes one system call with harmless arguments and prints
 //! `NAME errno=N (text)` or `NAME ok`. `probe status` prints the confinement fields of
 //! `/proc/self/status`. `probe network [ADDR:PORT]` says what network it reaches
-//! (`crate::probe_network`).
+//! (`crate::probe_network`). `probe limits` prints the memory, CPU and process limits of its own
+//! cgroups as the kernel has them; `probe alloc MIB` and `probe burn MS` meet them
+//! ([`crate::probe_limits`]).
 
 /// Makes the named system call; returns the raw result and errno.
 fn call(name: &str) -> Option<(i64, i32)> {
@@ -250,6 +252,13 @@ fn broker_probe(seed_json: Option<&str>) -> i32 {
     0
 }
 
+fn usage() -> i32 {
+    eprintln!(
+        "usage: iii-shell probe syscall NAME... | probe status | probe network [ADDR:PORT] | probe limits | probe alloc MIB | probe burn MS"
+    );
+    2
+}
+
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("syscall") => {
@@ -293,11 +302,15 @@ pub fn run(args: &[String]) -> i32 {
             }
             0
         }
-        _ => {
-            eprintln!(
-                "usage: iii-shell probe syscall NAME... | probe status | probe network [ADDR:PORT]"
-            );
-            2
-        }
+        Some("limits") => crate::probe_limits::limits(),
+        Some("alloc") => match args.get(1).and_then(|n| n.parse().ok()) {
+            Some(mib) => crate::probe_limits::alloc(mib),
+            None => usage(),
+        },
+        Some("burn") => match args.get(1).and_then(|n| n.parse().ok()) {
+            Some(ms) => crate::probe_limits::burn(ms),
+            None => usage(),
+        },
+        _ => usage(),
     }
 }

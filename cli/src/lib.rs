@@ -12,6 +12,7 @@ pub mod cmd_executor;
 pub mod cmd_probe;
 pub mod cmd_serve;
 pub mod heap;
+pub mod probe_limits;
 pub mod probe_network;
 pub mod respawn_backoff;
 pub mod seed;

@@ -122,6 +122,7 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         stdin: None,
         timeout_ms: 5000,
         network: None,
+        limits: Default::default(),
     };
     let observed = match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await
     {
@@ -165,7 +166,13 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         job_cgroups: cgroups.usable(),
         pids_controller: cgroups.base().is_some_and(|b| b.pids),
         pids_v1: cgroups.base().is_some_and(|b| b.pids_v1.is_some()),
-        memory_controller: cgroups.base().is_some_and(|b| b.memory),
+        memory_controller: cgroups
+            .base()
+            .is_some_and(|b| b.memory_controller().is_some()),
+        memory_v1: cgroups.base().is_some_and(|b| b.memory_v1.is_some()),
+        cpu_controller: cgroups.base().is_some_and(|b| b.cpu_controller().is_some()),
+        cpu_v1: cgroups.base().is_some_and(|b| b.cpu_v1.is_some()),
+        cpu_max: c.job_limits.cpu_max_percent,
         pids_max: c.job_limits.pids_max,
         memory_max: c.job_limits.memory_max_bytes,
         max_processes: c.rlimits.max_processes,
@@ -208,7 +215,11 @@ pub async fn report(policy: Option<Arc<Policy>>, envelope: Option<String>) -> Do
         user,
         foreign_chmod,
         run_as_warning: applied.and_then(|a| a.warning),
-        process_limits: confine::process_limits::report(&limits),
+        process_limits: {
+            let mut lines = confine::process_limits::report(&limits);
+            lines.push(("job cgroup as the kernel has it".into(), read_back(&policy)));
+            lines
+        },
         processes_bounded: confine::process_limits::processes_bounded(&limits),
         home: match &policy.home.path {
             Some(h) => format!("{h} ({})", policy.home.source),
@@ -308,6 +319,7 @@ async fn network_line(policy: &Arc<Policy>) -> String {
                 stdin: None,
                 timeout_ms: 5000,
                 network: None,
+                limits: Default::default(),
             };
             match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await {
                 Ok(r) if r.exit_code == Some(0) => {
@@ -337,6 +349,7 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
         stdin: None,
         timeout_ms: 5000,
         network: None,
+        limits: Default::default(),
     };
     match crate::foreground::run(policy.clone(), spec, Arc::new(Notify::new())).await {
         Ok(r) if r.exit_code == Some(0) => {
@@ -344,6 +357,28 @@ async fn foreign_chmod(policy: &Arc<Policy>) -> String {
         }
         Ok(r) => format!("no ({})", r.stderr.trim()),
         Err(e) => format!("unknown (could not run chmod: {e})"),
+    }
+}
+
+/// The limit files of a probe job cgroup with the policy's limits written, as the kernel
+/// reads them back (`pids.max=1024 memory.limit_in_bytes=... cpu.cfs_quota_us=...`): what
+/// a command would run under, not what is configured.
+fn read_back(policy: &Policy) -> String {
+    match policy.launcher.cgroups().take_for(policy.job_limits()) {
+        Some(cg) => {
+            let files = cg.read_back();
+            let _ = cg.recycle();
+            if files.is_empty() {
+                "no limit controller in the job cgroups".to_string()
+            } else {
+                files
+                    .iter()
+                    .map(|(f, v)| format!("{f}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        }
+        None => "no job cgroup could be made".to_string(),
     }
 }
 

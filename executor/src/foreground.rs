@@ -140,7 +140,7 @@ async fn run_inner(
     let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
     let entered = Instant::now();
     let prestarted =
-        if timeout_ms == 0 || !allow_prestarted || !policy.prestarted_fits(spec.network) {
+        if timeout_ms == 0 || !allow_prestarted || !prepare::takes_prestarted(&policy, spec) {
             None
         } else {
             policy.take_prestarted()
@@ -288,9 +288,16 @@ async fn run_inner(
         }
     }
     drop(wait_span);
+    let mut stderr = err.capture.text();
+    // The kernel killed a process of it at its memory limit: the caller is told so.
+    if let Some(limit) = running.tree.memory_limit_hit() {
+        let line =
+            crate::limit_reason::memory_killed(limit, spec.limits.memory_max_bytes.is_some());
+        crate::limit_reason::append(&mut stderr, &line);
+    }
     let response = ExecResponse {
         stdout: out.capture.text(),
-        stderr: err.capture.text(),
+        stderr,
         exit_code: if timed_out {
             None
         } else {

@@ -40,6 +40,8 @@ struct Job {
     stdout: Arc<Mutex<Capture>>,
     stderr: Arc<Mutex<Capture>>,
     tree: Arc<JobTree>,
+    /// The call set its own `limits.memory_max_bytes` (named when the job is killed at it).
+    memory_limit_from_call: bool,
     /// Flips to true when the job has left `running`.
     done: watch::Receiver<bool>,
     readers: Vec<tokio::task::JoinHandle<()>>,
@@ -269,6 +271,7 @@ impl Jobs {
             stdout,
             stderr,
             tree: running.tree.clone(),
+            memory_limit_from_call: spec.limits.memory_max_bytes.is_some(),
             done: done_rx,
             readers,
         });
@@ -400,7 +403,7 @@ async fn prestarted(
     cap: usize,
     prep_span: &mut Option<Span>,
 ) -> Result<Option<(Option<Span>, Started)>, ExecError> {
-    if !policy.prestarted_fits(spec.network) {
+    if !prepare::takes_prestarted(policy, spec) {
         return Ok(None);
     }
     let Some(w) = policy.take_prestarted() else {
@@ -487,6 +490,24 @@ async fn supervise(
         let _ = readers_finished(&job, Duration::from_millis(200)).await;
         for r in &job.readers {
             r.abort();
+        }
+    }
+    // The kernel killed a process of it at its memory limit: the job was killed, and says why.
+    if let Some(limit) = job.tree.memory_limit_hit() {
+        let first = {
+            let mut st = lock(&job.state);
+            st.kill_reason
+                .is_none()
+                .then(|| st.kill_reason = Some("memory limit".into()))
+                .is_some()
+        };
+        if first {
+            let line = crate::limit_reason::memory_killed(limit, job.memory_limit_from_call);
+            let mut capture = lock(&job.stderr);
+            if capture.bytes.last().is_some_and(|b| *b != b'\n') {
+                capture.bytes.push(b'\n');
+            }
+            capture.bytes.extend_from_slice(line.as_bytes());
         }
     }
     let (final_status, exit_code) = {

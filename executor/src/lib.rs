@@ -11,6 +11,7 @@ mod dispatch;
 pub mod doctor;
 pub mod foreground;
 pub mod jobs;
+pub mod limit_reason;
 pub mod log_relay;
 pub mod panic_reply;
 pub mod policy;

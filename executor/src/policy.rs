@@ -301,6 +301,16 @@ impl CommandConfinement {
     }
 }
 
+fn launch_limits(
+    l: &iii_shell_policy::config::JobLimitsConfig,
+) -> iii_shell_launch::cgroups::JobLimits {
+    iii_shell_launch::cgroups::JobLimits {
+        pids_max: l.pids_max,
+        memory_max: l.memory_max_bytes,
+        cpu_max_percent: l.cpu_max_percent,
+    }
+}
+
 impl std::ops::Deref for Policy {
     type Target = FsPolicy;
 
@@ -312,10 +322,45 @@ impl std::ops::Deref for Policy {
 impl Policy {
     /// The limits of each job's cgroup under this policy.
     pub fn job_limits(&self) -> iii_shell_launch::cgroups::JobLimits {
-        let l = &self.config.confinement.job_limits;
-        iii_shell_launch::cgroups::JobLimits {
-            pids_max: l.pids_max,
-            memory_max: l.memory_max_bytes,
+        launch_limits(&self.config.confinement.job_limits)
+    }
+
+    /// The limits of one call's job cgroup: this policy's, tightened by the call's `limits`
+    /// (checked again here: a value above the policy's is S210 naming the field).
+    pub fn job_limits_for(
+        &self,
+        call: &iii_shell_policy::call_limits::CallLimits,
+    ) -> Result<iii_shell_launch::cgroups::JobLimits, iii_shell_files::error::ExecError> {
+        let limits =
+            iii_shell_policy::call_limits::tighten(&self.config.confinement.job_limits, call)
+                .map_err(|e| iii_shell_files::error::ExecError::Invalid(e.to_string()))?;
+        self.check_limit_controllers(&limits)?;
+        Ok(launch_limits(&limits))
+    }
+
+    /// Whether the job cgroups can enforce `limits`: strict mode refuses a limit without its
+    /// controller (S216 naming it); best effort runs without it and warns once per controller.
+    pub fn check_limit_controllers(
+        &self,
+        limits: &iii_shell_policy::config::JobLimitsConfig,
+    ) -> Result<(), iii_shell_files::error::ExecError> {
+        use iii_shell_policy::limit_controllers::{decide, Controllers, Decision};
+        let cgroups = self.launcher.cgroups();
+        let have = match cgroups.base().filter(|_| cgroups.usable()) {
+            Some(b) => Controllers {
+                memory: b.memory_controller().is_some(),
+                cpu: b.cpu_controller().is_some(),
+                pids: b.pids_controller().is_some(),
+            },
+            None => Controllers::default(),
+        };
+        match decide(self.config.confinement.mode, limits, have) {
+            Decision::Run => Ok(()),
+            Decision::Refuse(why) => Err(iii_shell_files::error::ExecError::Internal(why)),
+            Decision::RunWithout(gone) => {
+                crate::limit_reason::warn_once_without(&gone);
+                Ok(())
+            }
         }
     }
     /// Builds the policy for `config_json` ([`Policy::build_after`] with no predecessor).

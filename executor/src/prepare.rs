@@ -159,6 +159,7 @@ fn setup_error(e: std::io::Error) -> ExecError {
 
 /// Builds the spawn plan: environment, program path, pipes, cgroup.
 pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> {
+    let limits = policy.job_limits_for(&spec.limits)?;
     let Staged {
         program,
         cwd,
@@ -186,7 +187,7 @@ pub fn prepare(policy: &Policy, spec: &ExecSpec) -> Result<Prepared, ExecError> 
     let cgroup = policy
         .launcher
         .cgroups()
-        .take_for(policy.job_limits())
+        .take_for(limits)
         .inspect(|cg| plan.cgroup = Some(cg.target()));
     Ok(Prepared {
         plan,
@@ -219,6 +220,7 @@ pub fn prepare_for_prestarted(
             "a pre-started process runs under the policy's own network mode, not the call's".into(),
         ));
     }
+    policy.check_limit_controllers(&policy.config.confinement.job_limits)?;
     let Staged {
         program,
         cwd,
@@ -236,6 +238,13 @@ pub fn prepare_for_prestarted(
         stdin_child,
         stdin,
     })
+}
+
+/// Whether a call may run in a pre-started process: only under the policy's own network mode
+/// and limits (one that asks for tighter ones is spawned with its own confinement and job
+/// cgroup).
+pub fn takes_prestarted(policy: &Policy, spec: &ExecSpec) -> bool {
+    policy.prestarted_fits(spec.network) && spec.limits == Default::default()
 }
 
 fn reopen_blocking(fd: OwnedFd) -> std::io::Result<OwnedFd> {
@@ -291,6 +300,7 @@ mod plan_tests {
             stdin: None,
             timeout_ms: 1000,
             network: None,
+            limits: Default::default(),
         }
     }
 

@@ -94,6 +94,7 @@ fn sleep_long() -> Request {
         stdin: None,
         timeout_ms: 120_000,
         network: None,
+        limits: Default::default(),
     })
 }
 

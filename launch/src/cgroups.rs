@@ -1,6 +1,7 @@
 //! Job cgroups: where they live (a base per executor in cgroup v2, next to the executor's own
-//! cgroup, and its twin in a cgroup v1 `pids` hierarchy where `pids` is there, see
-//! [`crate::pids_v1`]), the limits written into them, and the pool that reuses empty ones so
+//! cgroup, and its twins in the cgroup v1 `pids`, `memory` and `cpu` hierarchies where those
+//! controllers are there, see [`crate::pids_v1`]), the limits written into them (see
+//! [`crate::limit_files`]), and the pool that reuses empty ones so
 //! that a spawn neither creates nor removes a cgroup. The sweep of dead executors' bases and
 //! their hand-over to the command user live here too.
 
@@ -13,6 +14,8 @@ pub use crate::bases::{
     base_of, kill_base, own_cgroup_dir, remove_empty_base, stale_bases, sweep_stale_bases,
 };
 use crate::clone3::Clone3;
+use crate::limit_files;
+use crate::pids_v1::{Controller, V1Twin};
 use crate::plan::CgroupTarget;
 
 /// Where job cgroups are created, if anywhere.
@@ -25,31 +28,89 @@ pub struct CgroupBase {
     /// Where the job twins in the cgroup v1 `pids` hierarchy are made, when `pids.max` comes
     /// from there (see [`crate::pids_v1`]).
     pub pids_v1: Option<PathBuf>,
-    /// Job cgroups have `memory.max`.
+    /// Job cgroups have `memory.max` (the cgroup v2 `memory` controller).
     pub memory: bool,
+    /// Where the job twins in the cgroup v1 `memory` hierarchy are made, when the memory
+    /// limit comes from there.
+    pub memory_v1: Option<PathBuf>,
+    /// Job cgroups have `cpu.max` (the cgroup v2 `cpu` controller).
+    pub cpu: bool,
+    /// Where the job twins in the cgroup v1 `cpu` hierarchy are made, when the CPU limit
+    /// comes from there.
+    pub cpu_v1: Option<PathBuf>,
 }
 
-/// The limits written into a job cgroup (`confinement.job_limits`); `None` is "max".
+impl CgroupBase {
+    /// The controller that enforces a job's memory limit: "cgroup v2", "cgroup v1", or none.
+    pub fn memory_controller(&self) -> Option<&'static str> {
+        controller_kind(self.memory, self.memory_v1.is_some())
+    }
+
+    /// The controller that enforces a job's CPU limit.
+    pub fn cpu_controller(&self) -> Option<&'static str> {
+        controller_kind(self.cpu, self.cpu_v1.is_some())
+    }
+
+    /// The controller that enforces a job's `pids.max`.
+    pub fn pids_controller(&self) -> Option<&'static str> {
+        controller_kind(self.pids && self.pids_v1.is_none(), self.pids_v1.is_some())
+    }
+
+    fn v1_bases(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.pids_v1, &self.memory_v1, &self.cpu_v1]
+            .into_iter()
+            .flatten()
+    }
+}
+
+fn controller_kind(v2: bool, v1: bool) -> Option<&'static str> {
+    if v2 {
+        Some("cgroup v2")
+    } else if v1 {
+        Some("cgroup v1")
+    } else {
+        None
+    }
+}
+
+/// The limits written into a job cgroup (`confinement.job_limits`, tightened per call);
+/// `None` is "max".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JobLimits {
     pub pids_max: Option<u64>,
     pub memory_max: Option<u64>,
+    /// A share of one CPU, in percent (250: two and a half CPUs).
+    pub cpu_max_percent: Option<u32>,
 }
 
-/// The value a cgroup limit file takes for `limit`.
-pub fn limit_value(limit: Option<u64>) -> String {
-    limit.map_or_else(|| "max".to_string(), |n| n.to_string())
-}
-
-/// Enables `controllers` for the children of `base` where its parent delegates them;
-/// returns which of them job cgroups get.
-fn enable_controllers(base: &Path) -> (bool, bool) {
+/// Enables `pids`, `memory` and `cpu` for the children of `base` where its parent delegates
+/// them; returns which of them job cgroups get.
+fn enable_controllers(base: &Path) -> (bool, bool, bool) {
     let available = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
     let has = |c: &str| available.split_whitespace().any(|x| x == c);
     let on = |c: &str| {
         has(c) && std::fs::write(base.join("cgroup.subtree_control"), format!("+{c}")).is_ok()
     };
-    (on("pids"), on("memory"))
+    (on("pids"), on("memory"), on("cpu"))
+}
+
+/// The base of job twins in the v1 hierarchy of `controller`, where cgroup v2 does not have
+/// it (`in_v2`) and a v1 hierarchy does.
+fn v1_base(name: &str, controller: Controller, in_v2: bool) -> Option<PathBuf> {
+    if in_v2 {
+        return None;
+    }
+    let c = controller.name();
+    match crate::pids_v1::create_base(name, controller) {
+        Ok(d) => {
+            tracing::info!(path = %d.display(), "the {c} controller is bound to a cgroup v1 hierarchy: each job gets a twin there for its limit");
+            Some(d)
+        }
+        Err(why) => {
+            tracing::warn!("the {c} controller is available neither for cgroup v2 job cgroups nor as a cgroup v1 hierarchy ({why}): a {c} limit in confinement.job_limits cannot be enforced; delegate the {c} controller to iii-shell's cgroup to enforce it");
+            None
+        }
+    }
 }
 
 /// Finds a writable cgroup v2 directory for job cgroups: `name`, a child of the executor's own
@@ -77,28 +138,20 @@ fn detect_cgroup_base(name: &str, clone3: &Clone3) -> Option<CgroupBase> {
         let _ = std::fs::remove_dir(&dir);
         return None;
     }
-    let (v2_pids, memory) = enable_controllers(&dir);
-    let pids_v1 = if v2_pids {
-        None
-    } else {
-        match crate::pids_v1::create_base(name) {
-            Ok(d) => {
-                tracing::info!(path = %d.display(), "the pids controller is bound to a cgroup v1 hierarchy: each job gets a twin there for its pids.max");
-                Some(d)
-            }
-            Err(why) => {
-                tracing::warn!(path = %dir.display(), "the pids controller is available neither for cgroup v2 job cgroups nor as a cgroup v1 hierarchy ({why}): confinement.job_limits.pids_max cannot be enforced, and RLIMIT_NPROC does not bind root; delegate the pids controller to iii-shell's cgroup to enforce it");
-                None
-            }
-        }
-    };
+    let (v2_pids, memory, cpu) = enable_controllers(&dir);
+    let pids_v1 = v1_base(name, Controller::Pids, v2_pids);
+    let memory_v1 = v1_base(name, Controller::Memory, memory);
+    let cpu_v1 = v1_base(name, Controller::Cpu, cpu);
     let pids = v2_pids || pids_v1.is_some();
-    tracing::debug!(path = %dir.display(), pids, v1 = pids_v1.is_some(), memory, "job cgroups enabled");
+    tracing::debug!(path = %dir.display(), pids, v1 = pids_v1.is_some(), memory, cpu, "job cgroups enabled");
     let base = CgroupBase {
         dir,
         pids,
         pids_v1,
         memory,
+        memory_v1,
+        cpu,
+        cpu_v1,
     };
     check_clone3(&base, clone3);
     Some(base)
@@ -248,7 +301,7 @@ impl JobCgroups {
             }
         }
         let _ = std::fs::remove_dir(&base.dir);
-        if let Some(v1) = &base.pids_v1 {
+        for v1 in base.v1_bases() {
             crate::pids_v1::remove_base(v1);
         }
     }
@@ -289,7 +342,7 @@ fn hand_base_to(base: &CgroupBase, uid: u32, gid: u32) -> std::io::Result<()> {
     ] {
         nix::unistd::chown(&p, owner.0, owner.1).map_err(std::io::Error::from)?;
     }
-    if let Some(v1) = &base.pids_v1 {
+    for v1 in base.v1_bases() {
         crate::pids_v1::hand_base_to(v1, uid, gid)?;
     }
     Ok(())
@@ -326,10 +379,18 @@ pub struct JobCgroup {
     /// they differ.
     limits: Option<JobLimits>,
     /// Its twin in the cgroup v1 `pids` hierarchy, where `pids.max` comes from there.
-    pids_v1: Option<crate::pids_v1::PidsJob>,
-    /// Which limits its base offers (`pids.max`, `memory.max`).
+    pids_v1: Option<Box<V1Twin>>,
+    /// Its twins in the cgroup v1 `memory` and `cpu` hierarchies, where those limits come
+    /// from there.
+    memory_v1: Option<Box<V1Twin>>,
+    cpu_v1: Option<Box<V1Twin>>,
+    /// Which limits its base offers in cgroup v2 (`pids.max`, `memory.max`, `cpu.max`).
     pids: bool,
     memory: bool,
+    cpu: bool,
+    /// The memory controller's OOM-kill count when the current job was given the cgroup
+    /// (the count of a reused cgroup keeps earlier jobs' kills).
+    oom_base: u64,
     /// The job cgroups it came from, whose pool it goes back to (none once they are gone).
     owner: Weak<JobCgroups>,
 }
@@ -339,25 +400,131 @@ impl JobCgroup {
     /// what it took for a dead one's base): every child started here would fail to join it
     /// (ENODEV), so the cgroup is not reused.
     fn twin_gone(&self) -> bool {
-        self.pids_v1.as_ref().is_some_and(|t| !t.dir.exists())
+        self.twins().any(|t| !t.dir.exists())
+    }
+
+    fn twins(&self) -> impl Iterator<Item = &V1Twin> {
+        [&self.pids_v1, &self.memory_v1, &self.cpu_v1]
+            .into_iter()
+            .flatten()
+            .map(|t| &**t)
+    }
+
+    /// Writes `files` into the v1 twin `twin`, or into the v2 cgroup where there is none;
+    /// a swap file that does not exist (no swap accounting) is skipped.
+    fn write_files(
+        &self,
+        twin: Option<&V1Twin>,
+        files: Vec<(&'static str, String)>,
+    ) -> std::io::Result<()> {
+        let dir = twin.map_or(&self.dir, |t| &t.dir);
+        for (file, value) in files {
+            let path = dir.join(file);
+            if limit_files::optional(file) && !path.exists() {
+                continue;
+            }
+            std::fs::write(&path, &value)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+
+    /// The OOM killer's kill count in the job's memory cgroup (0 without one).
+    fn oom_count(&self) -> u64 {
+        let file = match (&self.memory_v1, self.memory) {
+            (Some(t), _) => t.dir.join("memory.oom_control"),
+            (None, true) => self.dir.join("memory.events"),
+            (None, false) => return 0,
+        };
+        std::fs::read_to_string(file).map_or(0, |t| limit_files::oom_kills(&t))
+    }
+
+    /// True when the OOM killer killed a process of this job since it was given the cgroup:
+    /// the job hit its memory limit.
+    pub fn oom_killed(&self) -> bool {
+        self.oom_count() > self.oom_base
+    }
+
+    /// The limits written into it for the current job.
+    pub fn limits(&self) -> Option<JobLimits> {
+        self.limits
+    }
+
+    /// The limit files of this job cgroup as the kernel has them: (file, value), for each
+    /// controller it has (for `doctor` and tests).
+    pub fn read_back(&self) -> Vec<(String, String)> {
+        let read = |dir: &Path, f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .map_or_else(|e| format!("unreadable: {e}"), |v| v.trim().to_string())
+        };
+        let mut out = Vec::new();
+        let mut add = |twin: Option<&V1Twin>, v2: bool, files: &[&str]| {
+            let dir = match (twin, v2) {
+                (Some(t), _) => &t.dir,
+                (None, true) => &self.dir,
+                (None, false) => return,
+            };
+            for f in files {
+                out.push((f.to_string(), read(dir, f)));
+            }
+        };
+        add(self.pids_v1.as_deref(), self.pids, &["pids.max"]);
+        add(
+            self.memory_v1.as_deref(),
+            self.memory,
+            if self.memory_v1.is_some() {
+                &["memory.limit_in_bytes"]
+            } else {
+                &["memory.max"]
+            },
+        );
+        add(
+            self.cpu_v1.as_deref(),
+            self.cpu,
+            if self.cpu_v1.is_some() {
+                &["cpu.cfs_quota_us", "cpu.cfs_period_us"]
+            } else {
+                &["cpu.max"]
+            },
+        );
+        out
     }
 
     /// Writes `limits` where they differ from what the cgroup has, for the controllers the
     /// base enabled. (Called only on an empty cgroup.)
     pub fn apply_limits(&mut self, limits: JobLimits) -> std::io::Result<()> {
+        // The job about to start is answerable only for kills from now on.
+        self.oom_base = self.oom_count();
         if self.limits == Some(limits) {
             return Ok(());
         }
-        let (pids, memory) = (self.pids, self.memory);
         let old = self.limits;
-        if pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
-            match &self.pids_v1 {
-                Some(v1) => v1.set_max(&limit_value(limits.pids_max))?,
-                None => std::fs::write(self.dir.join("pids.max"), limit_value(limits.pids_max))?,
+        // Unknown until written: a failed write leaves the cgroup unused (see `take_for`).
+        self.limits = None;
+        if self.pids && old.map(|o| o.pids_max) != Some(limits.pids_max) {
+            self.write_files(self.pids_v1.as_deref(), limit_files::pids(limits.pids_max))?;
+        }
+        if old.map(|o| o.memory_max) != Some(limits.memory_max) {
+            match (&self.memory_v1, self.memory) {
+                (Some(t), _) => {
+                    self.write_files(Some(t), limit_files::v1_memory(limits.memory_max))?
+                }
+                (None, true) => {
+                    self.write_files(None, limit_files::v2_memory(limits.memory_max))?
+                }
+                (None, false) => {}
             }
         }
-        if memory && old.map(|o| o.memory_max) != Some(limits.memory_max) {
-            std::fs::write(self.dir.join("memory.max"), limit_value(limits.memory_max))?;
+        if old.map(|o| o.cpu_max_percent) != Some(limits.cpu_max_percent) {
+            match (&self.cpu_v1, self.cpu) {
+                (Some(t), _) => {
+                    self.write_files(Some(t), limit_files::v1_cpu(limits.cpu_max_percent))?
+                }
+                (None, true) => {
+                    self.write_files(None, limit_files::v2_cpu(limits.cpu_max_percent))?
+                }
+                (None, false) => {}
+            }
         }
         self.limits = Some(limits);
         Ok(())
@@ -368,19 +535,29 @@ impl JobCgroup {
     fn create_in(base: &CgroupBase, name: &str, owner: Weak<JobCgroups>) -> Option<JobCgroup> {
         let dir = base.dir.join(name);
         std::fs::create_dir(&dir).ok()?;
-        // The twin first: a job whose pids.max cannot be had gets no cgroup at all, so that
+        // The twins first: a job whose limits cannot be had gets no cgroup at all, so that
         // it never runs under a limit `doctor` claims and the kernel does not apply.
-        let pids_v1 = match &base.pids_v1 {
-            None => None,
-            Some(v1) => match crate::pids_v1::PidsJob::create(v1, name) {
-                Ok(twin) => Some(twin),
+        let mut twins: Vec<Option<Box<V1Twin>>> = Vec::with_capacity(3);
+        for v1 in [&base.pids_v1, &base.memory_v1, &base.cpu_v1] {
+            let Some(v1) = v1 else {
+                twins.push(None);
+                continue;
+            };
+            match V1Twin::create(v1, name) {
+                Ok(twin) => twins.push(Some(Box::new(twin))),
                 Err(e) => {
-                    tracing::warn!(error = %e, path = %v1.display(), "cannot make a job's twin in the cgroup v1 pids hierarchy; the command runs without a job cgroup");
+                    tracing::warn!(error = %e, path = %v1.display(), "cannot make a job's twin in a cgroup v1 hierarchy; the command runs without a job cgroup");
                     let _ = std::fs::remove_dir(&dir);
+                    for t in twins.iter().flatten() {
+                        t.remove();
+                    }
                     return None;
                 }
-            },
-        };
+            }
+        }
+        let cpu_v1 = twins.pop().flatten();
+        let memory_v1 = twins.pop().flatten();
+        let pids_v1 = twins.pop().flatten();
         let opened = (|| {
             use std::os::unix::fs::OpenOptionsExt;
             let dir_fd = std::fs::OpenOptions::new()
@@ -400,13 +577,17 @@ impl JobCgroup {
                 killed: std::sync::atomic::AtomicBool::new(false),
                 limits: None,
                 pids_v1,
+                memory_v1,
+                cpu_v1,
                 pids: base.pids,
                 memory: base.memory,
+                cpu: base.cpu,
+                oom_base: 0,
                 owner,
             }),
             Err(_) => {
                 let _ = std::fs::remove_dir(&dir);
-                if let Some(twin) = pids_v1 {
+                for twin in [pids_v1, memory_v1, cpu_v1].iter().flatten() {
                     twin.remove();
                 }
                 None
@@ -420,7 +601,8 @@ impl JobCgroup {
         CgroupTarget {
             dir: self.dir_fd.as_raw_fd(),
             procs: self.procs.as_raw_fd(),
-            pids_procs: self.pids_v1.as_ref().map_or(-1, |t| t.procs.as_raw_fd()),
+            v1_procs: [&self.pids_v1, &self.memory_v1, &self.cpu_v1]
+                .map(|t| t.as_ref().map_or(-1, |t| t.procs.as_raw_fd())),
         }
     }
 
@@ -483,7 +665,13 @@ impl JobCgroup {
     /// Removes the cgroup once it is empty; returns false while processes remain.
     pub fn remove(&self) -> bool {
         let v2 = std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists();
-        let v1 = self.pids_v1.as_ref().is_none_or(|t| t.remove());
+        // Every twin is tried, not only up to the first that stays.
+        let v1 = self
+            .twins()
+            .map(|t| t.remove())
+            .collect::<Vec<_>>()
+            .iter()
+            .all(|r| *r);
         v2 && v1
     }
 

@@ -45,7 +45,7 @@ pub struct Setup {
     /// `comm` while the child waits (NUL-terminated, at most 16 bytes), or null.
     pub name: *const u8,
     /// `cgroup.procs` descriptors, open for writing: the child joins each.
-    pub join: [RawFd; 2],
+    pub join: [RawFd; crate::plan::JOINS],
     /// What becomes the child's stdin, stdout and stderr.
     pub stdio: [RawFd; 3],
     /// Make fd 0 (a terminal) the controlling terminal (`TIOCSCTTY`).
@@ -74,7 +74,7 @@ impl Setup {
     pub fn new() -> Setup {
         Setup {
             name: std::ptr::null(),
-            join: [-1; 2],
+            join: [-1; crate::plan::JOINS],
             stdio: [-1; 3],
             ctty: false,
             no_new_privs: false,

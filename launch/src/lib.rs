@@ -6,7 +6,8 @@
 //!
 //! 1. plan: [`plan`], what a spawn is given (C strings, descriptors, the cgroup target, the
 //!    child's confinement), plain data; [`wait`], a child's end through its pidfd;
-//!    [`procfs`], `/proc` reads; [`process_limits`], which limits bind (pure).
+//!    [`procfs`], `/proc` reads; [`process_limits`], which limits bind, and [`limit_files`],
+//!    what they are written as (pure).
 //! 2. child: [`privileges`], the privilege seam (every step that drops privileges or
 //!    confines a process, one trait, the real system calls and a recording fake for the
 //!    tests); [`child`], the one child routine, what a new process does between its clone
@@ -23,6 +24,7 @@ pub mod cgroups;
 pub mod child;
 pub mod clone3;
 pub mod launcher;
+pub mod limit_files;
 pub mod pids_v1;
 pub mod plan;
 pub mod prestarted;

@@ -1,26 +1,64 @@
-//! A job's `pids.max` where the `pids` controller is bound to a cgroup v1 hierarchy.
+//! A job's limits where their controller (`pids`, `memory`, `cpu`) is bound to a cgroup v1
+//! hierarchy.
 //!
-//! Job cgroups live in cgroup v2 (they need `cgroup.kill`). On a hybrid host the `pids`
+//! Job cgroups live in cgroup v2 (they need `cgroup.kill`). On a hybrid or v1 host a
 //! controller may be mounted as a v1 hierarchy of its own, and then v2 cannot offer it: the
-//! unified hierarchy lists only what no v1 hierarchy holds. Without it nothing bounds how
+//! unified hierarchy lists only what no v1 hierarchy holds. Without `pids` nothing bounds how
 //! many processes a root command starts (the kernel exempts uid 0 from `RLIMIT_NPROC`), so a
-//! fork bomb could use up the host's pids.
+//! fork bomb could use up the host's pids; without `memory` and `cpu` nothing bounds a
+//! command's memory or CPU time.
 //!
-//! Here each job cgroup gets a twin in the v1 `pids` hierarchy, under
-//! `<executor's v1 pids cgroup>/iii-shell-<pid>/job-N`, with the job's `pids.max`. Its
-//! `cgroup.procs` is opened when the twin is made, and the child writes "0" to it before
+//! Here each job cgroup gets a twin in each such v1 hierarchy ([`Controller`]), under
+//! `<executor's v1 cgroup of that controller>/iii-shell-<pid>/job-N`, with the job's limit.
+//! Its `cgroup.procs` is opened when the twin is made, and the child writes "0" to it before
 //! `execve`, as it does for v2 where clone3 cannot be used; every process the command
 //! starts is born in it. A v1 write costs an RCU grace period (about 0.4 ms here), which the
 //! pre-started processes pay before a call arrives; an ordinary spawn pays it on its path.
 //!
-//! Kills and "is the job empty" stay with the v2 twin: the same processes are in both.
+//! Kills and "is the job empty" stay with the v2 twin: the same processes are in all.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+/// A controller that may have a cgroup v1 hierarchy of its own, and job twins there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Controller {
+    Pids,
+    Memory,
+    Cpu,
+}
+
+impl Controller {
+    pub const ALL: [Controller; 3] = [Controller::Pids, Controller::Memory, Controller::Cpu];
+
+    /// Its name in `/proc/self/cgroup` and in the hierarchy's mount options.
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Pids => "pids",
+            Controller::Memory => "memory",
+            Controller::Cpu => "cpu",
+        }
+    }
+
+    /// A file every cgroup of its hierarchy has (tells a usable twin).
+    fn probe_file(self) -> &'static str {
+        match self {
+            Controller::Pids => "pids.max",
+            Controller::Memory => "memory.limit_in_bytes",
+            Controller::Cpu => "cpu.cfs_quota_us",
+        }
+    }
+}
+
 /// The directory of the executor's own cgroup in the v1 `pids` hierarchy, from the text of
 /// `/proc/self/mountinfo` and `/proc/self/cgroup`.
 pub fn own_dir(mountinfo: &str, proc_cgroup: &str) -> Option<PathBuf> {
+    own_dir_of(Controller::Pids, mountinfo, proc_cgroup)
+}
+
+/// The directory of the executor's own cgroup in the v1 hierarchy of `controller`.
+pub fn own_dir_of(controller: Controller, mountinfo: &str, proc_cgroup: &str) -> Option<PathBuf> {
+    let want = controller.name();
     let (root, mount) = mountinfo.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
         let mut r = right.split_whitespace();
@@ -28,7 +66,7 @@ pub fn own_dir(mountinfo: &str, proc_cgroup: &str) -> Option<PathBuf> {
             return None;
         }
         let options = r.nth(1)?;
-        if !options.split(',').any(|o| o == "pids") {
+        if !options.split(',').any(|o| o == want) {
             return None;
         }
         let mut f = left.split_whitespace();
@@ -43,7 +81,7 @@ pub fn own_dir(mountinfo: &str, proc_cgroup: &str) -> Option<PathBuf> {
         let path = f.next()?;
         controllers
             .split(',')
-            .any(|c| c == "pids")
+            .any(|c| c == want)
             .then(|| path.to_string())
     })?;
     // The mount shows the hierarchy from `root` down; our path is relative to its top.
@@ -71,16 +109,22 @@ pub fn base_name(pid: u32) -> String {
 
 /// The executor's own v1 pids cgroup, when there is one.
 pub fn own() -> Option<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    own_dir(&mountinfo, &cgroup)
+    own_of(Controller::Pids)
 }
 
-/// Makes a launcher's base `name` (its v2 base's name) in the v1 `pids` hierarchy, after
-/// removing the bases of executors that are gone (their processes were killed through their
-/// v2 twins first).
-pub fn create_base(name: &str) -> Result<PathBuf, String> {
-    let parent = own().ok_or("no cgroup v1 pids hierarchy")?;
+/// The executor's own cgroup in the v1 hierarchy of `controller`, when there is one.
+pub fn own_of(controller: Controller) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    own_dir_of(controller, &mountinfo, &cgroup)
+}
+
+/// Makes a launcher's base `name` (its v2 base's name) in the v1 hierarchy of `controller`,
+/// after removing the bases of executors that are gone (their processes were killed through
+/// their v2 twins first).
+pub fn create_base(name: &str, controller: Controller) -> Result<PathBuf, String> {
+    let parent = own_of(controller)
+        .ok_or_else(|| format!("no cgroup v1 {} hierarchy", controller.name()))?;
     sweep_stale(&parent);
     let dir = parent.join(name);
     // An earlier process's with our name (see `cgroups::detect_cgroup_base`): its twins'
@@ -93,17 +137,21 @@ pub fn create_base(name: &str) -> Result<PathBuf, String> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("{}: {e}", dir.display())),
     }
-    if !dir.join("pids.max").exists() {
+    let probe = controller.probe_file();
+    if !dir.join(probe).exists() {
         let _ = std::fs::remove_dir(&dir);
-        return Err(format!("{}: no pids.max", dir.display()));
+        return Err(format!("{}: no {probe}", dir.display()));
     }
     Ok(dir)
 }
 
-/// Removes the base of executor `pid` and its job twins, when they hold no process.
+/// Removes the bases of executor `pid` and their job twins (in every v1 hierarchy), when
+/// they hold no process.
 pub fn remove_base_of(pid: u32) {
-    if let Some(parent) = own() {
-        remove_base(&parent.join(base_name(pid)));
+    for c in Controller::ALL {
+        if let Some(parent) = own_of(c) {
+            remove_base(&parent.join(base_name(pid)));
+        }
     }
 }
 
@@ -120,7 +168,7 @@ pub fn remove_base(base: &Path) {
 }
 
 /// Hands the base to the command user, so that an executor running as it can make job
-/// twins. Only the directory: its `pids.max` and `cgroup.procs` stay root's.
+/// twins. Only the directory: its limit files and `cgroup.procs` stay root's.
 pub fn hand_base_to(base: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     nix::unistd::chown(
         base,
@@ -130,17 +178,17 @@ pub fn hand_base_to(base: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     .map_err(std::io::Error::from)
 }
 
-/// One job's twin in the v1 `pids` hierarchy.
+/// One job's twin in a cgroup v1 hierarchy.
 #[derive(Debug)]
-pub struct PidsJob {
+pub struct V1Twin {
     pub dir: PathBuf,
     /// `cgroup.procs`, open for writing: the child writes "0" to it.
     pub procs: OwnedFd,
 }
 
-impl PidsJob {
+impl V1Twin {
     /// Makes the twin `name` under `base` and opens its `cgroup.procs`.
-    pub fn create(base: &Path, name: &str) -> std::io::Result<PidsJob> {
+    pub fn create(base: &Path, name: &str) -> std::io::Result<V1Twin> {
         let dir = base.join(name);
         // A twin of the same name left behind is refused (EEXIST), never reused: neither
         // opening it nor the child's write would tell whether it is empty.
@@ -149,7 +197,7 @@ impl PidsJob {
             .write(true)
             .open(dir.join("cgroup.procs"))
         {
-            Ok(f) => Ok(PidsJob {
+            Ok(f) => Ok(V1Twin {
                 dir,
                 procs: f.into(),
             }),
@@ -160,9 +208,16 @@ impl PidsJob {
         }
     }
 
-    /// Writes the job's `pids.max` (`"max"` for none).
-    pub fn set_max(&self, value: &str) -> std::io::Result<()> {
-        std::fs::write(self.dir.join("pids.max"), value)
+    /// Writes `value` into the twin's limit file `file`.
+    pub fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
+        std::fs::write(self.dir.join(file), value)
+    }
+
+    /// Reads the twin's file `file` (trimmed).
+    pub fn read(&self, file: &str) -> std::io::Result<String> {
+        Ok(std::fs::read_to_string(self.dir.join(file))?
+            .trim()
+            .to_string())
     }
 
     /// Removes the twin; false while processes remain in it.
@@ -210,6 +265,22 @@ mod tests {
         assert_eq!(own_dir(sub, "3:pids:/user.slice\n"), None);
         assert_eq!(own_dir(sub, "3:pids:/system.slicex/y\n"), None);
         assert_eq!(own_dir(HYBRID, "3:pids:/../etc\n"), None);
+    }
+
+    #[test]
+    fn the_memory_and_cpu_hierarchies_are_found_by_their_own_lines() {
+        let own = "8:pids:/\n4:memory:/a/b\n2:cpu,cpuacct:/c\n0::/\n";
+        assert_eq!(
+            own_dir_of(Controller::Memory, HYBRID, own),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/a/b"))
+        );
+        assert_eq!(
+            own_dir_of(Controller::Cpu, HYBRID, own),
+            Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/c"))
+        );
+        // `cpuacct` alone is not `cpu`.
+        let acct = "34 25 0:32 / /x rw - cgroup cgroup rw,cpuacct\n";
+        assert_eq!(own_dir_of(Controller::Cpu, acct, "2:cpuacct:/\n"), None);
     }
 
     #[test]

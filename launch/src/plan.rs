@@ -14,13 +14,25 @@ use std::os::fd::{OwnedFd, RawFd};
 /// takes the cgroup threadgroup lock for writing, which waits for an RCU grace period
 /// (milliseconds on an idle machine), so it is only used when clone3 cannot be.
 ///
-/// `pids_procs` (-1 for none) is the `cgroup.procs` of the job's twin in a cgroup v1 `pids`
-/// hierarchy ([`crate::pids_v1`]): the child always writes "0" to it, clone3 or not.
+/// `v1_procs` (-1 for none) are the `cgroup.procs` of the job's twins in the cgroup v1
+/// `pids`, `memory` and `cpu` hierarchies ([`crate::pids_v1`]): the child always writes "0"
+/// to each, clone3 or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CgroupTarget {
     pub dir: RawFd,
     pub procs: RawFd,
-    pub pids_procs: RawFd,
+    pub v1_procs: [RawFd; 3],
+}
+
+/// How many `cgroup.procs` a child may join: its v2 job cgroup and three v1 twins.
+pub const JOINS: usize = 4;
+
+impl CgroupTarget {
+    /// What the child joins when clone3 started it in the v2 cgroup: the v1 twins only.
+    pub fn v1_joins(target: Option<CgroupTarget>) -> [RawFd; JOINS] {
+        let v1 = target.map_or([-1; 3], |c| c.v1_procs);
+        [-1, v1[0], v1[1], v1[2]]
+    }
 }
 
 /// Everything a spawn needs, prepared in the parent.

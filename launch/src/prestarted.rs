@@ -272,12 +272,12 @@ impl Drop for ChildMemory {
 
 impl Block {
     /// A block for a child that will hold `sock` (its end of the hand-over socket), apply
-    /// `confinement`, join the v1 `pids` twin `pids_procs` (-1: none) and make `stdio` its
+    /// `confinement`, join the v1 twins `v1_joins` (-1: none) and make `stdio` its
     /// 0, 1 and 2 (all above 2).
     fn new(
         sock: RawFd,
         confinement: &ChildConfinement,
-        pids_procs: RawFd,
+        v1_joins: [RawFd; crate::plan::JOINS],
         stdio: [RawFd; 3],
     ) -> Box<Block> {
         let mut block = Box::new(Block::empty());
@@ -289,8 +289,8 @@ impl Block {
         let this: *const Block = &*block;
         block.setup = child::Setup {
             name: NAME.as_ptr(),
-            // Started inside its v2 job cgroup by clone3; the v1 `pids` twin is joined here.
-            join: [-1, pids_procs],
+            // Started inside its v2 job cgroup by clone3; the v1 twins are joined here.
+            join: v1_joins,
             // The sources are all above 2 (checked by the caller), so no dup3 overwrites one
             // still to be copied.
             stdio,
@@ -390,7 +390,7 @@ impl Prestarted {
         let mut block = Block::new(
             theirs.as_raw_fd(),
             confinement,
-            cgroup.target().pids_procs,
+            crate::plan::CgroupTarget::v1_joins(Some(cgroup.target())),
             [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
         );
         let stack = match Stack::new(STACK) {
@@ -817,9 +817,10 @@ mod seam_tests {
     use super::*;
     use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
 
-    /// A block as `Prestarted::start` makes it: socket 9, pids twin 42, stdio 10-12.
+    /// A block as `Prestarted::start` makes it: socket 9, v1 twins (pids 42, memory 43,
+    /// cpu 44), stdio 10-12.
     fn block() -> Box<Block> {
-        Block::new(9, &confinement(), 42, [10, 11, 12])
+        Block::new(9, &confinement(), [-1, 42, 43, 44], [10, 11, 12])
     }
 
     fn image() -> ExecImage {
@@ -848,6 +849,8 @@ mod seam_tests {
             Call::SetName("iii-prestarted".into()),
             Call::Setsid,
             Call::JoinCgroup(42),
+            Call::JoinCgroup(43),
+            Call::JoinCgroup(44),
             Call::DupOnto(10, 0),
             Call::DupOnto(11, 1),
             Call::DupOnto(12, 2),

@@ -17,8 +17,16 @@ pub struct LimitInputs {
     pub pids_controller: bool,
     /// ... and it is the cgroup v1 `pids` hierarchy's.
     pub pids_v1: bool,
-    /// Job cgroups have the `memory` controller.
+    /// Job cgroups have the `memory` controller (on v2, or through a v1 twin).
     pub memory_controller: bool,
+    /// ... and it is the cgroup v1 `memory` hierarchy's.
+    pub memory_v1: bool,
+    /// Job cgroups have the `cpu` controller (on v2, or through a v1 twin).
+    pub cpu_controller: bool,
+    /// ... and it is the cgroup v1 `cpu` hierarchy's.
+    pub cpu_v1: bool,
+    /// `confinement.job_limits.cpu_max_percent`.
+    pub cpu_max: Option<u32>,
     /// `confinement.job_limits.pids_max`.
     pub pids_max: Option<u64>,
     /// `confinement.job_limits.memory_max_bytes`.
@@ -85,7 +93,18 @@ pub fn report(i: &LimitInputs) -> Vec<(String, String)> {
                 i.memory_max,
                 "memory",
                 "confinement.job_limits.memory_max_bytes",
-                false,
+                i.memory_v1,
+            ),
+        ),
+        (
+            "cpu.max".to_string(),
+            cgroup_limit(
+                i,
+                i.cpu_controller,
+                i.cpu_max.map(u64::from),
+                "cpu",
+                "confinement.job_limits.cpu_max_percent",
+                i.cpu_v1,
             ),
         ),
         ("RLIMIT_NPROC".to_string(), nproc),
@@ -111,6 +130,10 @@ mod tests {
             memory_controller: true,
             pids_max: Some(1024),
             memory_max: None,
+            memory_v1: false,
+            cpu_controller: true,
+            cpu_v1: false,
+            cpu_max: None,
             max_processes: Some(20),
             command_uid: 0,
         }
@@ -130,6 +153,10 @@ mod tests {
                 (
                     "memory.max".to_string(),
                     "not set (confinement.job_limits.memory_max_bytes is null)".to_string()
+                ),
+                (
+                    "cpu.max".to_string(),
+                    "not set (confinement.job_limits.cpu_max_percent is null)".to_string()
                 ),
                 (
                     "RLIMIT_NPROC".to_string(),

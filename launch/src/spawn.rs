@@ -166,9 +166,9 @@ fn setup_for(
     fprog: Option<&libc::sock_fprog>,
 ) -> crate::child::Setup {
     crate::child::Setup {
-        // The job's twin in a cgroup v1 `pids` hierarchy is joined either way; the v2
-        // cgroup only where clone3 did not start the child inside it.
-        join: [-1, plan.cgroup.map_or(-1, |c| c.pids_procs)],
+        // The job's twins in cgroup v1 hierarchies are joined either way; the v2 cgroup
+        // only where clone3 did not start the child inside it.
+        join: crate::plan::CgroupTarget::v1_joins(plan.cgroup),
         stdio: [
             plan.stdin.as_raw_fd(),
             plan.stdout.as_raw_fd(),
@@ -328,7 +328,8 @@ mod seam_tests {
     use crate::plan::CgroupTarget;
     use crate::privileges::fake::{confinement, expected_on_failure, Call, Recorder};
 
-    /// A plan with every layer, in a job cgroup (dir 40, procs 41, v1 pids twin 42).
+    /// A plan with every layer, in a job cgroup (dir 40, procs 41, v1 twins: pids 42, memory
+    /// 43, cpu 44).
     fn plan(tty: bool) -> SpawnPlan {
         let argv = vec!["echo".to_string(), "hi".to_string()];
         let fd = || open_dev_null().unwrap();
@@ -345,7 +346,7 @@ mod seam_tests {
         plan.cgroup = Some(CgroupTarget {
             dir: 40,
             procs: 41,
-            pids_procs: 42,
+            v1_procs: [42, 43, 44],
         });
         plan.confinement = confinement();
         plan.controlling_tty = tty;
@@ -383,6 +384,8 @@ mod seam_tests {
         }
         calls.extend([
             Call::JoinCgroup(42),
+            Call::JoinCgroup(43),
+            Call::JoinCgroup(44),
             Call::DupOnto(fd(&plan.stdin), 0),
             Call::DupOnto(fd(&plan.stdout), 1),
             Call::DupOnto(fd(&plan.stderr), 2),

@@ -96,6 +96,15 @@ impl JobTree {
         populated
     }
 
+    /// The job's memory limit, when the kernel's OOM killer killed one of its processes for
+    /// reaching it (read from the job's memory cgroup; call before [`JobTree::release`]).
+    pub fn memory_limit_hit(&self) -> Option<u64> {
+        let slot = self.cgroup.lock().ok()?;
+        let cg = slot.as_ref()?;
+        let limit = cg.limits()?.memory_max?;
+        cg.oom_killed().then_some(limit)
+    }
+
     /// Hands the cgroup back once it is empty; call after the root has been reaped. True
     /// when nothing of the job is left to release.
     pub fn release(&self) -> bool {

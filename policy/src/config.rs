@@ -211,7 +211,12 @@ pub struct JobLimitsConfig {
     /// cannot use up the host's PIDs.
     pub pids_max: Option<u64>,
     /// `memory.max`: bytes of memory one job's whole tree may use (default null: no limit).
+    /// Swap is not counted against it but switched off for the job (`memory.swap.max` 0,
+    /// or the cgroup v1 `memsw` limit set to the same value where swap accounting is on).
     pub memory_max_bytes: Option<u64>,
+    /// `cpu.max`: the share of one CPU one job's whole tree may use, in percent (100 is one
+    /// whole CPU, 250 two and a half; default null: no limit). A quota per 100 ms period.
+    pub cpu_max_percent: Option<u32>,
 }
 
 impl Default for JobLimitsConfig {
@@ -219,6 +224,7 @@ impl Default for JobLimitsConfig {
         JobLimitsConfig {
             pids_max: Some(1024),
             memory_max_bytes: None,
+            cpu_max_percent: None,
         }
     }
 }
@@ -620,6 +626,13 @@ impl Config {
                     "confinement.secret_paths entry {p:?} must be an absolute path"
                 )));
             }
+        }
+        if self.confinement.job_limits.cpu_max_percent == Some(0) {
+            return Err(ConfigError(
+                "confinement.job_limits.cpu_max_percent is 0: a job could never run (use at \
+                 least 1, or null for no limit)"
+                    .into(),
+            ));
         }
         for (i, p) in self.denylist_patterns.iter().enumerate() {
             if p.is_empty() {

@@ -19,6 +19,7 @@
 //! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
+pub mod call_limits;
 pub mod capture;
 pub mod command;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod denylist;
 pub mod env_policy;
 pub mod error;
 pub mod home;
+pub mod limit_controllers;
 pub mod mode;
 pub mod network;
 pub mod sync;

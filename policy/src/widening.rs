@@ -246,7 +246,7 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
     let zero_unlimited = |v: u64| (v != 0).then_some(v);
     let r = (&n.confinement.rlimits, &b.confinement.rlimits);
     let j = (&n.confinement.job_limits, &b.confinement.job_limits);
-    let limits: [(&'static str, Option<u64>, Option<u64>); 20] = [
+    let limits: [(&'static str, Option<u64>, Option<u64>); 21] = [
         (
             "fs.max_read_bytes",
             zero_unlimited(n.fs.max_read_bytes),
@@ -336,6 +336,11 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
             "confinement.job_limits.memory_max_bytes",
             j.0.memory_max_bytes,
             j.1.memory_max_bytes,
+        ),
+        (
+            "confinement.job_limits.cpu_max_percent",
+            j.0.cpu_max_percent.map(u64::from),
+            j.1.cpu_max_percent.map(u64::from),
         ),
         (
             "pty.detached_retention_secs",
@@ -596,6 +601,11 @@ mod tests {
             (
                 "memory_max set",
                 |c| c.confinement.job_limits.memory_max_bytes = Some(1 << 30),
+                vec![],
+            ),
+            (
+                "cpu_max set",
+                |c| c.confinement.job_limits.cpu_max_percent = Some(50),
                 vec![],
             ),
             (

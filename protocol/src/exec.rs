@@ -53,6 +53,9 @@ pub struct ExecRequest {
     /// What network the command may reach, only ever tighter than the configured `confinement.network` (host only, S210 on sandbox): `allow` < `deny_bind` < `loopback` < `deny`; a wider value is S210.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::config::NetworkAccess>,
+    /// Tighter limits for this command's job (host only, S210 on sandbox): memory_max_bytes, cpu_max_percent, pids_max; each at most the worker's confinement.job_limits (S210 naming the field above it).
+    #[serde(default)]
+    pub limits: Option<iii_shell_policy::call_limits::CallLimits>,
 }
 
 /// Wire request for `shell::exec_bg`.
@@ -82,6 +85,9 @@ pub struct ExecBgRequest {
     /// What network the command may reach, only ever tighter than the configured `confinement.network` (host only, S210 on sandbox): `allow` < `deny_bind` < `loopback` < `deny`; a wider value is S210.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::config::NetworkAccess>,
+    /// Tighter limits for this command's job (host only, S210 on sandbox): memory_max_bytes, cpu_max_percent, pids_max; each at most the worker's confinement.job_limits (S210 naming the field above it).
+    #[serde(default)]
+    pub limits: Option<iii_shell_policy::call_limits::CallLimits>,
 }
 
 impl From<ExecBgRequest> for ExecRequest {
@@ -95,6 +101,7 @@ impl From<ExecBgRequest> for ExecRequest {
             target: r.target,
             timeout_ms: r.timeout_ms,
             network: r.network,
+            limits: r.limits,
         }
     }
 }

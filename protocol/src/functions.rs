@@ -151,6 +151,7 @@ fn sample(op: ExecutorOp) -> Option<crate::messages::Request> {
         stdin: None,
         timeout_ms: 0,
         network: None,
+        limits: Default::default(),
     };
     Some(match op {
         ExecutorOp::Broker => return None,

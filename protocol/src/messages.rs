@@ -111,6 +111,8 @@ pub struct ExecSpec {
     /// The call's own network mode (`None`: the configured one); the executor checks it is
     /// not wider ([`iii_shell_policy::network::for_call`]).
     pub network: Option<crate::config::NetworkAccess>,
+    /// The call's `limits` (none asked: the default), checked again by the executor.
+    pub limits: iii_shell_policy::call_limits::CallLimits,
 }
 
 /// Requests the executor accepts.

@@ -37,6 +37,9 @@ pub struct OpenRequest {
     /// What network the session's processes may reach, only ever tighter than the configured `confinement.network`: `allow` < `deny_bind` < `loopback` < `deny`; a wider value is S210.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::config::NetworkAccess>,
+    /// Tighter limits for this session's job: memory_max_bytes, cpu_max_percent, pids_max; each at most the worker's confinement.job_limits (S210 naming the field above it).
+    #[serde(default)]
+    pub limits: Option<iii_shell_policy::call_limits::CallLimits>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -297,6 +300,8 @@ pub struct OpenSpec {
     pub caller: String,
     /// The session's own network mode (`None`: the configured one).
     pub network: Option<crate::config::NetworkAccess>,
+    /// The call's `limits` (none asked: the default), checked again by the executor.
+    pub limits: iii_shell_policy::call_limits::CallLimits,
 }
 
 /// A session operation on the executor socket.

@@ -136,6 +136,7 @@ pub fn open_spec(
         env,
         caller: String::new(),
         network: req.network,
+        limits: req.limits.unwrap_or_default(),
     })
 }
 
@@ -196,6 +197,7 @@ pub async fn dispatch(
                 .map_err(invalid)?;
             let mut spec = open_spec(req, rt.config.fs.host_roots.is_empty(), rt.denylist()?)?;
             spec.caller = caller_of(&payload);
+            crate::validate::call_limits(Some(&spec.limits), &rt.config)?;
             match call(services, PtyOp::Open(spec)).await? {
                 PtyReply::Opened(r, epoch) => {
                     release_after_answer(services, &r.session_id, epoch);

@@ -2502,6 +2502,7 @@ async fn special_bits_on_every_path(h: &Harness, j: &Jail) -> [(String, String);
             env: Vec::new(),
             caller: String::new(),
             network: None,
+            limits: Default::default(),
         })))
         .await
         .expect("pty open");
@@ -2658,3 +2659,344 @@ async fn escape_127_job_cgroups_survive_the_uid_switch() {
 // ------------------------------------------------------------------ network modes (140 and up)
 
 mod network;
+// ------------------------------------------------ memory, CPU and process limits per job
+
+/// The command users of the limit cases: root, then `CMD_UID`.
+const LIMIT_USERS: [Option<&str>; 2] = [None, Some("4242:4242")];
+
+/// A jail for `run_as` (its root handed to `CMD_UID` when that is the user) whose jobs have
+/// the limits `set` leaves.
+fn limits_config(
+    run_as: Option<&str>,
+    set: impl FnOnce(&mut iii_shell_protocol::config::JobLimitsConfig),
+) -> (Jail, Config) {
+    let j = if run_as.is_some() {
+        user_jail()
+    } else {
+        // Writable by whichever user the default makes commands run as.
+        let j = Jail::new();
+        std::fs::set_permissions(&j.root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        j
+    };
+    let mut c = with_run_as(&j, run_as);
+    set(&mut c.confinement.job_limits);
+    (j, c)
+}
+
+/// `iii-shell probe ARGS` through `shell::exec` in the jail, with the call's `limits`.
+async fn probe_with(h: &Harness, args: &[&str], limits: Option<serde_json::Value>) -> Out {
+    let mut argv = vec![s(bin())];
+    argv.push("probe".into());
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let mut p = json!({"command": argv[0], "args": &argv[1..], "cwd": ".", "timeout_ms": 30_000});
+    if let Some(l) = limits {
+        p["limits"] = l;
+    }
+    let v = h.ok("shell::exec", p).await;
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    Out::from_value(&argv, &v)
+}
+
+/// The line of `probe limits` for `controller` (`pids`, `memory`, `cpu`).
+fn limits_line(out: &Out, controller: &str) -> String {
+    out.stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{controller} ")))
+        .unwrap_or_else(|| panic!("no {controller} line: {out:?}"))
+        .to_string()
+}
+
+/// A `shell::exec_bg` job's record once it has left `running`.
+async fn finished_record(h: &Harness, id: &str) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = h.ok("shell::status", json!({ "job_id": id })).await;
+        let r = r["job"].clone();
+        if r["status"] != "running" || std::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn escape_129_a_memory_bomb_is_killed_at_the_memory_limit() {
+    require_root!("run_as cases");
+    for run_as in LIMIT_USERS {
+        let (_j, c) = limits_config(run_as, |l| l.memory_max_bytes = Some(64 << 20));
+        let h = Harness::new(c).await;
+        // The limit is the kernel's, as the command itself sees it.
+        let l = probe_with(&h, &["limits"], None).await;
+        let line = limits_line(l.ok(), "memory");
+        assert!(
+            line.contains("memory.limit_in_bytes=67108864") || line.contains("memory.max=67108864"),
+            "{run_as:?}: {line}"
+        );
+        // 512 MiB asked, 64 allowed: killed by the kernel, and the caller is told why.
+        let o = probe_with(&h, &["alloc", "512"], None).await;
+        assert_eq!(o.code, None, "{run_as:?}: not killed: {o:?}");
+        assert!(!o.stdout.contains("in all"), "{run_as:?}: {o:?}");
+        assert!(
+            o.stderr.ends_with(
+                "iii-shell: killed: memory limit 64 MiB reached (confinement.job_limits.memory_max_bytes)\n"
+            ),
+            "{run_as:?}: {o:?}"
+        );
+        // A background job ends `killed`, its record saying why.
+        let bin = s(bin());
+        let id = h
+            .ok(
+                "shell::exec_bg",
+                json!({"command": bin, "args": ["probe", "alloc", "512"], "cwd": "."}),
+            )
+            .await["job_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = finished_record(&h, &id).await;
+        assert_eq!(r["status"], "killed", "{run_as:?}: {r}");
+        assert!(
+            r["stderr"].as_str().unwrap_or_default().ends_with(
+                "iii-shell: killed: memory limit 64 MiB reached (confinement.job_limits.memory_max_bytes)\n"
+            ),
+            "{run_as:?}: {r}"
+        );
+        // The next command in a reused cgroup is not blamed for the earlier kill.
+        let ok = probe_with(&h, &["alloc", "8"], None).await;
+        ok.ok();
+        assert!(!ok.stderr.contains("killed"), "{run_as:?}: {ok:?}");
+    }
+}
+
+#[tokio::test]
+async fn escape_130_a_fork_bomb_is_bounded_by_pids_max() {
+    require_root!("run_as cases");
+    for run_as in LIMIT_USERS {
+        let (_j, c) = limits_config(run_as, |l| l.pids_max = Some(20));
+        let h = Harness::new(c).await;
+        let l = probe_with(&h, &["limits"], None).await;
+        assert!(
+            limits_line(l.ok(), "pids").starts_with("pids pids.max=20 "),
+            "{run_as:?}: {l:?}"
+        );
+        // At most 40 tries whatever happens; each process that started writes a line. The
+        // shell gives up at the first fork the kernel refuses; the job's tree goes with it.
+        let forks = _j.root.join("forks.txt");
+        let _ = std::fs::remove_file(&forks);
+        let o = sh(
+            &h,
+            "for i in $(seq 40); do (echo x >> forks.txt; exec sleep 5) & done; wait",
+        )
+        .await;
+        let started = std::fs::read_to_string(&forks)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        assert!(
+            (1..20).contains(&started),
+            "{run_as:?}: {started} processes besides the shell in a job limited to 20: {o:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn escape_131_a_cpu_burner_is_held_to_its_cpu_share() {
+    require_root!("run_as cases");
+    for run_as in LIMIT_USERS {
+        let (_j, c) = limits_config(run_as, |l| l.cpu_max_percent = Some(10));
+        let h = Harness::new(c).await;
+        let l = probe_with(&h, &["limits"], None).await;
+        let line = limits_line(l.ok(), "cpu");
+        assert!(
+            line.contains("cpu.cfs_quota_us=10000 cpu.cfs_period_us=100000")
+                || line.contains("cpu.max=10000 100000"),
+            "{run_as:?}: {line}"
+        );
+        // doctor shows the limit and its controller, and the value the kernel has.
+        let Ok(iii_shell_protocol::messages::Reply::Doctor(report)) =
+            h.services.executor.call(Request::Doctor).await
+        else {
+            panic!("no doctor reply")
+        };
+        let line = |key: &str| {
+            report
+                .commands
+                .process_limits
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {key}: {:?}", report.commands.process_limits))
+        };
+        assert!(
+            line("cpu.max")
+                == "enforced: 10 per job (the job's twin in the cgroup v1 cpu hierarchy)"
+                || line("cpu.max") == "enforced: 10 per job (the job cgroup)",
+            "{}",
+            line("cpu.max")
+        );
+        let kernel = line("job cgroup as the kernel has it");
+        assert!(
+            kernel.contains("cpu.cfs_quota_us=10000 cpu.cfs_period_us=100000")
+                || kernel.contains("cpu.max=10000 100000"),
+            "{kernel}"
+        );
+        // Two seconds of spinning at 10 % of a CPU: about 200 ms of CPU time, and the kernel
+        // throttled it. (Generous: anything under 600 ms; unlimited it is up to 2000.)
+        let o = probe_with(&h, &["burn", "2000"], None).await;
+        o.ok();
+        let field = |k: &str| -> u64 {
+            o.stdout
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{run_as:?}: no {k}: {o:?}"))
+        };
+        assert!(field("cpu_ms=") < 600, "{run_as:?}: {o:?}");
+        assert!(
+            field("nr_throttled=") > 0,
+            "{run_as:?}: never throttled: {o:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn escape_132_a_call_tightens_its_own_limits() {
+    require_root!("run_as cases");
+    for run_as in LIMIT_USERS {
+        let (j, c) = limits_config(run_as, |l| {
+            l.memory_max_bytes = Some(256 << 20);
+            l.pids_max = Some(1024);
+        });
+        let h = Harness::new(c).await;
+        let tight = json!({"memory_max_bytes": 32 << 20, "cpu_max_percent": 20, "pids_max": 16});
+        let l = probe_with(&h, &["limits"], Some(tight.clone())).await;
+        l.ok();
+        let (mem, cpu, pids) = (
+            limits_line(&l, "memory"),
+            limits_line(&l, "cpu"),
+            limits_line(&l, "pids"),
+        );
+        assert!(
+            mem.contains("=33554432 ") || mem.contains("memory.max=33554432"),
+            "{run_as:?}: {mem}"
+        );
+        assert!(
+            cpu.contains("cpu.cfs_quota_us=20000") || cpu.contains("cpu.max=20000 100000"),
+            "{run_as:?}: {cpu}"
+        );
+        assert!(pids.starts_with("pids pids.max=16 "), "{run_as:?}: {pids}");
+        // 64 MiB is under the worker's 256 but over the call's 32.
+        let o = probe_with(&h, &["alloc", "64"], Some(tight.clone())).await;
+        assert!(
+            o.stderr.ends_with(
+                "iii-shell: killed: memory limit 32 MiB reached (limits.memory_max_bytes of the call)\n"
+            ),
+            "{run_as:?}: {o:?}"
+        );
+        // The next call without limits has the worker's again (a pooled cgroup is rewritten).
+        let l = probe_with(&h, &["limits"], None).await;
+        assert!(
+            limits_line(l.ok(), "pids").starts_with("pids pids.max=1024 "),
+            "{run_as:?}: {l:?}"
+        );
+        // A background job and a terminal session get theirs too.
+        let bin = s(bin());
+        let id = h
+            .ok(
+                "shell::exec_bg",
+                json!({"command": bin, "args": ["probe", "limits"], "cwd": ".", "limits": {"pids_max": 9}}),
+            )
+            .await["job_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = finished_record(&h, &id).await;
+        assert!(
+            r["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("pids pids.max=9 "),
+            "{run_as:?}: {r}"
+        );
+        let out = j.root.join("pty-limits.txt");
+        let _ = std::fs::remove_file(&out);
+        h.ok(
+            "shell::pty::open",
+            json!({
+                "cwd": s(&j.root), "cols": 80, "rows": 24,
+                "output_function_id": "iii::shell-ui::pty-output::console-escape132",
+                "program": "sh",
+                "args": ["-c", format!("{} probe limits > {}", bin, s(&out))],
+                "limits": {"pids_max": 7},
+            }),
+        )
+        .await;
+        assert!(
+            eventually(Duration::from_secs(10), || std::fs::read_to_string(&out)
+                .is_ok_and(|t| t.contains("pids pids.max=7 ")))
+            .await,
+            "{run_as:?}: {:?}",
+            std::fs::read_to_string(&out)
+        );
+    }
+}
+
+#[tokio::test]
+async fn escape_133_a_call_cannot_widen_its_limits() {
+    let (j, c) = limits_config(None, |l| {
+        l.memory_max_bytes = Some(64 << 20);
+        l.pids_max = Some(64);
+        l.cpu_max_percent = Some(50);
+    });
+    let h = Harness::new(c).await;
+    for (field, value) in [
+        ("memory_max_bytes", json!((64 << 20) + 1)),
+        ("pids_max", json!(65)),
+        ("cpu_max_percent", json!(51)),
+        ("pids_max", json!(0)),
+    ] {
+        let limits = json!({ field: value });
+        for (function, payload) in [
+            ("shell::exec", json!({"command": "true", "limits": limits})),
+            (
+                "shell::exec_bg",
+                json!({"command": "true", "limits": limits}),
+            ),
+            (
+                "shell::pty::open",
+                json!({
+                    "cwd": s(&j.root), "cols": 80, "rows": 24,
+                    "output_function_id": "iii::shell-ui::pty-output::console-escape133",
+                    "program": "true", "limits": limits,
+                }),
+            ),
+        ] {
+            let e = h.err(function, payload).await;
+            assert_eq!(e.code, "S210", "{function} {limits}: {e:?}");
+            assert!(
+                e.message.contains(&format!("'limits.{field}'")),
+                "{function} {limits}: {e:?}"
+            );
+        }
+    }
+    // The executor checks again: a call that reached it unchecked is refused the same way.
+    let e = h
+        .services
+        .executor
+        .call(Request::Exec(iii_shell_protocol::messages::ExecSpec {
+            argv: vec!["true".into()],
+            cwd: None,
+            env: Vec::new(),
+            stdin: None,
+            timeout_ms: 5000,
+            network: None,
+            limits: iii_shell_policy::call_limits::CallLimits {
+                pids_max: Some(65),
+                ..Default::default()
+            },
+        }))
+        .await
+        .expect_err("a widening reached the executor");
+    assert_eq!(e.code, "S210", "{e:?}");
+    assert!(e.message.contains("'limits.pids_max'"), "{e:?}");
+}

@@ -206,6 +206,7 @@ async fn handshake_ping_and_socket_mode() {
         stdin: None,
         timeout_ms: 1000,
         network: None,
+        limits: Default::default(),
     };
     write_frame(
         &mut s,

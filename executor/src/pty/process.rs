@@ -90,6 +90,7 @@ pub fn login_shell(policy: &Policy) -> String {
 pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecError> {
     check(policy, spec)?;
     let network = policy.network_for(spec.network)?;
+    let limits = policy.job_limits_for(&spec.limits)?;
     policy.commands_ready().await?;
     let resolved = policy.jail.resolve(&spec.cwd)?;
     let st = fstat(&resolved.fd).map_err(|e| ExecError::Internal(format!("cwd: {e}")))?;
@@ -134,11 +135,14 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
         set_cloexec(fd).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
     }
     spawn::set_nonblocking(&master).map_err(|e| ExecError::Internal(format!("pty: {e}")))?;
-    let fits = policy.prestarted_fits(spec.network);
-    if let Some((child, cgroup)) = match fits {
-        true => in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd).await?,
-        false => None,
-    } {
+    // A pre-started process has the policy's own network mode and limits: a session asking
+    // for tighter ones spawns.
+    let prestarted = if policy.prestarted_fits(spec.network) && spec.limits == Default::default() {
+        in_prestarted(policy, &path, &argv, &env, &slave, &resolved.fd).await?
+    } else {
+        None
+    };
+    if let Some((child, cgroup)) = prestarted {
         return Ok(Started {
             child,
             cgroup,
@@ -169,7 +173,7 @@ pub async fn start(policy: &Policy, spec: &OpenSpec) -> Result<Started, ExecErro
     let cgroup = policy
         .launcher
         .cgroups()
-        .take_for(policy.job_limits())
+        .take_for(limits)
         .inspect(|cg| plan.cgroup = Some(cg.target()));
     let child = {
         // As for commands: the root is registered under the lock the orphan reaper checks.
@@ -365,6 +369,7 @@ mod tests {
             env: Vec::new(),
             caller: String::new(),
             network: None,
+            limits: Default::default(),
         };
         let started = start(&policy, &spec).await.expect("a session");
         let cg = started.cgroup.as_ref().expect("a job cgroup");

@@ -46,6 +46,11 @@ pub struct Out {
 }
 
 impl Out {
+    /// A `shell::exec` response that may have been killed (no exit code).
+    pub fn from_value(argv: &[&str], v: &Value) -> Out {
+        Out::from(argv, v)
+    }
+
     fn from(argv: &[&str], v: &Value) -> Out {
         assert_eq!(
             v["timed_out"], false,
