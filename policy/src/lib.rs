@@ -15,6 +15,7 @@
 //! * [`command`]: the one command validator (argv, denylist, env, cwd, timeouts).
 //! * [`mode`]: file-mode and owner rules of the fs surface.
 //! * [`capture`]: bounded output capture and its truncation at a character boundary.
+//! * [`job_output`]: a job's output rings for `shell::job::read`: offsets, what a reader missed.
 //! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
@@ -25,6 +26,7 @@ pub mod denylist;
 pub mod env_policy;
 pub mod error;
 pub mod home;
+pub mod job_output;
 pub mod mode;
 pub mod sync;
 pub mod terminal;
