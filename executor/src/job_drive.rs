@@ -18,8 +18,8 @@ use crate::job_io::{signal_number, JobStdin, WaiterSlot};
 use crate::jobs::{Job, Jobs};
 use crate::policy::Policy;
 
-/// How long one write waits for the program to take its bytes (and for an earlier write to
-/// the same job to finish); past it the write returns what it wrote.
+/// How long one write may take in all: waiting for an earlier write to the same job, then for
+/// the program to take the bytes; past it the write returns what it wrote (`written`).
 pub const WRITE_WAIT: Duration = Duration::from_secs(5);
 
 /// One `shell::job::read`.
@@ -60,7 +60,8 @@ impl Jobs {
                 status.as_str()
             )));
         }
-        let Ok(mut stdin) = tokio::time::timeout(WRITE_WAIT, job.stdin.lock()).await else {
+        let deadline = tokio::time::Instant::now() + WRITE_WAIT;
+        let Ok(mut stdin) = tokio::time::timeout_at(deadline, job.stdin.lock()).await else {
             // An earlier write still waits on a program that does not read.
             return Ok(JobWriteResponse {
                 job_id: job.id.clone(),
@@ -75,7 +76,7 @@ impl Jobs {
             JobStdin::Closed => {
                 return Err(ExecError::Invalid(format!("the stdin of job {id} is closed")))
             }
-            JobStdin::Open(tx) => match write_some(tx, data).await {
+            JobStdin::Open(tx) => match write_some(tx, data, deadline).await {
                 Ok(n) => n,
                 Err(n) => {
                     *stdin = JobStdin::Closed;
@@ -235,12 +236,16 @@ fn chunk(job: &Job, ask: ReadAsk) -> Result<JobChunk, ExecError> {
     })
 }
 
-/// Writes `data` until done or until the program has not taken a byte for [`WRITE_WAIT`]:
-/// `Ok(written)`. `Err(written)` when the pipe is closed at its other end.
-async fn write_some(tx: &mut tokio::net::unix::pipe::Sender, data: &[u8]) -> Result<usize, usize> {
+/// Writes `data` until done or until `deadline`: `Ok(written)`. `Err(written)` when the pipe
+/// is closed at its other end.
+async fn write_some(
+    tx: &mut tokio::net::unix::pipe::Sender,
+    data: &[u8],
+    deadline: tokio::time::Instant,
+) -> Result<usize, usize> {
     let mut written = 0;
     while written < data.len() {
-        match tokio::time::timeout(WRITE_WAIT, tx.write(&data[written..])).await {
+        match tokio::time::timeout_at(deadline, tx.write(&data[written..])).await {
             Ok(Ok(0)) | Err(_) => break,
             Ok(Ok(n)) => written += n,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
