@@ -183,11 +183,8 @@ impl Jobs {
         if timeout_ms > 0 && !*job.done.borrow() {
             let _slot = self.waiter(policy)?;
             let mut done = job.done.clone();
-            let _ = tokio::time::timeout(
-                Duration::from_millis(timeout_ms),
-                done.wait_for(|d| *d),
-            )
-            .await;
+            let _ = tokio::time::timeout(Duration::from_millis(timeout_ms), done.wait_for(|d| *d))
+                .await;
         }
         Ok(job.record())
     }

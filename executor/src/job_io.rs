@@ -150,10 +150,16 @@ mod tests {
         assert!(rx.has_changed().unwrap());
         let r = lock(&o.rings);
         let s = r.stdout.read(0, 99).unwrap();
-        assert_eq!((s.bytes.as_slice(), s.missed, s.next_offset), (&b"ut1 out2"[..], 1, 9));
+        assert_eq!(
+            (s.bytes.as_slice(), s.missed, s.next_offset),
+            (&b"ut1 out2"[..], 1, 9)
+        );
         assert_eq!(r.stderr.read(0, 99).unwrap().bytes, b"err1 ");
         let m = r.merged.read(0, 99).unwrap();
-        assert_eq!((m.bytes.as_slice(), m.missed, m.next_offset), (&b"rr1 out2"[..], 6, 14));
+        assert_eq!(
+            (m.bytes.as_slice(), m.missed, m.next_offset),
+            (&b"rr1 out2"[..], 6, 14)
+        );
         drop(r);
         assert_eq!(o.bytes(), 8 + 5 + 8);
     }

@@ -254,24 +254,28 @@ impl Jobs {
         }
         let mut prep_span = iii_shell_protocol::call_trace::start("exec.prepare");
         let mut kept = None;
-        let (mut spawn_span, running, out, err) =
-            match prestarted(&policy, &spec, cap, &mut prep_span, keep_stdin.then_some(&mut kept))
-                .await?
-            {
-                Some((span, r)) => (span, r.0, r.1, r.2),
-                None => {
-                    let mut prepared =
-                        prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
-                    if keep_stdin {
-                        kept = prepared.stdin.take();
-                    }
-                    drop(prep_span);
-                    let span = iii_shell_protocol::call_trace::start("exec.spawn");
-                    let (running, out, err) =
-                        start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
-                    (span, running, out, err)
+        let (mut spawn_span, running, out, err) = match prestarted(
+            &policy,
+            &spec,
+            cap,
+            &mut prep_span,
+            keep_stdin.then_some(&mut kept),
+        )
+        .await?
+        {
+            Some((span, r)) => (span, r.0, r.1, r.2),
+            None => {
+                let mut prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+                if keep_stdin {
+                    kept = prepared.stdin.take();
                 }
-            };
+                drop(prep_span);
+                let span = iii_shell_protocol::call_trace::start("exec.spawn");
+                let (running, out, err) =
+                    start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+                (span, running, out, err)
+            }
+        };
         if let Some(s) = spawn_span.as_mut() {
             s.attr("process.pid", running.pid());
         }
@@ -279,7 +283,8 @@ impl Jobs {
         let id = uuid::Uuid::new_v4().to_string();
         let stdout = Arc::new(Mutex::new(Capture::new(cap)));
         let stderr = Arc::new(Mutex::new(Capture::new(cap)));
-        let ring_cap = usize::try_from(policy.config.jobs.output_buffer_bytes).unwrap_or(usize::MAX);
+        let ring_cap =
+            usize::try_from(policy.config.jobs.output_buffer_bytes).unwrap_or(usize::MAX);
         let output = Arc::new(JobOutput::new(ring_cap));
         let readers = vec![
             pump_shared(out, stdout.clone(), output.clone(), false),

@@ -274,7 +274,16 @@ mod tests {
         );
         assert_eq!(JobSignal::parse("INT"), Some(JobSignal::Int));
         assert_eq!(JobSignal::parse("SIGUSR2"), Some(JobSignal::Usr2));
-        for bad in ["", "SIG", "int", "SEGV", "SIGSEGV", "9", "SIGSIGINT", "TERM "] {
+        for bad in [
+            "",
+            "SIG",
+            "int",
+            "SEGV",
+            "SIGSEGV",
+            "9",
+            "SIGSIGINT",
+            "TERM ",
+        ] {
             assert_eq!(JobSignal::parse(bad), None, "{bad:?}");
         }
         assert_eq!(
@@ -294,10 +303,16 @@ mod tests {
             status: JobStatus::Running,
         };
         let r = JobReadResponse::from_chunk("j".into(), JobStream::Stdout, chunk("é\n".as_bytes()));
-        assert_eq!((r.data.as_deref(), r.data_base64.as_deref()), (Some("é\n"), None));
+        assert_eq!(
+            (r.data.as_deref(), r.data_base64.as_deref()),
+            (Some("é\n"), None)
+        );
         assert_eq!((r.offset, r.next_offset, r.missed), (3, 6, 1));
         let r = JobReadResponse::from_chunk("j".into(), JobStream::Merged, chunk(&[0xff, b'a']));
-        assert_eq!((r.data.as_deref(), r.data_base64.as_deref()), (None, Some("/2E=")));
+        assert_eq!(
+            (r.data.as_deref(), r.data_base64.as_deref()),
+            (None, Some("/2E="))
+        );
         let json = serde_json::to_value(&r).unwrap();
         assert!(json.get("data").is_none(), "{json}");
         assert_eq!(json["stream"], "merged");

@@ -181,7 +181,10 @@ pub enum Request {
         signal: crate::job::JobSignal,
     },
     /// Wait up to `timeout_ms` for a job to end; answered with its record.
-    JobWait { job_id: String, timeout_ms: u64 },
+    JobWait {
+        job_id: String,
+        timeout_ms: u64,
+    },
 }
 
 impl Request {

@@ -301,8 +301,14 @@ mod tests {
 
     #[test]
     fn write_bytes_exact_values() {
-        assert_eq!(write_bytes(&write_req(Some("hi\n"), None, false), 3).unwrap(), b"hi\n");
-        assert_eq!(write_bytes(&write_req(None, Some("/2E="), false), 3).unwrap(), [0xff, b'a']);
+        assert_eq!(
+            write_bytes(&write_req(Some("hi\n"), None, false), 3).unwrap(),
+            b"hi\n"
+        );
+        assert_eq!(
+            write_bytes(&write_req(None, Some("/2E="), false), 3).unwrap(),
+            [0xff, b'a']
+        );
         assert_eq!(write_bytes(&write_req(None, None, true), 3).unwrap(), b"");
         let e = write_bytes(&write_req(Some("abcd"), None, false), 3).unwrap_err();
         assert!(e.is(Code::S218), "{e:?}");
@@ -331,7 +337,10 @@ mod tests {
         assert_eq!(read_bounds(&req(Some(1), 30_000)).unwrap(), (1, 30_000));
         assert_eq!(read_bounds(&req(Some(1 << 20), 5)).unwrap(), (1 << 20, 5));
         for (m, w) in [(Some(0), 0), (Some((1 << 20) + 1), 0), (None, 30_001)] {
-            assert!(read_bounds(&req(m, w)).unwrap_err().is(Code::S210), "{m:?} {w}");
+            assert!(
+                read_bounds(&req(m, w)).unwrap_err().is(Code::S210),
+                "{m:?} {w}"
+            );
         }
     }
 
@@ -350,11 +359,22 @@ mod tests {
             stderr_truncated: false,
         };
         let c = orphan_chunk(&job, JobStream::Merged, 0, 3).unwrap();
-        assert_eq!((c.bytes.as_slice(), c.next_offset, c.ended), (&b"not"[..], 3, false));
+        assert_eq!(
+            (c.bytes.as_slice(), c.next_offset, c.ended),
+            (&b"not"[..], 3, false)
+        );
         let c = orphan_chunk(&job, JobStream::Stderr, 3, 9).unwrap();
-        assert_eq!((c.bytes.as_slice(), c.next_offset, c.ended), (&b"e\n"[..], 5, true));
+        assert_eq!(
+            (c.bytes.as_slice(), c.next_offset, c.ended),
+            (&b"e\n"[..], 5, true)
+        );
         let c = orphan_chunk(&job, JobStream::Stdout, 0, 9).unwrap();
-        assert_eq!((c.bytes.len(), c.next_offset, c.ended, c.status), (0, 0, true, JobStatus::Killed));
-        assert!(orphan_chunk(&job, JobStream::Stdout, 1, 9).unwrap_err().is(Code::S210));
+        assert_eq!(
+            (c.bytes.len(), c.next_offset, c.ended, c.status),
+            (0, 0, true, JobStatus::Killed)
+        );
+        assert!(orphan_chunk(&job, JobStream::Stdout, 1, 9)
+            .unwrap_err()
+            .is(Code::S210));
     }
 }

@@ -27,7 +27,10 @@ async fn worker(engine: &TestEngine, config: Option<Config>) -> Worker {
 
 async fn start(caller: &TestClient, args: &[&str]) -> String {
     let r = caller
-        .call("shell::job::start", json!({"command": args[0], "args": &args[1..]}))
+        .call(
+            "shell::job::start",
+            json!({"command": args[0], "args": &args[1..]}),
+        )
         .await
         .unwrap_or_else(|e| panic!("shell::job::start {args:?}: {e:?}"));
     r["job_id"].as_str().expect("job_id").to_string()
@@ -72,7 +75,10 @@ async fn read_until(
 
 async fn wait(caller: &TestClient, id: &str) -> Value {
     let r = caller
-        .call("shell::job::wait", json!({"job_id": id, "timeout_ms": 20_000}))
+        .call(
+            "shell::job::wait",
+            json!({"job_id": id, "timeout_ms": 20_000}),
+        )
         .await
         .unwrap_or_else(|e| panic!("wait: {e:?}"));
     r["job"].clone()
@@ -118,7 +124,10 @@ async fn sh_reading_lines_is_fed_read_closed_and_waited_for() {
         .unwrap();
     assert_eq!(r["stream"], "merged");
     assert_eq!(r["data"], "got hello\ngot world\n");
-    assert_eq!((r["next_offset"].as_u64(), r["ended"].as_bool()), (Some(20), Some(true)));
+    assert_eq!(
+        (r["next_offset"].as_u64(), r["ended"].as_bool()),
+        (Some(20), Some(true))
+    );
     assert_eq!(r["status"], "finished");
 
     // Writing after the close, or to the ended job: S210.
@@ -151,13 +160,21 @@ async fn python_is_driven_through_an_interrupt() {
 
     write(&caller, &id, "print(6 * 7)\n").await;
     let (_, out) = read_until(&caller, &id, "stdout", 0, "42\n").await;
-    write(&caller, &id, "import time\nprint('looping')\nwhile True: time.sleep(0.05)\n\n").await;
+    write(
+        &caller,
+        &id,
+        "import time\nprint('looping')\nwhile True: time.sleep(0.05)\n\n",
+    )
+    .await;
     let (_, out) = read_until(&caller, &id, "stdout", out, "looping\n").await;
     let s = caller
         .call("shell::job::signal", json!({"job_id": id, "signal": "INT"}))
         .await
         .unwrap();
-    assert_eq!(s, json!({"job_id": id, "signal": "INT", "sent": true, "status": "running", "reason": null}));
+    assert_eq!(
+        s,
+        json!({"job_id": id, "signal": "INT", "sent": true, "status": "running", "reason": null})
+    );
     read_until(&caller, &id, "stderr", 0, "KeyboardInterrupt").await;
     write(&caller, &id, "print('still here')\n").await;
     read_until(&caller, &id, "stdout", out, "still here\n").await;
@@ -167,7 +184,11 @@ async fn python_is_driven_through_an_interrupt() {
         .await
         .unwrap();
     let job = wait(&caller, &id).await;
-    assert_eq!((job["status"].as_str(), job["exit_code"].as_i64()), (Some("finished"), Some(0)), "{job}");
+    assert_eq!(
+        (job["status"].as_str(), job["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{job}"
+    );
 }
 
 /// A reader behind the bounded buffer (`jobs.output_buffer_bytes` = 1000) is told exactly
@@ -189,24 +210,46 @@ async fn a_reader_behind_the_buffer_gets_the_exact_missed_count() {
     let id = r["job_id"].as_str().unwrap().to_string();
     wait(&caller, &id).await;
     let r = caller
-        .call("shell::job::read", json!({"job_id": id, "stream": "stdout", "offset": 10, "max_bytes": 600}))
+        .call(
+            "shell::job::read",
+            json!({"job_id": id, "stream": "stdout", "offset": 10, "max_bytes": 600}),
+        )
         .await
         .unwrap();
     assert_eq!(
-        (r["offset"].as_u64(), r["missed"].as_u64(), r["next_offset"].as_u64(), r["ended"].as_bool()),
+        (
+            r["offset"].as_u64(),
+            r["missed"].as_u64(),
+            r["next_offset"].as_u64(),
+            r["ended"].as_bool()
+        ),
         (Some(4000), Some(3990), Some(4600), Some(false)),
         "{r}"
     );
     assert_eq!(r["data"], "0".repeat(600));
     let r = caller
-        .call("shell::job::read", json!({"job_id": id, "stream": "stdout", "offset": 4600}))
+        .call(
+            "shell::job::read",
+            json!({"job_id": id, "stream": "stdout", "offset": 4600}),
+        )
         .await
         .unwrap();
-    assert_eq!((r["missed"].as_u64(), r["next_offset"].as_u64(), r["ended"].as_bool()), (Some(0), Some(5000), Some(true)), "{r}");
+    assert_eq!(
+        (
+            r["missed"].as_u64(),
+            r["next_offset"].as_u64(),
+            r["ended"].as_bool()
+        ),
+        (Some(0), Some(5000), Some(true)),
+        "{r}"
+    );
     assert_eq!(r["data"], format!("{}7", "0".repeat(399)));
     // Past the end: S210.
     let e = caller
-        .call("shell::job::read", json!({"job_id": id, "stream": "stdout", "offset": 5001}))
+        .call(
+            "shell::job::read",
+            json!({"job_id": id, "stream": "stdout", "offset": 5001}),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, "S210", "{e:?}");
@@ -224,7 +267,9 @@ async fn merged_is_arrival_order_and_binary_is_base64() {
     let mut at = 0;
     for line in ["o1", "e2", "o3"] {
         write(&caller, &id, &format!("{line}\n")).await;
-        at = read_until(&caller, &id, "merged", at, &format!("{line}\n")).await.1;
+        at = read_until(&caller, &id, "merged", at, &format!("{line}\n"))
+            .await
+            .1;
     }
     let read = |stream: &'static str| {
         let caller = &caller;
@@ -241,14 +286,20 @@ async fn merged_is_arrival_order_and_binary_is_base64() {
     assert_eq!(read("stderr").await["data"], "e2\n");
     write(&caller, &id, "b\n").await;
     let r = caller
-        .call("shell::job::read", json!({"job_id": id, "stream": "stdout", "offset": 6, "wait_ms": 10_000}))
+        .call(
+            "shell::job::read",
+            json!({"job_id": id, "stream": "stdout", "offset": 6, "wait_ms": 10_000}),
+        )
         .await
         .unwrap();
     assert_eq!(r["data_base64"], "/wo=", "{r}");
     assert!(r.get("data").is_none(), "{r}");
     // Bytes written as base64 reach the program as they are.
     caller
-        .call("shell::job::write", json!({"job_id": id, "data_base64": "bzQK", "close": true}))
+        .call(
+            "shell::job::write",
+            json!({"job_id": id, "data_base64": "bzQK", "close": true}),
+        )
         .await
         .unwrap();
     let job = wait(&caller, &id).await;
@@ -288,7 +339,10 @@ async fn refusals_and_exec_bg_jobs() {
     assert!(e.message.contains("shell::exec_bg"), "{e:?}");
 
     let s = caller
-        .call("shell::job::signal", json!({"job_id": bg, "signal": "SIGTERM"}))
+        .call(
+            "shell::job::signal",
+            json!({"job_id": bg, "signal": "SIGTERM"}),
+        )
         .await
         .unwrap();
     assert_eq!(s["sent"], true, "{s}");
@@ -298,23 +352,43 @@ async fn refusals_and_exec_bg_jobs() {
     assert_eq!(job["exit_code"], Value::Null, "{job}");
     assert!(procs_with(&format!("sleep {m}")).is_empty());
     let s = caller
-        .call("shell::job::signal", json!({"job_id": bg, "signal": "TERM"}))
+        .call(
+            "shell::job::signal",
+            json!({"job_id": bg, "signal": "TERM"}),
+        )
         .await
         .unwrap();
-    assert_eq!((s["sent"].as_bool(), s["reason"].as_str()), (Some(false), Some("job already finished")), "{s}");
+    assert_eq!(
+        (s["sent"].as_bool(), s["reason"].as_str()),
+        (Some(false), Some("job already finished")),
+        "{s}"
+    );
 
     // A closed stdin refuses more.
-    let id = start(&caller, &["sh", "-c", &format!("cat >/dev/null; exec sleep {m}")]).await;
+    let id = start(
+        &caller,
+        &["sh", "-c", &format!("cat >/dev/null; exec sleep {m}")],
+    )
+    .await;
     caller
-        .call("shell::job::write", json!({"job_id": id, "data": "x\n", "close": true}))
+        .call(
+            "shell::job::write",
+            json!({"job_id": id, "data": "x\n", "close": true}),
+        )
         .await
         .unwrap();
     let e = caller
         .call("shell::job::write", json!({"job_id": id, "data": "y\n"}))
         .await
         .unwrap_err();
-    assert_eq!((e.code.as_str(), e.message.as_str()), ("S210", format!("the stdin of job {id} is closed").as_str()));
-    let k = caller.call("shell::kill", json!({"job_id": id})).await.unwrap();
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        ("S210", format!("the stdin of job {id} is closed").as_str())
+    );
+    let k = caller
+        .call("shell::kill", json!({"job_id": id}))
+        .await
+        .unwrap();
     assert_eq!(k["killed"], true, "{k}");
     // An unknown job is S211, as for shell::status.
     let e = caller
@@ -338,7 +412,10 @@ async fn bounds_of_writes_reads_and_waiters() {
     let id = start(&caller, &["sh", "-c", ECHO_LINES]).await;
 
     let e = caller
-        .call("shell::job::write", json!({"job_id": id, "data": "123456789"}))
+        .call(
+            "shell::job::write",
+            json!({"job_id": id, "data": "123456789"}),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, "S218", "{e:?}");
@@ -347,11 +424,17 @@ async fn bounds_of_writes_reads_and_waiters() {
         json!({"job_id": id, "max_bytes": 1_048_577}),
         json!({"job_id": id, "wait_ms": 30_001}),
     ] {
-        let e = caller.call("shell::job::read", bad.clone()).await.unwrap_err();
+        let e = caller
+            .call("shell::job::read", bad.clone())
+            .await
+            .unwrap_err();
         assert_eq!(e.code, "S210", "{bad}: {e:?}");
     }
     let e = caller
-        .call("shell::job::wait", json!({"job_id": id, "timeout_ms": 30_001}))
+        .call(
+            "shell::job::wait",
+            json!({"job_id": id, "timeout_ms": 30_001}),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, "S210", "{e:?}");
@@ -362,7 +445,10 @@ async fn bounds_of_writes_reads_and_waiters() {
             // The probes below hold the one place for 10 ms each: retry past them.
             loop {
                 let r = caller
-                    .call("shell::job::read", json!({"job_id": id, "stream": "stdout", "wait_ms": 30_000}))
+                    .call(
+                        "shell::job::read",
+                        json!({"job_id": id, "stream": "stdout", "wait_ms": 30_000}),
+                    )
                     .await;
                 match r {
                     Err(e) if e.code == "S218" => {
@@ -393,14 +479,22 @@ async fn bounds_of_writes_reads_and_waiters() {
     // The exact bytes of a write at the cap (8) pass; the first waiter gets its answer.
     write(&caller, &id, "12345\n\n\n").await;
     let r = first.await.unwrap().unwrap();
-    assert!(r["data"].as_str().is_some_and(|d| d.starts_with("got 12345\n")), "{r}");
+    assert!(
+        r["data"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("got 12345\n")),
+        "{r}"
+    );
     // Its place is free again.
     let job = caller
         .call("shell::job::wait", json!({"job_id": id, "timeout_ms": 10}))
         .await
         .unwrap();
     assert_eq!(job["job"]["status"], "running", "{job}");
-    caller.call("shell::kill", json!({"job_id": id})).await.unwrap();
+    caller
+        .call("shell::kill", json!({"job_id": id}))
+        .await
+        .unwrap();
 }
 
 /// A job driven through `shell::job::*` whose executor is SIGKILLed: once the next executor
@@ -427,7 +521,10 @@ async fn a_dead_executors_job_answers_like_status() {
         "{}",
         w.stderr()
     );
-    let status = caller.call("shell::status", json!({"job_id": id})).await.unwrap();
+    let status = caller
+        .call("shell::status", json!({"job_id": id}))
+        .await
+        .unwrap();
     let job = wait(&caller, &id).await;
     assert_eq!(job, status["job"]);
     assert_eq!(job["status"], "killed", "{job}");
@@ -438,12 +535,24 @@ async fn a_dead_executors_job_answers_like_status() {
     assert_eq!(r["ended"], true, "{r}");
     assert_eq!(r["status"], "killed", "{r}");
     assert_eq!(r["data"], job["stderr"], "{r}");
-    assert!(r["data"].as_str().is_some_and(|d| d.contains("executor restarted")), "{r}");
+    assert!(
+        r["data"]
+            .as_str()
+            .is_some_and(|d| d.contains("executor restarted")),
+        "{r}"
+    );
     let s = caller
-        .call("shell::job::signal", json!({"job_id": id, "signal": "TERM"}))
+        .call(
+            "shell::job::signal",
+            json!({"job_id": id, "signal": "TERM"}),
+        )
         .await
         .unwrap();
-    assert_eq!((s["sent"].as_bool(), s["status"].as_str()), (Some(false), Some("killed")), "{s}");
+    assert_eq!(
+        (s["sent"].as_bool(), s["status"].as_str()),
+        (Some(false), Some("killed")),
+        "{s}"
+    );
     let e = caller
         .call("shell::job::write", json!({"job_id": id, "data": "b\n"}))
         .await
