@@ -75,18 +75,16 @@ impl Collector {
         }
     }
 
-    /// Reads until EOF, publishing every chunk into a shared capture.
-    pub async fn pump_into(&mut self, shared: &std::sync::Mutex<Capture>) {
+    /// Reads until EOF, handing every chunk to `publish` (a job's shared capture and output
+    /// rings) as it arrives.
+    pub async fn pump_with(&mut self, mut publish: impl FnMut(&[u8])) {
         let mut buf = Vec::with_capacity(FIRST_READ);
         while let (false, Some(rx)) = (self.eof, self.rx.as_mut()) {
             buf.clear();
             match rx.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => self.eof = true,
                 Ok(n) => {
-                    shared
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(&buf[..n]);
+                    publish(&buf[..n]);
                     grow_read(&mut buf, n);
                 }
             }

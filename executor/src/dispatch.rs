@@ -66,6 +66,59 @@ impl Executor {
             ),
             Request::JobList => done(Ok(Reply::JobList(self.jobs.list()))),
             Request::JobKill { job_id } => done(self.jobs.kill(&job_id).await.map(Reply::JobKill)),
+            Request::JobStart(spec) => match self.current() {
+                Ok(p) => {
+                    let r = self.jobs.start_job(p.clone(), spec, true).await;
+                    (
+                        r.map(Reply::JobStart).map_err(|e| e.to_wire()),
+                        refill(Some(p)),
+                    )
+                }
+                Err(e) => done(Err(e)),
+            },
+            Request::JobWrite {
+                job_id,
+                data,
+                close,
+            } => match self.current() {
+                Ok(p) => done(
+                    self.jobs
+                        .write(&p, &job_id, &data, close)
+                        .await
+                        .map(Reply::JobWrite),
+                ),
+                Err(e) => done(Err(e)),
+            },
+            Request::JobRead {
+                job_id,
+                stream,
+                offset,
+                max_bytes,
+                wait_ms,
+            } => match self.current() {
+                Ok(p) => {
+                    let ask = crate::job_drive::ReadAsk {
+                        stream,
+                        offset,
+                        max_bytes,
+                        wait_ms,
+                    };
+                    done(self.jobs.read(&p, &job_id, ask).await.map(Reply::JobRead))
+                }
+                Err(e) => done(Err(e)),
+            },
+            Request::JobSignal { job_id, signal } => {
+                done(self.jobs.signal(&job_id, signal).map(Reply::JobSignal))
+            }
+            Request::JobWait { job_id, timeout_ms } => match self.current() {
+                Ok(p) => done(
+                    self.jobs
+                        .wait(&p, &job_id, timeout_ms)
+                        .await
+                        .map(|job| Reply::JobWait(StatusResponse { job })),
+                ),
+                Err(e) => done(Err(e)),
+            },
             Request::Fs(op) => match self.current() {
                 Ok(p) => {
                     let fs = p.fs.clone();

@@ -13,6 +13,7 @@ use iii_shell_protocol::messages::{Event, ExecSpec};
 use tokio::sync::{broadcast, watch};
 
 use crate::capture::{Capture, Collector};
+use crate::job_io::{JobOutput, JobStdin, Waiters};
 use crate::policy::Policy;
 use crate::prepare;
 use crate::prepare::spawn_error;
@@ -21,8 +22,8 @@ use iii_shell_files::error::ExecError;
 use iii_shell_launch::tree::JobTree;
 use iii_shell_protocol::call_trace::Span;
 
-struct JobState {
-    status: JobStatus,
+pub(crate) struct JobState {
+    pub(crate) status: JobStatus,
     exit_code: Option<i32>,
     finished_at_ms: Option<u64>,
     /// Set by the first kill (or the hard cap); later kills are no-ops.
@@ -31,24 +32,28 @@ struct JobState {
     finished_seq: Option<u64>,
 }
 
-struct Job {
-    id: String,
+pub(crate) struct Job {
+    pub(crate) id: String,
     argv: Vec<String>,
     started_at_ms: u64,
     retention_secs: u64,
-    state: Mutex<JobState>,
+    pub(crate) state: Mutex<JobState>,
     stdout: Arc<Mutex<Capture>>,
     stderr: Arc<Mutex<Capture>>,
-    tree: Arc<JobTree>,
+    pub(crate) tree: Arc<JobTree>,
     /// The call set its own `limits.memory_max_bytes` (named when the job is killed at it).
     memory_limit_from_call: bool,
-    /// Flips to true when the job has left `running`.
-    done: watch::Receiver<bool>,
+    /// Flips to true when the job has left `running` (its output is all in `output` then).
+    pub(crate) done: watch::Receiver<bool>,
     readers: Vec<tokio::task::JoinHandle<()>>,
+    /// Its output for `shell::job::read`.
+    pub(crate) output: Arc<JobOutput>,
+    /// Its stdin for `shell::job::write` (a `tokio` lock: a write waits on the pipe).
+    pub(crate) stdin: Arc<tokio::sync::Mutex<JobStdin>>,
 }
 
 impl Job {
-    fn record(&self) -> JobRecord {
+    pub(crate) fn record(&self) -> JobRecord {
         let st = lock(&self.state);
         let out = lock(&self.stdout);
         let err = lock(&self.stderr);
@@ -81,7 +86,7 @@ impl Job {
 
     /// Bytes of output the job holds.
     fn output_bytes(&self) -> usize {
-        lock(&self.stdout).bytes.len() + lock(&self.stderr).bytes.len()
+        lock(&self.stdout).bytes.len() + lock(&self.stderr).bytes.len() + self.output.bytes()
     }
 
     fn expired(&self, now: u64) -> bool {
@@ -96,7 +101,7 @@ impl Job {
 /// At most this many finished jobs are kept; past it the oldest finished go first.
 pub const FINISHED_MAX: usize = 256;
 /// At most this many bytes of finished jobs' output are kept, all jobs together (each job
-/// holds at most 2 x `max_output_bytes`); past it the oldest finished go first.
+/// holds at most 2 x `max_output_bytes` and 3 x `jobs.output_buffer_bytes`); past it the oldest finished go first.
 pub const FINISHED_MAX_BYTES: usize = 64 << 20;
 
 /// Which finished jobs to evict so that at most `max_count` of them, holding at most
@@ -139,6 +144,8 @@ pub struct Jobs {
     events: broadcast::Sender<Event>,
     /// Orders job ends for eviction: the last value handed to a finished job.
     finished_seq: Arc<std::sync::atomic::AtomicU64>,
+    /// Callers waiting on jobs now (`shell::job::read` with `wait_ms`, `shell::job::wait`).
+    pub(crate) waiters: Waiters,
 }
 
 impl Jobs {
@@ -149,6 +156,7 @@ impl Jobs {
             spawn_lock: tokio::sync::Mutex::new(()),
             events,
             finished_seq: Default::default(),
+            waiters: Waiters::default(),
         }
     }
 
@@ -204,7 +212,7 @@ impl Jobs {
         r
     }
 
-    fn get(&self, id: &str) -> Result<Arc<Job>, ExecError> {
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Job>, ExecError> {
         self.prune();
         lock(&self.table)
             .get(id)
@@ -217,6 +225,21 @@ impl Jobs {
         policy: Arc<Policy>,
         spec: ExecSpec,
     ) -> Result<ExecBgResponse, ExecError> {
+        self.start_job(policy, spec, false).await
+    }
+
+    /// Starts a background job: `shell::exec_bg` (`keep_stdin` false: stdin is `/dev/null`,
+    /// or the call's bytes then end-of-file) or `shell::job::start` (`keep_stdin`: stdin is
+    /// a pipe the job keeps, the call's bytes written first).
+    pub async fn start_job(
+        &self,
+        policy: Arc<Policy>,
+        mut spec: ExecSpec,
+        keep_stdin: bool,
+    ) -> Result<ExecBgResponse, ExecError> {
+        if keep_stdin {
+            spec.stdin.get_or_insert_with(Vec::new);
+        }
         policy.commands_ready().await?;
         self.prune();
         let cap = usize::try_from(policy.config.max_output_bytes).unwrap_or(usize::MAX);
@@ -232,18 +255,29 @@ impl Jobs {
             ));
         }
         let mut prep_span = iii_shell_protocol::call_trace::start("exec.prepare");
-        let (mut spawn_span, running, out, err) =
-            match prestarted(&policy, &spec, cap, &mut prep_span).await? {
-                Some((span, r)) => (span, r.0, r.1, r.2),
-                None => {
-                    let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
-                    drop(prep_span);
-                    let span = iii_shell_protocol::call_trace::start("exec.spawn");
-                    let (running, out, err) =
-                        start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
-                    (span, running, out, err)
+        let mut kept = None;
+        let (mut spawn_span, running, out, err) = match prestarted(
+            &policy,
+            &spec,
+            cap,
+            &mut prep_span,
+            keep_stdin.then_some(&mut kept),
+        )
+        .await?
+        {
+            Some((span, r)) => (span, r.0, r.1, r.2),
+            None => {
+                let mut prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+                if keep_stdin {
+                    kept = prepared.stdin.take();
                 }
-            };
+                drop(prep_span);
+                let span = iii_shell_protocol::call_trace::start("exec.spawn");
+                let (running, out, err) =
+                    start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+                (span, running, out, err)
+            }
+        };
         if let Some(s) = spawn_span.as_mut() {
             s.attr("process.pid", running.pid());
         }
@@ -251,10 +285,17 @@ impl Jobs {
         let id = uuid::Uuid::new_v4().to_string();
         let stdout = Arc::new(Mutex::new(Capture::new(cap)));
         let stderr = Arc::new(Mutex::new(Capture::new(cap)));
+        let ring_cap =
+            usize::try_from(policy.config.jobs.output_buffer_bytes).unwrap_or(usize::MAX);
+        let output = Arc::new(JobOutput::new(ring_cap));
         let readers = vec![
-            pump_shared(out, stdout.clone()),
-            pump_shared(err, stderr.clone()),
+            pump_shared(out, stdout.clone(), output.clone(), false),
+            pump_shared(err, stderr.clone(), output.clone(), true),
         ];
+        let stdin = match kept {
+            Some((fd, first)) => keep_stdin_pipe(fd, first),
+            None => Arc::new(tokio::sync::Mutex::new(JobStdin::NotOpen)),
+        };
         let (done_tx, done_rx) = watch::channel(false);
         let job = Arc::new(Job {
             id: id.clone(),
@@ -274,6 +315,8 @@ impl Jobs {
             memory_limit_from_call: spec.limits.memory_max_bytes.is_some(),
             done: done_rx,
             readers,
+            output,
+            stdin,
         });
         lock(&self.table).insert(id.clone(), job.clone());
         let hard_cap_ms = policy.config.max_bg_timeout_ms;
@@ -402,6 +445,7 @@ async fn prestarted(
     spec: &ExecSpec,
     cap: usize,
     prep_span: &mut Option<Span>,
+    keep_stdin: Option<&mut Option<(std::os::fd::OwnedFd, Vec<u8>)>>,
 ) -> Result<Option<(Option<Span>, Started)>, ExecError> {
     if !prepare::takes_prestarted(policy, spec) {
         return Ok(None);
@@ -412,8 +456,13 @@ async fn prestarted(
     if let Some(s) = prep_span.as_mut() {
         s.attr("iii.shell.prestarted", true);
     }
-    let prepared = match prepare::prepare_for_prestarted(policy, spec) {
-        Ok(p) => p,
+    let (prepared, stdin) = match prepare::prepare_for_prestarted(policy, spec) {
+        // A kept stdin is taken out before the start, which would write its bytes and close it.
+        Ok(mut p) if keep_stdin.is_some() => {
+            let stdin = p.stdin.take();
+            (p, stdin)
+        }
+        Ok(p) => (p, None),
         Err(e) => {
             policy.put_back_prestarted(w);
             return Err(plain_spawn_error(e));
@@ -424,6 +473,9 @@ async fn prestarted(
     let Some(r) = start_in_prestarted(w, prepared, cap, true) else {
         return Ok(None);
     };
+    if let Some(kept) = keep_stdin {
+        *kept = stdin;
+    }
     let (mut running, out, err) = r.map_err(plain_spawn_error)?;
     match running.confirm_exec().await {
         Confirmed::Running => Ok(Some((span, (running, out, err)))),
@@ -448,8 +500,48 @@ fn plain_spawn_error(e: ExecError) -> ExecError {
     }
 }
 
-fn pump_shared(mut c: Collector, into: Arc<Mutex<Capture>>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move { c.pump_into(&into).await })
+fn pump_shared(
+    mut c: Collector,
+    into: Arc<Mutex<Capture>>,
+    output: Arc<JobOutput>,
+    stderr: bool,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        c.pump_with(|chunk| {
+            lock(&into).push(chunk);
+            output.push(stderr, chunk);
+        })
+        .await
+    })
+}
+
+/// The write end of a `shell::job::start` job's stdin pipe, kept for `shell::job::write`;
+/// the call's own `stdin` bytes are written first, by a task holding the pipe's lock.
+fn keep_stdin_pipe(fd: std::os::fd::OwnedFd, first: Vec<u8>) -> Arc<tokio::sync::Mutex<JobStdin>> {
+    let stdin = Arc::new(tokio::sync::Mutex::new(JobStdin::Closed));
+    let tx = match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
+        Ok(tx) => tx,
+        Err(e) => {
+            tracing::warn!(error = %e, "a job's stdin pipe could not be kept; it is closed");
+            return stdin;
+        }
+    };
+    // Nobody else holds the new lock yet.
+    let Ok(mut held) = stdin.clone().try_lock_owned() else {
+        return stdin;
+    };
+    *held = JobStdin::Open(tx);
+    if !first.is_empty() {
+        tokio::spawn(async move {
+            if let JobStdin::Open(tx) = &mut *held {
+                use tokio::io::AsyncWriteExt;
+                if tx.write_all(&first).await.is_err() {
+                    *held = JobStdin::Closed;
+                }
+            }
+        });
+    }
+    stdin
 }
 
 async fn supervise(

@@ -10,6 +10,8 @@ pub mod confine;
 mod dispatch;
 pub mod doctor;
 pub mod foreground;
+pub mod job_drive;
+pub mod job_io;
 pub mod jobs;
 pub mod limit_reason;
 pub mod log_relay;

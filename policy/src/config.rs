@@ -52,6 +52,8 @@ pub struct Config {
     pub confinement: ConfinementConfig,
     /// Limits of terminal sessions (`shell::pty::*`).
     pub pty: PtyConfig,
+    /// Limits of driving background jobs (`shell::job::*`: stdin writes, output reads, waits).
+    pub jobs: JobsConfig,
     /// Spans, logs and gauges sent to the engine's telemetry socket (the iii console's traces, logs and worker view).
     pub telemetry: TelemetryConfig,
 }
@@ -86,6 +88,28 @@ pub enum TelemetryLogLevel {
     #[default]
     Warn,
     Info,
+}
+
+/// Limits of driving background jobs (`shell::job::*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsConfig {
+    /// Bytes one `shell::job::write` may send to a job's stdin; more is refused (S218) and nothing is written. At least 1.
+    pub max_write_bytes: u64,
+    /// Bytes of output each job keeps for `shell::job::read`, per stream (stdout, stderr and the merged stream each); older bytes fall out and a reader behind them is told how many it missed. At least 1.
+    pub output_buffer_bytes: u64,
+    /// Callers waiting at once on jobs (`shell::job::read` with `wait_ms` and `shell::job::wait`), all jobs together; one more is refused (S218). At least 1.
+    pub max_waiters: u32,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig {
+            max_write_bytes: 1024 * 1024,
+            output_buffer_bytes: 1024 * 1024,
+            max_waiters: 64,
+        }
+    }
 }
 
 /// Terminal-session limits.
@@ -554,6 +578,7 @@ impl Default for Config {
             working_dir: None,
             confinement: ConfinementConfig::default(),
             pty: PtyConfig::default(),
+            jobs: JobsConfig::default(),
             telemetry: TelemetryConfig::default(),
         }
     }
@@ -685,6 +710,15 @@ impl Config {
         }
         if self.max_timeout_ms == 0 {
             return Err(ConfigError("max_timeout_ms must be greater than 0".into()));
+        }
+        for (key, value) in [
+            ("jobs.max_write_bytes", self.jobs.max_write_bytes),
+            ("jobs.output_buffer_bytes", self.jobs.output_buffer_bytes),
+            ("jobs.max_waiters", self.jobs.max_waiters.into()),
+        ] {
+            if value == 0 {
+                return Err(ConfigError(format!("{key} is 0: set at least 1")));
+            }
         }
         if let Some(r) = &self.confinement.run_as {
             RunAs::parse(r).map_err(ConfigError)?;

@@ -16,6 +16,7 @@
 //! * [`mode`]: file-mode and owner rules of the fs surface.
 //! * [`capture`]: bounded output capture and its truncation at a character boundary.
 //! * [`network`]: the order of the network modes, and a call's tightening of its own.
+//! * [`job_output`]: a job's output rings for `shell::job::read`: offsets, what a reader missed.
 //! * [`sync`]: the poison-recovering [`sync::lock`] every crate uses.
 
 pub mod argv;
@@ -27,6 +28,7 @@ pub mod denylist;
 pub mod env_policy;
 pub mod error;
 pub mod home;
+pub mod job_output;
 pub mod limit_controllers;
 pub mod mode;
 pub mod network;

@@ -88,6 +88,7 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
         sandbox: _,
         confinement: _,
         pty: _,
+        jobs: _,
         job_retention_secs: _,
         turns: _,
         // Not widening: a default within the caps above, where a command starts (inside the
@@ -246,7 +247,7 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
     let zero_unlimited = |v: u64| (v != 0).then_some(v);
     let r = (&n.confinement.rlimits, &b.confinement.rlimits);
     let j = (&n.confinement.job_limits, &b.confinement.job_limits);
-    let limits: [(&'static str, Option<u64>, Option<u64>); 21] = [
+    let limits: [(&'static str, Option<u64>, Option<u64>); 24] = [
         (
             "fs.max_read_bytes",
             zero_unlimited(n.fs.max_read_bytes),
@@ -286,6 +287,21 @@ pub fn widening(base: &Config, new: &Config) -> Vec<Widening> {
             "pty.max_sessions_per_caller",
             Some(n.pty.max_sessions_per_caller.into()),
             Some(b.pty.max_sessions_per_caller.into()),
+        ),
+        (
+            "jobs.max_write_bytes",
+            Some(n.jobs.max_write_bytes),
+            Some(b.jobs.max_write_bytes),
+        ),
+        (
+            "jobs.output_buffer_bytes",
+            Some(n.jobs.output_buffer_bytes),
+            Some(b.jobs.output_buffer_bytes),
+        ),
+        (
+            "jobs.max_waiters",
+            Some(n.jobs.max_waiters.into()),
+            Some(b.jobs.max_waiters.into()),
         ),
         (
             "watch.max_watchers",

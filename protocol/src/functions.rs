@@ -24,6 +24,7 @@ pub enum Family {
     Pty,
     Turns,
     Ui,
+    Job,
 }
 
 /// The executor request a function is served by (`Broker`: answered by the broker alone).
@@ -40,6 +41,11 @@ pub enum ExecutorOp {
     Pty,
     Turns,
     UiState,
+    JobStart,
+    JobWrite,
+    JobRead,
+    JobSignal,
+    JobWait,
 }
 
 impl ExecutorOp {
@@ -58,6 +64,11 @@ impl ExecutorOp {
             ExecutorOp::Pty => "pty",
             ExecutorOp::Turns => "turns",
             ExecutorOp::UiState => "ui_state",
+            ExecutorOp::JobStart => "job_start",
+            ExecutorOp::JobWrite => "job_write",
+            ExecutorOp::JobRead => "job_read",
+            ExecutorOp::JobSignal => "job_signal",
+            ExecutorOp::JobWait => "job_wait",
         })
     }
 }
@@ -133,6 +144,11 @@ pub const FUNCTIONS: &[FunctionEntry] = &[
     f("shell::ui-content", F::Ui, X::Broker),
     f("shell::ui-state::get", F::Ui, X::UiState),
     f("shell::ui-state::set", F::Ui, X::UiState),
+    f("shell::job::start", F::Job, X::JobStart),
+    f("shell::job::write", F::Job, X::JobWrite),
+    f("shell::job::read", F::Job, X::JobRead),
+    f("shell::job::signal", F::Job, X::JobSignal),
+    f("shell::job::wait", F::Job, X::JobWait),
 ];
 
 /// The entry of `id`, if this worker registers it.
@@ -174,6 +190,27 @@ fn sample(op: ExecutorOp) -> Option<crate::messages::Request> {
             key: "k".into(),
             legacy_key: None,
         }),
+        ExecutorOp::JobStart => Request::JobStart(spec()),
+        ExecutorOp::JobWrite => Request::JobWrite {
+            job_id: "j".into(),
+            data: Vec::new(),
+            close: true,
+        },
+        ExecutorOp::JobRead => Request::JobRead {
+            job_id: "j".into(),
+            stream: crate::job::JobStream::Merged,
+            offset: 0,
+            max_bytes: 1,
+            wait_ms: 0,
+        },
+        ExecutorOp::JobSignal => Request::JobSignal {
+            job_id: "j".into(),
+            signal: crate::job::JobSignal::Term,
+        },
+        ExecutorOp::JobWait => Request::JobWait {
+            job_id: "j".into(),
+            timeout_ms: 0,
+        },
     })
 }
 
@@ -193,7 +230,7 @@ mod tests {
             );
         }
         assert_eq!(find("shell::nope"), None);
-        assert_eq!(FUNCTIONS.len(), 50);
+        assert_eq!(FUNCTIONS.len(), 55);
     }
 
     /// Each operation names the kind of the request it is served by.

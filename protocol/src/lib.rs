@@ -7,6 +7,7 @@
 //! * [`messages`]: the closed set of requests the executor accepts, its replies and events.
 //! * [`error`]: the `{code, message}` wire error and the S-codes (from `iii_shell_policy`).
 //! * [`exec`]: the public JSON request/response types of the exec family.
+//! * [`job`]: the public JSON types of `shell::job::*` (jobs a caller drives) and their limits.
 //! * [`trace`]: the telemetry that crosses the socket (trace context, spans, logs, usage).
 //! * [`coder`]: the public JSON types of `coder::*`, its budgets and executor operations.
 //! * [`config`]: the `shell` configuration document (the newest, ide 0.12.9 shape; from
@@ -21,6 +22,7 @@ pub mod exec;
 pub mod frame;
 pub mod fs;
 pub mod functions;
+pub mod job;
 pub mod messages;
 pub mod pty;
 pub mod sink;
@@ -36,7 +38,7 @@ pub use iii_shell_policy::{Code, WireCode, WireError};
 
 /// Version of the broker↔executor protocol. Bumped on any incompatible change to
 /// [`messages`]; a peer that speaks another version is refused during the handshake.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Package version, reported by `--version` and registered with the engine.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -162,6 +162,34 @@ pub enum Request {
         scope_root: String,
         op: FsOp,
     },
+    /// `shell::job::start`: `ExecBg` with stdin kept open as a pipe (`stdin` is written first).
+    /// (Added in protocol version 9, as are the other `Job*` requests below.)
+    JobStart(ExecSpec),
+    /// Write `data` to a job's stdin, then close it when `close`.
+    JobWrite {
+        job_id: String,
+        #[serde(with = "crate::bytes")]
+        data: Vec<u8>,
+        close: bool,
+    },
+    /// Read a job's output from `offset`, waiting up to `wait_ms` for a first byte.
+    JobRead {
+        job_id: String,
+        stream: crate::job::JobStream,
+        offset: u64,
+        max_bytes: u64,
+        wait_ms: u64,
+    },
+    /// Send a signal to a job's process group.
+    JobSignal {
+        job_id: String,
+        signal: crate::job::JobSignal,
+    },
+    /// Wait up to `timeout_ms` for a job to end; answered with its record.
+    JobWait {
+        job_id: String,
+        timeout_ms: u64,
+    },
 }
 
 impl Request {
@@ -192,6 +220,11 @@ impl Request {
             Request::UiState(_) => "ui_state",
             Request::Usage => "usage",
             Request::PtySubscribe => "pty_subscribe",
+            Request::JobStart(_) => "job_start",
+            Request::JobWrite { .. } => "job_write",
+            Request::JobRead { .. } => "job_read",
+            Request::JobSignal { .. } => "job_signal",
+            Request::JobWait { .. } => "job_wait",
         }
     }
 }
@@ -220,6 +253,11 @@ pub enum Reply {
     Turns(crate::turns::TurnsReply),
     UiState(crate::ui_state::UiStateReply),
     Usage(crate::trace::UsageReport),
+    JobStart(ExecBgResponse),
+    JobWrite(crate::job::JobWriteResponse),
+    JobRead(crate::job::JobChunk),
+    JobSignal(crate::job::JobSignalResponse),
+    JobWait(StatusResponse),
 }
 
 /// Pushed by the executor without a request.

@@ -5,6 +5,7 @@ pub mod config_status;
 pub mod definition;
 pub mod exec;
 pub mod fs;
+pub mod job;
 pub mod pty;
 pub mod sandbox;
 pub mod turns;
@@ -33,6 +34,7 @@ pub fn catalogue() -> Vec<FunctionDef> {
     v.extend(pty::definitions());
     v.extend(turns::definitions());
     v.extend(ui::definitions());
+    v.extend(job::definitions());
     v
 }
 
@@ -75,6 +77,7 @@ pub async fn dispatch(
         Family::Pty => pty::dispatch(services, id, payload).await,
         Family::Turns => turns::dispatch(services, id, payload, meta).await,
         Family::Ui => ui::dispatch(services, id, payload).await,
+        Family::Job => job::dispatch(services, id, payload).await,
     }
 }
 

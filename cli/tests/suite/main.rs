@@ -30,6 +30,7 @@ mod hardening;
 mod install_deb;
 mod interop_real_engine;
 mod jailed_defaults;
+mod job_drive;
 mod jobs;
 mod launcher;
 mod logs;

@@ -63,10 +63,32 @@ const ALLOWED: &[Allowed] = &[
 /// Functions this worker publishes that the ide 0.12.9 contract does not have, with why. Each
 /// must stay out of the seed (a seed entry would be the contract to match), still be
 /// published (a stale entry fails), have a description, and draft-07 schemas.
-const ADDITIONS: &[(&str, &str)] = &[(
-    "shell::turns::sessions",
-    "ide 0.12.9 has no function that lists the sessions with recorded turns; the console page needs it to offer them instead of asking for an id",
-)];
+const ADDITIONS: &[(&str, &str)] = &[
+    (
+        "shell::turns::sessions",
+        "ide 0.12.9 has no function that lists the sessions with recorded turns; the console page needs it to offer them instead of asking for an id",
+    ),
+    (
+        "shell::job::start",
+        "ide 0.12.9 jobs cannot be fed input: a job started here keeps its stdin open as a pipe for shell::job::write",
+    ),
+    (
+        "shell::job::write",
+        "ide 0.12.9 has no way to write to a running job's stdin (an agent driving an interactive program)",
+    ),
+    (
+        "shell::job::read",
+        "ide 0.12.9 only returns a job's whole capture (shell::status); an agent needs output from an offset, with long polling and an exact count of what it missed",
+    ),
+    (
+        "shell::job::signal",
+        "ide 0.12.9 can only kill a job (shell::kill); an agent needs INT, TERM, STOP/CONT and the other documented signals",
+    ),
+    (
+        "shell::job::wait",
+        "ide 0.12.9 can only poll shell::status; an agent waits for a job's end instead of busy-polling",
+    ),
+];
 
 /// Request fields added to functions of the contract (function, field, why). The seed's
 /// fields must all still match; these are left out of the property-name comparison of the
