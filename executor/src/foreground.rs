@@ -166,7 +166,14 @@ async fn run_inner(
             started = Instant::now();
             match start_in_prestarted(w, prepared, cap, false) {
                 Some(r) => r.map_err(|e| failed(spawn_span.take(), e))?,
-                None => return Ok(Attempt::NeverStarted(None)),
+                None => {
+                    // The pre-started process was gone: the call spawns afresh, under a
+                    // second exec.spawn span. This one says why it has no process.
+                    if let Some(s) = spawn_span.as_mut() {
+                        s.attr("iii.shell.outcome", "never_started");
+                    }
+                    return Ok(Attempt::NeverStarted(None));
+                }
             }
         }
         None => {

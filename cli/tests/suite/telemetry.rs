@@ -92,6 +92,24 @@ fn child_of<'a>(spans: &'a [Value], parent: &Value, name: &str) -> &'a Value {
         })
 }
 
+/// The last span named `name` under `parent` (a retried step leaves one per attempt).
+fn last_child_of<'a>(spans: &'a [Value], parent: &Value, name: &str) -> &'a Value {
+    let all: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == name && s["parent_span_id"] == parent["span_id"])
+        .collect();
+    for earlier in &all[..all.len().saturating_sub(1)] {
+        assert_eq!(
+            attr(earlier, "iii.shell.outcome"),
+            Some("never_started"),
+            "{earlier}"
+        );
+    }
+    all.last()
+        .copied()
+        .unwrap_or_else(|| panic!("no {name} under {}", parent["name"]))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_is_a_span_in_the_callers_trace() {
     let engine = TestEngine::start().await;
@@ -158,7 +176,9 @@ async fn every_call_is_a_span_in_the_callers_trace() {
         assert_eq!(attr(trip, "iii.shell.request"), Some("exec"));
         let handled = child_of(&spans, trip, "executor.exec");
         let prepare = child_of(&spans, handled, "exec.prepare");
-        let spawn = child_of(&spans, handled, "exec.spawn");
+        // The last spawn: a pre-started process found gone leaves an earlier exec.spawn
+        // marked never_started, and the call spawns again.
+        let spawn = last_child_of(&spans, handled, "exec.spawn");
         let wait = child_of(&spans, handled, "exec.wait");
         assert!(attr(spawn, "process.pid").is_some(), "{spawn}");
         assert_eq!(attr(wait, "iii.shell.exit_code"), Some("0"));
