@@ -234,11 +234,11 @@ impl Jobs {
             match prestarted(&policy, &spec, cap, &mut prep_span).await? {
                 Some((span, r)) => (span, r.0, r.1, r.2),
                 None => {
-                    let prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+                    let prepared = prepare::prepare(&policy, &spec)?;
                     drop(prep_span);
                     let span = iii_shell_protocol::call_trace::start("exec.spawn");
                     let (running, out, err) =
-                        start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+                        start(prepared, &spec.argv[0], cap)?;
                     (span, running, out, err)
                 }
             };
@@ -410,7 +410,7 @@ async fn prestarted(
         Ok(p) => p,
         Err(e) => {
             policy.put_back_prestarted(w);
-            return Err(plain_spawn_error(e));
+            return Err(e);
         }
     };
     drop(prep_span.take());
@@ -418,27 +418,18 @@ async fn prestarted(
     let Some(r) = start_in_prestarted(w, prepared, cap, true) else {
         return Ok(None);
     };
-    let (mut running, out, err) = r.map_err(plain_spawn_error)?;
+    let (mut running, out, err) = r?;
     match running.confirm_exec().await {
         Confirmed::Running => Ok(Some((span, (running, out, err)))),
         Confirmed::ExecFailed(e) => {
             release_later(running.tree.clone());
-            Err(plain_spawn_error(spawn_error(&spec.argv[0], &e)))
+            Err(spawn_error(&spec.argv[0], &e))
         }
         Confirmed::NeverStarted => {
             tracing::debug!("a pre-started process died before it took a background command");
             release_later(running.tree.clone());
             Ok(None)
         }
-    }
-}
-
-/// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy
-/// failures keep their codes.
-fn plain_spawn_error(e: ExecError) -> ExecError {
-    match e {
-        ExecError::Internal(m) => ExecError::Plain(m),
-        other => other,
     }
 }
 

@@ -219,24 +219,27 @@ pub fn rm(policy: &FsPolicy, input: &str, recursive: bool) -> Result<RmResponse,
             )
             .map_err(|e| map_errno(input, e))
         };
+        let mut kept = false;
         if recursive {
-            // Scan first: a tree holding an entry the caller may not see is refused whole,
-            // with the wording of a missing path, before anything is deleted (deleting the
-            // rest and then failing would both lose data and reveal the hidden entry).
-            walk(
-                dir()?,
-                &parent.path,
+            // Protected entries (denylisted, non-accessible) are skipped silently, as the walks
+            // of grep, sed and chmod skip them: the rest of the tree goes, and the directories
+            // that still hold a protected entry stay.
+            let mut delete = RmDelete {
+                policy,
                 input,
-                MAX_TREE_DEPTH,
-                &mut RmScan { policy, input },
-            )?;
-            walk(
-                dir()?,
-                &parent.path,
-                input,
-                MAX_TREE_DEPTH,
-                &mut RmDelete { policy, input },
-            )?;
+                kept: false,
+            };
+            walk(dir()?, &parent.path, input, MAX_TREE_DEPTH, &mut delete)?;
+            kept = delete.kept;
+        }
+        if kept {
+            // The directory still holds what the caller cannot see: it stays, and the answer
+            // says so without naming anything in it.
+            return Ok(RmResponse {
+                removed: false,
+                path: display(&parent.path),
+                was_present: true,
+            });
         }
         unlinkat(&parent.dir, &name, libc::AT_REMOVEDIR).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
@@ -287,47 +290,35 @@ fn only_hidden(
     any
 }
 
-/// The first pass of `rm -r`: refuses the whole tree when it holds a hidden entry.
-struct RmScan<'a> {
-    policy: &'a FsPolicy,
-    input: &'a str,
-}
-
-impl Visitor for RmScan<'_> {
-    fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
-        self.leave(n).map(|()| true)
-    }
-    fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
-        if self.policy.jail.is_denied(n.path) {
-            return Err(ExecError::NotFound(self.input.to_string()));
-        }
-        Ok(())
-    }
-}
-
-/// The second pass of `rm -r`: deletes children before their directory. An entry that became
-/// hidden since the scan (a command raced it in) is kept, and the call fails like the scan.
+/// `rm -r`: deletes children before their directory. A protected entry is skipped (not
+/// entered, not deleted) and marks `kept`; a directory left non-empty by it stays.
 struct RmDelete<'a> {
     policy: &'a FsPolicy,
     input: &'a str,
+    /// A protected entry was skipped, so its ancestors stay.
+    kept: bool,
 }
 
 impl Visitor for RmDelete<'_> {
     fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
         if self.policy.jail.is_denied(n.path) {
-            return Err(ExecError::NotFound(self.input.to_string()));
+            self.kept = true;
+            return Ok(false);
         }
         Ok(true)
     }
     fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
         if self.policy.jail.is_denied(n.path) {
-            return Err(ExecError::NotFound(self.input.to_string()));
+            self.kept = true;
+            return Ok(());
         }
         let flags = if is_dir(n.st) { libc::AT_REMOVEDIR } else { 0 };
         match unlinkat(n.dir, n.name, flags) {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             Err(e) => Err(match e.raw_os_error() {
+                // Left holding a skipped protected entry: it stays, silently.
+                Some(libc::ENOTEMPTY) | Some(libc::EEXIST) if self.kept => return Ok(()),
                 Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
                     ExecError::NotEmpty(self.input.to_string())
                 }

@@ -106,19 +106,6 @@ pub fn to_wire(err: &ErrorBody) -> WireError {
     }
 }
 
-/// True when a failed `sandbox::exec` means "the command ran past its timeout": recovered
-/// code S200, or a message saying "timed out". Our own RPC deadline is not one of these.
-pub fn is_exec_timeout(err: &ErrorBody) -> bool {
-    if err.code == LINK_TIMEOUT {
-        return false;
-    }
-    let s200 = match recover(err) {
-        Recovered::TopLevel(c) | Recovered::Wrapped(c) => c == "S200",
-        Recovered::None => false,
-    };
-    s200 || err.message.contains("timed out")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,26 +183,5 @@ mod tests {
         for c in PASSED_THROUGH {
             assert_eq!(canonical(c), c);
         }
-    }
-
-    #[test]
-    fn exec_timeouts() {
-        assert!(is_exec_timeout(&body(
-            "invocation_failed",
-            r#"handler error: {"code":"S200","message":"exec timed out after 5 ms"}"#
-        )));
-        assert!(is_exec_timeout(&body("S200", "x")));
-        assert!(is_exec_timeout(&body(
-            "invocation_failed",
-            "the command timed out"
-        )));
-        assert!(!is_exec_timeout(&body(
-            "timeout",
-            "sandbox::exec: no answer within 30s; timed out"
-        )));
-        assert!(!is_exec_timeout(&body(
-            "invocation_failed",
-            r#"handler error: {"code":"S300"}"#
-        )));
     }
 }
