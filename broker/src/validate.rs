@@ -233,7 +233,10 @@ mod tests {
         let e = err(json!({"command": "ls", "args": "x"}));
         assert_eq!(
             (e.code.as_str(), e.message.as_str()),
-            ("S210", "malformed payload: 'args' must be an array of strings")
+            (
+                "S210",
+                "malformed payload: 'args' must be an array of strings"
+            )
         );
         let e = err(json!({"command": "ls", "args": ["a", 1]}));
         assert_eq!(

@@ -237,8 +237,7 @@ impl Jobs {
                     let prepared = prepare::prepare(&policy, &spec)?;
                     drop(prep_span);
                     let span = iii_shell_protocol::call_trace::start("exec.spawn");
-                    let (running, out, err) =
-                        start(prepared, &spec.argv[0], cap)?;
+                    let (running, out, err) = start(prepared, &spec.argv[0], cap)?;
                     (span, running, out, err)
                 }
             };

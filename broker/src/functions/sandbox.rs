@@ -29,8 +29,8 @@ use replies::ExecReply;
 /// streamed write lasts as long as the caller keeps writing.
 const FS_RPC_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Added to an exec's `timeout_ms` for its RPC deadline, so the sandbox's own timeout (S200)
-/// is what normally ends a long command, not ours.
+/// Added to an exec's `timeout_ms` for its RPC deadline, so the sandbox's own timeout (its
+/// reply's `timed_out`) is what normally ends a long command, not ours.
 const EXEC_RPC_SLACK: Duration = Duration::from_secs(30);
 
 /// Forwards `shell::fs::<op>` to `sandbox::fs::<op>` with `sandbox_id` injected. `body` is the

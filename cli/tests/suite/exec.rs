@@ -80,7 +80,10 @@ async fn argv_type_errors_are_s210_and_parse_errors_plain_messages() {
     let h = Harness::default().await;
     let malformed = [
         (json!({"command": 42}), "'command' must be a string"),
-        (json!({"command": ["ls", "-l"]}), "'command' must be a string"),
+        (
+            json!({"command": ["ls", "-l"]}),
+            "'command' must be a string",
+        ),
         (
             json!({"command": "ls", "args": "-l"}),
             "'args' must be an array of strings",

@@ -2479,8 +2479,16 @@ async fn rm_of_a_tree_holding_hidden_entries_skips_them_silently() {
             "{d}"
         );
         let want: Vec<_> = kept.iter().map(|k| root.join(d).join(k)).collect();
-        assert_eq!(walk(&root.join(d)), want, "{d}: only the protected entry stays");
-        same_bytes(std::fs::read(root.join(d).join(hidden)).unwrap(), b"SECRET", d);
+        assert_eq!(
+            walk(&root.join(d)),
+            want,
+            "{d}: only the protected entry stays"
+        );
+        same_bytes(
+            std::fs::read(root.join(d).join(hidden)).unwrap(),
+            b"SECRET",
+            d,
+        );
         // What ls shows of it is gone: the listing is empty.
         let ls = h.ok("shell::fs::ls", json!({"path": d})).await;
         let names: Vec<&str> = ls["entries"]

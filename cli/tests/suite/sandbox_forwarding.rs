@@ -695,7 +695,9 @@ async fn background_sandbox_jobs() {
             .contains("sandbox::exec failed: S200: "),
         "{job}"
     );
-    let job = s.wait_done(&s.spawn(exec("in_vm_timeout", &[])).await).await;
+    let job = s
+        .wait_done(&s.spawn(exec("in_vm_timeout", &[])).await)
+        .await;
     assert_eq!(job["status"], "killed", "{job}");
 
     // shell::kill marks a running job killed at once, with the sandbox limit as the reason.

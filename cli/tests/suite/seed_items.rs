@@ -117,11 +117,7 @@ async fn grep_skips_lines_longer_than_max_line_bytes() {
     let long = format!("needle {}", "x".repeat(100));
     let exact = format!("needle {}", "y".repeat(13));
     assert_eq!(exact.len(), 20);
-    std::fs::write(
-        j.root.join("f.txt"),
-        format!("{long}\n{exact}\nneedle\n"),
-    )
-    .unwrap();
+    std::fs::write(j.root.join("f.txt"), format!("{long}\n{exact}\nneedle\n")).unwrap();
     let r = h
         .ok(
             "shell::fs::grep",

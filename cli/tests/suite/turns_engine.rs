@@ -874,7 +874,10 @@ async fn malformed_hooks_continue_and_bad_turn_events_are_s210_naming_the_field(
         ("shell::turns::on-post-trigger", json!("not even an object")),
         ("shell::turns::on-pre-trigger", json!([1, 2])),
         ("shell::turns::on-post-trigger", json!(null)),
-        ("shell::turns::on-pre-trigger", json!({"call": {"function_id": 7}})),
+        (
+            "shell::turns::on-pre-trigger",
+            json!({"call": {"function_id": 7}}),
+        ),
         (
             "shell::turns::on-pre-trigger",
             json!({"session_id": "s1", "turn_id": long, "call": {"function_id": "shell::fs::write", "arguments": {"path": "x"}}}),
@@ -1483,8 +1486,11 @@ async fn a_failed_hooked_call_records_nothing_and_a_second_revert_skips() {
         json!({"session_id": "s1", "turn_id": "t1"}),
     )
     .await;
-    s.hooked("shell::fs::write", json!({"path": "a.txt", "content": "new\n"}))
-        .await;
+    s.hooked(
+        "shell::fs::write",
+        json!({"path": "a.txt", "content": "new\n"}),
+    )
+    .await;
     s.hooked(
         "shell::fs::write",
         json!({"path": "b.txt", "content": "b after\n"}),

@@ -224,6 +224,15 @@ pub fn rm(policy: &FsPolicy, input: &str, recursive: bool) -> Result<RmResponse,
             // Protected entries (denylisted, non-accessible) are skipped silently, as the walks
             // of grep, sed and chmod skip them: the rest of the tree goes, and the directories
             // that still hold a protected entry stay.
+            // Scan first: a tree deeper than the walk's bound is refused (S218) before
+            // anything is deleted.
+            walk(
+                dir()?,
+                &parent.path,
+                input,
+                MAX_TREE_DEPTH,
+                &mut RmScan { policy },
+            )?;
             let mut delete = RmDelete {
                 policy,
                 input,
@@ -290,7 +299,22 @@ fn only_hidden(
     any
 }
 
-/// `rm -r`: deletes children before their directory. A protected entry is skipped (not
+/// The first pass of `rm -r`: walks the tree (not entering protected entries) so that one
+/// past the depth bound fails before anything is deleted.
+struct RmScan<'a> {
+    policy: &'a FsPolicy,
+}
+
+impl Visitor for RmScan<'_> {
+    fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
+        Ok(!self.policy.jail.is_denied(n.path))
+    }
+    fn leave(&mut self, _n: &Node<'_>) -> Result<(), ExecError> {
+        Ok(())
+    }
+}
+
+/// The second pass of `rm -r`: deletes children before their directory. A protected entry is skipped (not
 /// entered, not deleted) and marks `kept`; a directory left non-empty by it stays.
 struct RmDelete<'a> {
     policy: &'a FsPolicy,

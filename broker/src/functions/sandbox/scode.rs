@@ -157,6 +157,16 @@ mod tests {
             "S216"
         );
         assert_eq!(to_wire(&body("S400", "too many")).code, "S400");
+        // S200 (an in-VM failure) is passed through, wrapped or not: never a timeout result.
+        assert_eq!(to_wire(&body("S200", "exec timed out")).code, "S200");
+        assert_eq!(
+            to_wire(&body(
+                "invocation_failed",
+                r#"handler error: {"code":"S200","message":"exec timed out after 5 ms"}"#
+            ))
+            .code,
+            "S200"
+        );
         assert_eq!(to_wire(&body("S220", "future")).code, "S216");
         let e = to_wire(&body(
             "invocation_failed",
