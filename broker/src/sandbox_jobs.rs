@@ -32,9 +32,7 @@ pub enum JobEnd {
         exit_code: Option<i32>,
         timed_out: bool,
     },
-    /// The command ran past its timeout (sandbox error S200); `note` goes to stderr.
-    TimedOut { note: String },
-    /// The call failed; `reason` goes to stderr.
+    /// The call failed (any sandbox error, S200 included); `reason` goes to stderr.
     Failed { reason: String },
 }
 
@@ -124,7 +122,6 @@ impl SandboxJob {
                     None,
                 )
             }
-            JobEnd::TimedOut { note } => (JobStatus::Killed, Some(note)),
             JobEnd::Failed { reason } => (JobStatus::Failed, Some(reason)),
         };
         if let Some(note) = note {
@@ -301,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn failure_and_timeout_notes() {
+    fn failure_notes() {
         let jobs = SandboxJobs::default();
         let a = start(&jobs, 3600);
         a.finish(JobEnd::Failed {
@@ -311,10 +308,5 @@ mod tests {
         assert_eq!(r.status, JobStatus::Failed);
         assert_eq!(r.exit_code, None);
         assert_eq!(r.stderr, "[iii-shell] sandbox::exec failed: S002: gone\n");
-        let b = start(&jobs, 3600);
-        b.finish(JobEnd::TimedOut {
-            note: "timed out".into(),
-        });
-        assert_eq!(jobs.status(b.id()).unwrap().status, JobStatus::Killed);
     }
 }

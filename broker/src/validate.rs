@@ -58,12 +58,13 @@ pub fn exec_request_with(
     let obj = value
         .as_object()
         .ok_or_else(|| malformed("expected an object"))?;
-    // The argv fields get plain messages naming the violation, before serde sees them.
+    // A `command`/`args` of the wrong JSON type is a malformed payload (S210), with a message
+    // naming the violation, before serde sees it.
     match obj.get("command") {
         None => return Err(malformed("missing field `command`")),
         Some(Value::String(_)) => {}
         Some(_) => {
-            return Err(WireError::plain(
+            return Err(malformed(
                 "'command' must be a string: the program name or path; put its arguments in 'args'",
             ))
         }
@@ -72,10 +73,10 @@ pub fn exec_request_with(
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
             if let Some(i) = items.iter().position(|v| !v.is_string()) {
-                return Err(WireError::plain(format!("'args[{i}]' must be a string")));
+                return Err(malformed(format!("'args[{i}]' must be a string")));
             }
         }
-        Some(_) => return Err(WireError::plain("'args' must be an array of strings")),
+        Some(_) => return Err(malformed("'args' must be an array of strings")),
     }
     // Negative or fractional timeouts fall back to the default instead of failing. The value is
     // copied only then: otherwise it is read in place.
@@ -245,14 +246,19 @@ mod tests {
             e.message.contains("'command'") && e.message.contains("must be a string"),
             "{e:?}"
         );
-        assert_eq!(e.code, "invocation_failed");
+        assert_eq!(e.code, "S210");
+        let e = err(json!({"command": "ls", "args": "x"}));
         assert_eq!(
-            err(json!({"command": "ls", "args": "x"})).message,
-            "'args' must be an array of strings"
+            (e.code.as_str(), e.message.as_str()),
+            (
+                "S210",
+                "malformed payload: 'args' must be an array of strings"
+            )
         );
+        let e = err(json!({"command": "ls", "args": ["a", 1]}));
         assert_eq!(
-            err(json!({"command": "ls", "args": ["a", 1]})).message,
-            "'args[1]' must be a string"
+            (e.code.as_str(), e.message.as_str()),
+            ("S210", "malformed payload: 'args[1]' must be a string")
         );
         assert!(err(json!({"command": "echo 'unterminated"}))
             .message

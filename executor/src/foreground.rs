@@ -204,6 +204,9 @@ async fn run_inner(
     let mut wait_span = call_trace::start("exec.wait");
     let deadline = tokio::time::Instant::from_std(started + Duration::from_millis(timeout_ms));
     let spawned = started.elapsed();
+    // When the root was reaped: `duration_ms` runs from spawn to the root's exit, not to the
+    // end of the drain after it (a grandchild may hold the pipes for ROOT_EXIT_DRAIN more).
+    let mut exited_after: Option<Duration> = None;
 
     let outcome = tokio::select! {
         // Output first: the pipes reach EOF when the whole tree has closed them, which for
@@ -220,9 +223,11 @@ async fn run_inner(
                 biased;
                 _ = &mut pumps => {
                     running.wait().await;
+                    exited_after = Some(started.elapsed());
                     Outcome::Completed
                 }
                 _ = running.wait() => {
+                    exited_after = Some(started.elapsed());
                     match tokio::time::timeout(ROOT_EXIT_DRAIN, &mut pumps).await {
                         Ok(()) => Outcome::Completed,
                         Err(_) => Outcome::RootExited,
@@ -239,7 +244,7 @@ async fn run_inner(
         Outcome::TimedOut if running.status.is_some() => Outcome::RootExited,
         o => o,
     };
-    let mut duration = started.elapsed();
+    let mut duration = exited_after.unwrap_or_else(|| started.elapsed());
     tracing::trace!(
         prepare_us = started.duration_since(entered).as_micros() as u64,
         spawn_us = spawned.as_micros() as u64,

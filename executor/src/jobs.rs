@@ -267,14 +267,13 @@ impl Jobs {
         {
             Some((span, r)) => (span, r.0, r.1, r.2),
             None => {
-                let mut prepared = prepare::prepare(&policy, &spec).map_err(plain_spawn_error)?;
+                let mut prepared = prepare::prepare(&policy, &spec)?;
                 if keep_stdin {
                     kept = prepared.stdin.take();
                 }
                 drop(prep_span);
                 let span = iii_shell_protocol::call_trace::start("exec.spawn");
-                let (running, out, err) =
-                    start(prepared, &spec.argv[0], cap).map_err(plain_spawn_error)?;
+                let (running, out, err) = start(prepared, &spec.argv[0], cap)?;
                 (span, running, out, err)
             }
         };
@@ -465,7 +464,7 @@ async fn prestarted(
         Ok(p) => (p, None),
         Err(e) => {
             policy.put_back_prestarted(w);
-            return Err(plain_spawn_error(e));
+            return Err(e);
         }
     };
     drop(prep_span.take());
@@ -476,27 +475,18 @@ async fn prestarted(
     if let Some(kept) = keep_stdin {
         *kept = stdin;
     }
-    let (mut running, out, err) = r.map_err(plain_spawn_error)?;
+    let (mut running, out, err) = r?;
     match running.confirm_exec().await {
         Confirmed::Running => Ok(Some((span, (running, out, err)))),
         Confirmed::ExecFailed(e) => {
             release_later(running.tree.clone());
-            Err(plain_spawn_error(spawn_error(&spec.argv[0], &e)))
+            Err(spawn_error(&spec.argv[0], &e))
         }
         Confirmed::NeverStarted => {
             tracing::debug!("a pre-started process died before it took a background command");
             release_later(running.tree.clone());
             Ok(None)
         }
-    }
-}
-
-/// exec_bg reports spawn-time failures as plain messages; only S210/S211/S215 policy
-/// failures keep their codes.
-fn plain_spawn_error(e: ExecError) -> ExecError {
-    match e {
-        ExecError::Internal(m) => ExecError::Plain(m),
-        other => other,
     }
 }
 

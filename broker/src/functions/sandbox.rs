@@ -29,8 +29,8 @@ use replies::ExecReply;
 /// streamed write lasts as long as the caller keeps writing.
 const FS_RPC_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Added to an exec's `timeout_ms` for its RPC deadline, so the sandbox's own timeout (S200)
-/// is what normally ends a long command, not ours.
+/// Added to an exec's `timeout_ms` for its RPC deadline, so the sandbox's own timeout (its
+/// reply's `timed_out`) is what normally ends a long command, not ours.
 const EXEC_RPC_SLACK: Duration = Duration::from_secs(30);
 
 /// Forwards `shell::fs::<op>` to `sandbox::fs::<op>` with `sandbox_id` injected. `body` is the
@@ -63,11 +63,10 @@ pub async fn fs(
     replies::fs_reply(op, reply)
 }
 
-/// What a forwarded `sandbox::exec` came to.
+/// What a forwarded `sandbox::exec` came to. A sandbox error, S200 (an in-VM execution
+/// failure) included, is the call's error: only a reply's own `timed_out` is a timeout.
 enum Forwarded {
     Reply(ExecReply),
-    /// The command ran past its timeout (S200 or "timed out").
-    TimedOut,
     Failed(WireError),
 }
 
@@ -81,7 +80,6 @@ async fn forward_exec(engine: &EngineLink, payload: Value, timeout_ms: u64) -> F
             Ok(r) => Forwarded::Reply(r),
             Err(e) => Forwarded::Failed(e),
         },
-        Err(e) if scode::is_exec_timeout(&e) => Forwarded::TimedOut,
         Err(e) => Forwarded::Failed(scode::to_wire(&e)),
     }
 }
@@ -125,8 +123,8 @@ fn capped(text: String, cap: u64) -> (String, bool) {
     (c.text(), c.truncated)
 }
 
-/// `shell::exec` on a sandbox target. A sandbox timeout is a normal `timed_out` result with
-/// `duration_ms` = the requested timeout, as on the host.
+/// `shell::exec` on a sandbox target. A reply with `timed_out: true` is a normal result; a
+/// sandbox error (S200 included) is the call's error with its code.
 pub async fn exec(
     services: &Arc<Services>,
     rt: &ConfigSnapshot,
@@ -150,7 +148,6 @@ pub async fn exec(
                 duration_ms: r.duration_ms,
             })
         }
-        Forwarded::TimedOut => Ok(ExecResponse::timed_out_empty(timeout_ms)),
         Forwarded::Failed(e) => Err(e),
     }
 }
@@ -218,9 +215,6 @@ async fn run_job(engine: EngineLink, job: Arc<SandboxJob>, payload: Value, timeo
             stderr: r.stderr,
             exit_code: r.exit_code,
             timed_out: r.timed_out,
-        },
-        Forwarded::TimedOut => JobEnd::TimedOut {
-            note: format!("sandbox job killed: the command ran past timeout_ms = {timeout_ms} ms"),
         },
         Forwarded::Failed(e) => JobEnd::Failed {
             reason: format!("sandbox::exec failed: {}: {}", e.code, e.message),

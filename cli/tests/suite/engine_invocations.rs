@@ -215,7 +215,7 @@ async fn invalid_payloads_are_refused_before_the_executor() {
         let e = caller.call("shell::exec_bg", payload.clone()).await;
         assert_code(&e, "S210");
     }
-    // The seed's plain messages (no S-code) for argv shape errors.
+    // A `command`/`args` of the wrong JSON type is a malformed payload (S210).
     for (payload, want) in [
         (
             json!({"command": ["touch", p]}),
@@ -234,7 +234,7 @@ async fn invalid_payloads_are_refused_before_the_executor() {
             .call("shell::exec", payload.clone())
             .await
             .unwrap_err();
-        assert_eq!(e.code, "invocation_failed", "{payload}: {e:?}");
+        assert_eq!(e.code, "S210", "{payload}: {e:?}");
         assert!(e.message.contains(want), "{payload}: {e:?}");
     }
     assert_code(&caller.call("shell::status", json!({})).await, "S210");

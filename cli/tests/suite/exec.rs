@@ -73,11 +73,17 @@ async fn echo_args_tokenizing_and_exit_codes() {
     assert_eq!(r["timed_out"], false);
 }
 
+/// GEN-06, ERR-03, EXEC-01: `command`/`args` of the wrong JSON type are a malformed payload
+/// (S210) on exec and exec_bg alike; the argv parse errors stay plain messages.
 #[tokio::test]
-async fn argv_errors_are_plain_messages() {
+async fn argv_type_errors_are_s210_and_parse_errors_plain_messages() {
     let h = Harness::default().await;
-    let cases = [
+    let malformed = [
         (json!({"command": 42}), "'command' must be a string"),
+        (
+            json!({"command": ["ls", "-l"]}),
+            "'command' must be a string",
+        ),
         (
             json!({"command": "ls", "args": "-l"}),
             "'args' must be an array of strings",
@@ -86,6 +92,18 @@ async fn argv_errors_are_plain_messages() {
             json!({"command": "ls", "args": ["-l", 3]}),
             "'args[1]' must be a string",
         ),
+    ];
+    for (payload, want) in malformed {
+        for function in ["shell::exec", "shell::exec_bg"] {
+            let e = h.err(function, payload.clone()).await;
+            assert_eq!(e.code, "S210", "{function} {payload}: {e:?}");
+            assert!(
+                e.message.starts_with("malformed payload: ") && e.message.contains(want),
+                "{function} {payload}: {e:?}"
+            );
+        }
+    }
+    let cases = [
         (json!({"command": "echo 'oops"}), "parse command"),
         (json!({"command": "echo", "args": ["a\u{0}b"]}), "NUL"),
     ];

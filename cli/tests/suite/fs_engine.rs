@@ -1253,3 +1253,43 @@ async fn prewritten_channels_never_stall() {
         );
     }
 }
+
+/// FS-31: one channel frame over `fs.max_write_bytes` is S218 as soon as it arrives, while
+/// the writer still holds the channel open: not an S216 once the channel has been idle.
+/// (A frame over the engine's own WebSocket frame limit, 16 MiB, never reaches the worker:
+/// see docs/limits.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_frame_over_the_write_cap_is_s218_at_once() {
+    for cap in [1usize << 20, 8 << 20] {
+        let t = setup(|c| c.fs.max_write_bytes = cap as u64).await;
+        let c = &t.caller;
+        let (writer, reader) = c.create_channel().await;
+        let (answered_tx, answered_rx) = tokio::sync::oneshot::channel::<()>();
+        let feed = async {
+            let mut ws = c.open_channel(&writer).await.expect("open the writer end");
+            let _ = ws.send(Message::binary(vec![b'x'; cap + 1])).await;
+            // Hold the channel open (no Close) until the call has answered.
+            let _ = tokio::time::timeout(Duration::from_secs(60), answered_rx).await;
+            let _ = ws.close(None).await;
+        };
+        let call = async {
+            let r = c
+                .call_with_timeout(
+                    "shell::fs::write",
+                    json!({"path": "one.bin", "content": reader}),
+                    Duration::from_secs(120),
+                )
+                .await;
+            let _ = answered_tx.send(());
+            r
+        };
+        let (r, ()) = tokio::join!(call, feed);
+        let e = match r {
+            Ok(v) => panic!("cap {cap}: one frame over the cap answered {v}"),
+            Err(e) => e,
+        };
+        assert_eq!(e.code, "S218", "cap {cap}: {e:?}");
+        assert!(e.message.contains("max_write_bytes"), "cap {cap}: {e:?}");
+        assert_eq!(names_in(&t.root), Vec::<String>::new(), "cap {cap}");
+    }
+}

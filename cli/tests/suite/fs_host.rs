@@ -2450,29 +2450,55 @@ async fn recursive_chmod_to_0000_and_back_changes_the_whole_tree() {
     }
 }
 
+/// FS-33: a recursive rm skips protected entries silently, as the walks of grep, sed and
+/// chmod do: everything else goes, the protected entries and the directories holding them
+/// stay, and the answer (`removed: false`) names none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rm_of_a_tree_holding_hidden_entries_deletes_nothing() {
+async fn rm_of_a_tree_holding_hidden_entries_skips_them_silently() {
     let j = Jail::new();
     let mut c = jailed(&j.root);
     c.fs.denylist_paths.push(s(&j.root.join("d3/deny")));
     let h = Harness::new(c).await;
     let root = &j.root;
     // One tree per kind of hidden entry: a glob on the name, one on the path, a denylist entry.
-    for (d, hidden) in [("d1", "sub/.env"), ("d2", "sub/key.pem"), ("d3", "deny")] {
+    for (d, hidden, kept) in [
+        ("d1", "sub/.env", vec!["sub", "sub/.env"]),
+        ("d2", "sub/key.pem", vec!["sub", "sub/key.pem"]),
+        ("d3", "deny", vec!["deny"]),
+    ] {
         std::fs::create_dir_all(root.join(d).join("sub/deeper")).unwrap();
         std::fs::write(root.join(d).join("a.txt"), "a").unwrap();
         std::fs::write(root.join(d).join("sub/deeper/b.txt"), "b").unwrap();
         std::fs::write(root.join(d).join(hidden), "SECRET").unwrap();
-        let before = walk(&root.join(d));
-        let e = expect_code(
-            &h,
-            "shell::fs::rm",
-            json!({"path": d, "recursive": true}),
-            "S211",
-        )
-        .await;
-        assert_eq!(e.message, format!("path not found or not accessible: {d}"));
-        assert_eq!(walk(&root.join(d)), before, "{d}: something was deleted");
+        let r = h
+            .ok("shell::fs::rm", json!({"path": d, "recursive": true}))
+            .await;
+        assert_eq!(
+            r,
+            json!({"removed": false, "path": s(&root.join(d)), "was_present": true}),
+            "{d}"
+        );
+        let want: Vec<_> = kept.iter().map(|k| root.join(d).join(k)).collect();
+        assert_eq!(
+            walk(&root.join(d)),
+            want,
+            "{d}: only the protected entry stays"
+        );
+        same_bytes(
+            std::fs::read(root.join(d).join(hidden)).unwrap(),
+            b"SECRET",
+            d,
+        );
+        // What ls shows of it is gone: the listing is empty.
+        let ls = h.ok("shell::fs::ls", json!({"path": d})).await;
+        let names: Vec<&str> = ls["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["name"].as_str())
+            .filter(|n| *n != "sub" && *n != "deny")
+            .collect();
+        assert!(names.is_empty(), "{d}: {ls}");
     }
     // Non-recursive: a directory whose only entries are hidden answers the same way; one with
     // a visible entry too is "not empty".

@@ -575,24 +575,23 @@ async fn zero_hard_cap_is_unbounded() {
 #[tokio::test]
 async fn spawn_time_failures() {
     let h = Harness::default().await;
-    let e = h
-        .err(
-            "shell::exec_bg",
-            json!({"command": "definitely-not-a-program-iii"}),
-        )
-        .await;
-    assert_eq!(e.code, "invocation_failed", "{e:?}");
-    assert!(
-        e.message.contains("No such file or directory (os error 2)"),
-        "{e:?}"
-    );
+    // EXEC-01/ERR-03: a spawn failure is S216 (the seed's "host spawn error") on exec_bg as
+    // on exec, with the same message.
+    for payload in [
+        json!({"command": "definitely-not-a-program-iii"}),
+        json!({"command": "/nonexistent/prog", "args": []}),
+    ] {
+        let bg = h.err("shell::exec_bg", payload.clone()).await;
+        let fg = h.err("shell::exec", payload.clone()).await;
+        assert_eq!(bg.code, "S216", "{payload}: {bg:?}");
+        assert_eq!((bg.code, bg.message), (fg.code, fg.message), "{payload}");
+    }
     let e = h
         .err(
             "shell::exec_bg",
             json!({"command": "/nonexistent/prog", "args": []}),
         )
         .await;
-    assert_eq!(e.code, "invocation_failed", "{e:?}");
     assert!(
         e.message.contains("No such file or directory (os error 2)"),
         "{e:?}"

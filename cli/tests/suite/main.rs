@@ -40,6 +40,7 @@ mod process_lifecycle;
 mod pty;
 mod sandbox_forwarding;
 mod schema_conformance;
+mod seed_items;
 mod serve_smoke;
 mod state_store;
 mod telemetry;

@@ -167,6 +167,8 @@ async fn exec_mock(data: Value) -> Result<Value, ErrorBody> {
             &format!("exec timed out after {} ms", data["timeout_ms"]),
         )),
         "s211" => Err(wrapped("S211", "file not found: /nope")),
+        "in_vm_timeout" => Ok(json!({"stdout": "part", "stderr": "", "exit_code": null,
+                                     "timed_out": true, "duration_ms": 1500, "success": false})),
         "s300" => Err(wrapped("S300", "VM boot failed")),
         "s002" => Err(ErrorBody::new("S002", "sandbox not found")),
         "s004" => Err(ErrorBody::new(
@@ -240,19 +242,29 @@ async fn exec_forwards_the_mapped_payload_and_maps_the_result() {
     );
 }
 
+/// ERR-02, SBX-07: S200 (an in-VM execution failure) is the call's error with that code,
+/// never a timed-out success; a reply that says `timed_out: true` is the timed-out result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sandbox_timeout_is_a_timed_out_result() {
+async fn s200_is_the_calls_error_and_a_timed_out_reply_is_a_result() {
     let s = Setup::start(Config::builtin_default()).await;
     s.mock_exec().await;
-    let r = s
-        .ok(
+    let e = s
+        .err(
             "shell::exec",
             json!({"command": "s200", "target": sandbox(), "timeout_ms": 1500}),
         )
         .await;
+    assert_eq!(e.code, "S200", "{e:?}");
+    assert!(e.message.contains("exec timed out after 1500 ms"), "{e:?}");
+    let r = s
+        .ok(
+            "shell::exec",
+            json!({"command": "in_vm_timeout", "target": sandbox(), "timeout_ms": 1500}),
+        )
+        .await;
     assert_eq!(
         r,
-        json!({"stdout": "", "stderr": "", "exit_code": null, "timed_out": true,
+        json!({"stdout": "part", "stderr": "", "exit_code": null, "timed_out": true,
                "stdout_truncated": false, "stderr_truncated": false, "duration_ms": 1500})
     );
 }
@@ -670,13 +682,23 @@ async fn background_sandbox_jobs() {
         "{job}"
     );
 
-    // A sandbox timeout: killed.
+    // S200 (JOB-10): failed, with the reason in stderr; a reply's own timed_out: killed.
     let job = s.wait_done(&s.spawn(exec("s200", &[])).await).await;
-    assert_eq!(job["status"], "killed", "{job}");
+    assert_eq!(
+        (job["status"].clone(), job["exit_code"].clone()),
+        (json!("failed"), Value::Null)
+    );
     assert!(
-        job["stderr"].as_str().unwrap().contains("timeout_ms"),
+        job["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox::exec failed: S200: "),
         "{job}"
     );
+    let job = s
+        .wait_done(&s.spawn(exec("in_vm_timeout", &[])).await)
+        .await;
+    assert_eq!(job["status"], "killed", "{job}");
 
     // shell::kill marks a running job killed at once, with the sandbox limit as the reason.
     let id = s.spawn(exec("hang", &[])).await;

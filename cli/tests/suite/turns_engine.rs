@@ -872,6 +872,12 @@ async fn malformed_hooks_continue_and_bad_turn_events_are_s210_naming_the_field(
             json!({"session_id": "s1", "turn_id": "t1", "call": {"arguments": {"path": "x"}}}),
         ),
         ("shell::turns::on-post-trigger", json!("not even an object")),
+        ("shell::turns::on-pre-trigger", json!([1, 2])),
+        ("shell::turns::on-post-trigger", json!(null)),
+        (
+            "shell::turns::on-pre-trigger",
+            json!({"call": {"function_id": 7}}),
+        ),
         (
             "shell::turns::on-pre-trigger",
             json!({"session_id": "s1", "turn_id": long, "call": {"function_id": "shell::fs::write", "arguments": {"path": "x"}}}),
@@ -1465,4 +1471,77 @@ async fn sessions_lists_the_sessions_with_turns_newest_first_with_counts_and_tim
         let r = s.harness.call("shell::turns::sessions", bad.clone()).await;
         assert_code(&r, "S210");
     }
+}
+
+/// TURNS-05, TURNS-15: a hooked call that failed (`is_error: true`, the file unchanged) leaves
+/// the turn's record exactly as it was; reverting the turn a second time reports every file
+/// `skipped` (a success), not `failed`, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_hooked_call_records_nothing_and_a_second_revert_skips() {
+    let s = setup().await;
+    std::fs::write(s.root.join("b.txt"), "b before\n").unwrap();
+    let before = hashes(&s.root);
+    s.call(
+        "shell::turns::on-turn-started",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+    s.hooked(
+        "shell::fs::write",
+        json!({"path": "a.txt", "content": "new\n"}),
+    )
+    .await;
+    s.hooked(
+        "shell::fs::write",
+        json!({"path": "b.txt", "content": "b after\n"}),
+    )
+    .await;
+    let recorded = s
+        .call("shell::turns::get", json!({"session_id": "s1"}))
+        .await;
+
+    // A failed call on b.txt (create without overwrite): the file is unchanged.
+    let args = json!({"files": [{"path": "b.txt", "content": "never", "overwrite": false}]});
+    let h = json!({"session_id": "s1", "turn_id": "t1", "step": 3,
+        "call": {"id": "fc3", "function_id": "coder::create-file", "arguments": args}});
+    s.call("shell::turns::on-pre-trigger", h.clone()).await;
+    let out = s.call("coder::create-file", args).await;
+    assert_eq!(out["results"][0]["success"], false, "{out}");
+    let mut post = h;
+    post["result"] = json!({"is_error": true, "content": []});
+    assert_eq!(
+        s.call("shell::turns::on-post-trigger", post).await,
+        json!({"decision": "continue"})
+    );
+    let after = s
+        .call("shell::turns::get", json!({"session_id": "s1"}))
+        .await;
+    assert_eq!(after["turn"]["files"], recorded["turn"]["files"]);
+    s.call(
+        "shell::turns::on-turn-completed",
+        json!({"session_id": "s1", "turn_id": "t1"}),
+    )
+    .await;
+
+    let revert = json!({"session_id": "s1", "turn_id": "t1"});
+    let rv = s.call("shell::turns::revert", revert.clone()).await;
+    assert_eq!(
+        (rv["reverted"].clone(), rv["failed"].clone()),
+        (json!(2), json!(0)),
+        "{rv}"
+    );
+    assert_eq!(hashes(&s.root), before);
+    let again = s.call("shell::turns::revert", revert).await;
+    assert_eq!(again["failed"], 0, "{again}");
+    let results = again["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{again}");
+    for r in results {
+        assert_eq!(
+            (r["action"].clone(), r["success"].clone()),
+            (json!("skipped"), json!(true)),
+            "{again}"
+        );
+        assert!(r.get("error").is_none(), "{again}");
+    }
+    assert_eq!(hashes(&s.root), before);
 }

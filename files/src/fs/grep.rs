@@ -18,14 +18,14 @@
 //! * Matches are ordered by (path, line); `max_matches` keeps the first ones in that order,
 //!   so the answer does not depend on the walk's thread scheduling. `line` is 1-based,
 //!   `path` is absolute and canonical, `content` is the line without its `\n` / `\r\n`
-//!   (non-UTF-8 bytes read as U+FFFD). A line longer than `max_line_bytes` is cut to at most
-//!   that many bytes on a UTF-8 character boundary (and still returned: the seed's schema text
-//!   says such lines are "skipped", the issue asks for the cut; see `line_content`).
+//!   (non-UTF-8 bytes read as U+FFFD). A matching line longer than `max_line_bytes` (its raw
+//!   bytes, terminator excluded) is skipped, as the seed's schema says: it is not returned,
+//!   not even cut, and does not count toward `max_matches` (see `line_content`).
 //! * The reply is budgeted while it is built: matches past `REPLY_BUDGET_BYTES` (32 MiB,
 //!   estimated as their paths and contents) are dropped like those past `max_matches`, so a
 //!   reply always fits a frame.
 //! * `truncated` is true when a match was dropped by `max_matches` or the reply budget, or a
-//!   line was cut by `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
+//!   line was skipped for `max_line_bytes`. Both caps are taken literally: `max_matches: 0` returns no match (and
 //!   `truncated: true` when anything matched).
 //!
 //! Security: the root is resolved through the jail. Every file is then opened relative to the
@@ -143,12 +143,12 @@ fn search_one(
     if searcher.search_file(matcher, file, &mut *sink).is_err() || sink.binary {
         return;
     }
-    if sink.matches.is_empty() && !sink.more {
+    if sink.matches.is_empty() && !sink.more && !sink.skipped {
         return;
     }
     let matches = std::mem::take(&mut sink.matches);
     sink.bytes = 0;
-    lock(collector).add(sink.path, matches, sink.more, sink.cut);
+    lock(collector).add(sink.path, matches, sink.more, sink.skipped);
 }
 
 /// The result set: matches per file in path order, never more than `limit` in total.
@@ -209,12 +209,11 @@ impl Collector {
                 .is_none_or(|(k, _)| sort_key(path) > *k)
     }
 
-    fn add(&mut self, path: &Path, matches: Vec<FsMatch>, more: bool, cut: bool) {
-        self.truncated |= more;
+    fn add(&mut self, path: &Path, matches: Vec<FsMatch>, more: bool, skipped: bool) {
+        self.truncated |= more | skipped;
         if matches.is_empty() {
             return;
         }
-        self.truncated |= cut;
         self.count += matches.len();
         self.bytes += matches.iter().map(match_bytes).sum::<usize>();
         self.files.insert(sort_key(path), matches);
@@ -250,7 +249,8 @@ struct FileSink<'p> {
     /// Estimated encoded size of `matches`: a file stops adding at the reply budget.
     bytes: usize,
     more: bool,
-    cut: bool,
+    /// A matching line was skipped for `max_line_bytes`.
+    skipped: bool,
     binary: bool,
 }
 
@@ -264,7 +264,7 @@ impl<'p> FileSink<'p> {
             matches: Vec::new(),
             bytes: 0,
             more: false,
-            cut: false,
+            skipped: false,
             binary: false,
         }
     }
@@ -284,8 +284,10 @@ impl Sink for FileSink<'_> {
                 self.more = true;
                 return Ok(false);
             }
-            let (content, cut) = line_content(line, self.max_line);
-            self.cut |= cut;
+            let Some(content) = line_content(line, self.max_line) else {
+                self.skipped = true;
+                continue;
+            };
             let path = self.path;
             let shown = self
                 .shown
@@ -307,21 +309,15 @@ impl Sink for FileSink<'_> {
     }
 }
 
-/// The text of a matched line: terminator stripped, lossy UTF-8, cut to `max` bytes on a
-/// character boundary. Returns whether it was cut.
-pub(crate) fn line_content(line: &[u8], max: usize) -> (String, bool) {
+/// The text of a matched line: terminator stripped, lossy UTF-8. `None` when the line (its
+/// raw bytes without the terminator) is longer than `max`: such a line is skipped.
+fn line_content(line: &[u8], max: usize) -> Option<String> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let mut s = String::from_utf8_lossy(line).into_owned();
-    if s.len() <= max {
-        return (s, false);
+    if line.len() > max {
+        return None;
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    (s, true)
+    Some(String::from_utf8_lossy(line).into_owned())
 }
 
 // ---- shared with sed ----
@@ -573,20 +569,13 @@ mod tests {
     }
 
     #[test]
-    fn cut_on_char_boundary() {
-        assert_eq!(line_content(b"abc\r\n", 10), ("abc".to_string(), false));
-        assert_eq!(
-            line_content("ééé\n".as_bytes(), 5),
-            ("éé".to_string(), true)
-        );
-        assert_eq!(
-            line_content("ééé".as_bytes(), 6),
-            ("ééé".to_string(), false)
-        );
-        assert_eq!(
-            line_content(b"a\xffb", 10),
-            ("a\u{fffd}b".to_string(), false)
-        );
+    fn long_lines_are_skipped_not_cut() {
+        assert_eq!(line_content(b"abc\r\n", 3), Some("abc".to_string()));
+        assert_eq!(line_content("ééé\n".as_bytes(), 5), None);
+        assert_eq!(line_content("ééé".as_bytes(), 6), Some("ééé".to_string()));
+        assert_eq!(line_content(b"abcd", 3), None);
+        assert_eq!(line_content(b"a\xffb", 3), Some("a\u{fffd}b".to_string()));
+        assert_eq!(line_content(b"a\xffb", 2), None);
     }
 
     #[test]

@@ -219,24 +219,36 @@ pub fn rm(policy: &FsPolicy, input: &str, recursive: bool) -> Result<RmResponse,
             )
             .map_err(|e| map_errno(input, e))
         };
+        let mut kept = false;
         if recursive {
-            // Scan first: a tree holding an entry the caller may not see is refused whole,
-            // with the wording of a missing path, before anything is deleted (deleting the
-            // rest and then failing would both lose data and reveal the hidden entry).
+            // Protected entries (denylisted, non-accessible) are skipped silently, as the walks
+            // of grep, sed and chmod skip them: the rest of the tree goes, and the directories
+            // that still hold a protected entry stay.
+            // Scan first: a tree deeper than the walk's bound is refused (S218) before
+            // anything is deleted.
             walk(
                 dir()?,
                 &parent.path,
                 input,
                 MAX_TREE_DEPTH,
-                &mut RmScan { policy, input },
+                &mut RmScan { policy },
             )?;
-            walk(
-                dir()?,
-                &parent.path,
+            let mut delete = RmDelete {
+                policy,
                 input,
-                MAX_TREE_DEPTH,
-                &mut RmDelete { policy, input },
-            )?;
+                kept: false,
+            };
+            walk(dir()?, &parent.path, input, MAX_TREE_DEPTH, &mut delete)?;
+            kept = delete.kept;
+        }
+        if kept {
+            // The directory still holds what the caller cannot see: it stays, and the answer
+            // says so without naming anything in it.
+            return Ok(RmResponse {
+                removed: false,
+                path: display(&parent.path),
+                was_present: true,
+            });
         }
         unlinkat(&parent.dir, &name, libc::AT_REMOVEDIR).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
@@ -287,47 +299,50 @@ fn only_hidden(
     any
 }
 
-/// The first pass of `rm -r`: refuses the whole tree when it holds a hidden entry.
+/// The first pass of `rm -r`: walks the tree (not entering protected entries) so that one
+/// past the depth bound fails before anything is deleted.
 struct RmScan<'a> {
     policy: &'a FsPolicy,
-    input: &'a str,
 }
 
 impl Visitor for RmScan<'_> {
     fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
-        self.leave(n).map(|()| true)
+        Ok(!self.policy.jail.is_denied(n.path))
     }
-    fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
-        if self.policy.jail.is_denied(n.path) {
-            return Err(ExecError::NotFound(self.input.to_string()));
-        }
+    fn leave(&mut self, _n: &Node<'_>) -> Result<(), ExecError> {
         Ok(())
     }
 }
 
-/// The second pass of `rm -r`: deletes children before their directory. An entry that became
-/// hidden since the scan (a command raced it in) is kept, and the call fails like the scan.
+/// The second pass of `rm -r`: deletes children before their directory. A protected entry is skipped (not
+/// entered, not deleted) and marks `kept`; a directory left non-empty by it stays.
 struct RmDelete<'a> {
     policy: &'a FsPolicy,
     input: &'a str,
+    /// A protected entry was skipped, so its ancestors stay.
+    kept: bool,
 }
 
 impl Visitor for RmDelete<'_> {
     fn enter(&mut self, n: &Node<'_>) -> Result<bool, ExecError> {
         if self.policy.jail.is_denied(n.path) {
-            return Err(ExecError::NotFound(self.input.to_string()));
+            self.kept = true;
+            return Ok(false);
         }
         Ok(true)
     }
     fn leave(&mut self, n: &Node<'_>) -> Result<(), ExecError> {
         if self.policy.jail.is_denied(n.path) {
-            return Err(ExecError::NotFound(self.input.to_string()));
+            self.kept = true;
+            return Ok(());
         }
         let flags = if is_dir(n.st) { libc::AT_REMOVEDIR } else { 0 };
         match unlinkat(n.dir, n.name, flags) {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             Err(e) => Err(match e.raw_os_error() {
+                // Left holding a skipped protected entry: it stays, silently.
+                Some(libc::ENOTEMPTY) | Some(libc::EEXIST) if self.kept => return Ok(()),
                 Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
                     ExecError::NotEmpty(self.input.to_string())
                 }

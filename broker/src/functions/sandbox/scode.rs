@@ -106,19 +106,6 @@ pub fn to_wire(err: &ErrorBody) -> WireError {
     }
 }
 
-/// True when a failed `sandbox::exec` means "the command ran past its timeout": recovered
-/// code S200, or a message saying "timed out". Our own RPC deadline is not one of these.
-pub fn is_exec_timeout(err: &ErrorBody) -> bool {
-    if err.code == LINK_TIMEOUT {
-        return false;
-    }
-    let s200 = match recover(err) {
-        Recovered::TopLevel(c) | Recovered::Wrapped(c) => c == "S200",
-        Recovered::None => false,
-    };
-    s200 || err.message.contains("timed out")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +157,16 @@ mod tests {
             "S216"
         );
         assert_eq!(to_wire(&body("S400", "too many")).code, "S400");
+        // S200 (an in-VM failure) is passed through, wrapped or not: never a timeout result.
+        assert_eq!(to_wire(&body("S200", "exec timed out")).code, "S200");
+        assert_eq!(
+            to_wire(&body(
+                "invocation_failed",
+                r#"handler error: {"code":"S200","message":"exec timed out after 5 ms"}"#
+            ))
+            .code,
+            "S200"
+        );
         assert_eq!(to_wire(&body("S220", "future")).code, "S216");
         let e = to_wire(&body(
             "invocation_failed",
@@ -196,26 +193,5 @@ mod tests {
         for c in PASSED_THROUGH {
             assert_eq!(canonical(c), c);
         }
-    }
-
-    #[test]
-    fn exec_timeouts() {
-        assert!(is_exec_timeout(&body(
-            "invocation_failed",
-            r#"handler error: {"code":"S200","message":"exec timed out after 5 ms"}"#
-        )));
-        assert!(is_exec_timeout(&body("S200", "x")));
-        assert!(is_exec_timeout(&body(
-            "invocation_failed",
-            "the command timed out"
-        )));
-        assert!(!is_exec_timeout(&body(
-            "timeout",
-            "sandbox::exec: no answer within 30s; timed out"
-        )));
-        assert!(!is_exec_timeout(&body(
-            "invocation_failed",
-            r#"handler error: {"code":"S300"}"#
-        )));
     }
 }
