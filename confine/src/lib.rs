@@ -20,6 +20,7 @@
 //! Everything here is built and installed in the process that calls it; code that runs
 //! after fork only applies what was built here (see the executor's spawn path).
 
+mod bpf;
 pub mod broker_allowlist;
 pub mod caps;
 pub mod landlock;

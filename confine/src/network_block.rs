@@ -13,22 +13,10 @@
 //! where `socketcall` would go around the check) kills the process, as the deny filter does.
 //! It is built once per policy in the parent; the child only loads it.
 
-use super::seccomp::Filter;
-
-const AUDIT_ARCH: u32 = if cfg!(target_arch = "x86_64") {
-    0xC000_003E
-} else {
-    0xC000_00B7 // aarch64
+use super::bpf::{
+    in_front, off_arg, op, AUDIT_ARCH, JA, JEQ_K, LD_W_ABS, OFF_ARCH, OFF_NR, RET_K, X32_BIT,
 };
-
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
-/// Low 32 bits of argument 0 (the family, an `int`).
-const OFF_ARG0_LO: u32 = 16;
+use super::seccomp::Filter;
 
 /// The errno of a refused socket.
 pub const ERRNO: i32 = libc::EACCES;
@@ -36,18 +24,14 @@ pub const ERRNO: i32 = libc::EACCES;
 /// What `doctor` lists for the block.
 pub const DENIED: &str = "socket/socketpair of any family but AF_UNIX (EACCES)";
 
-fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
-
 /// The system calls that take a family in argument 0 (x32 numbers too on x86_64).
 #[allow(clippy::vec_init_then_push)]
 pub fn calls() -> Vec<u32> {
     let mut v = vec![libc::SYS_socket as u32, libc::SYS_socketpair as u32];
     #[cfg(target_arch = "x86_64")]
     {
-        v.push(libc::SYS_socket as u32 | 0x4000_0000);
-        v.push(libc::SYS_socketpair as u32 | 0x4000_0000);
+        v.push(libc::SYS_socket as u32 | X32_BIT);
+        v.push(libc::SYS_socketpair as u32 | X32_BIT);
     }
     v
 }
@@ -73,7 +57,7 @@ pub fn block() -> Vec<libc::sock_filter> {
         p.push(op(JEQ_K, (check_at - here - 1) as u8, 0, *nr));
     }
     p.push(op(JA, 0, 0, (end - (4 + n) - 1) as u32));
-    p.push(op(LD_W_ABS, 0, 0, OFF_ARG0_LO));
+    p.push(op(LD_W_ABS, 0, 0, off_arg(0)));
     p.push(op(
         JEQ_K,
         (end - (check_at + 1) - 1) as u8,
@@ -93,14 +77,5 @@ pub fn block() -> Vec<libc::sock_filter> {
 /// The filter of a command under `deny`: the block in front of `rest` (its other filter), or
 /// alone with an ALLOW after it.
 pub fn with(rest: Option<&Filter>) -> Filter {
-    let mut program = block();
-    let mut denied = vec![DENIED];
-    match rest {
-        Some(f) => {
-            program.extend_from_slice(&f.program);
-            denied.extend(f.denied.iter().copied());
-        }
-        None => program.push(op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW)),
-    }
-    Filter { program, denied }
+    in_front(block(), DENIED, rest)
 }

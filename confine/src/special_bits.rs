@@ -14,30 +14,12 @@
 //! executor holds the rule is refused (the reload result and `shell::config-status` say to
 //! restart the worker).
 
+use super::bpf::{
+    in_front, off_arg, op, AUDIT_ARCH, JA, JEQ_K, JSET_K, LD_W_ABS, OFF_ARCH, OFF_NR, RET_K,
+};
 use super::seccomp::Filter;
 
-const AUDIT_ARCH: u32 = if cfg!(target_arch = "x86_64") {
-    0xC000_003E
-} else {
-    0xC000_00B7 // aarch64
-};
-
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
-const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
-/// Low 32 bits of argument `i` (little-endian).
-const fn off_arg(i: u32) -> u32 {
-    16 + 8 * i
-}
 const SPECIAL: u32 = libc::S_ISUID | libc::S_ISGID;
-
-fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
 
 /// `fchmodat2` (Linux 6.6), not in every libc yet; the same number on x86_64 and aarch64.
 pub const SYS_FCHMODAT2: i64 = 452;
@@ -110,16 +92,7 @@ pub const DENIED: &str = "chmod/fchmod/fchmodat/fchmodat2 setting setuid or setg
 /// The command filter: the block in front of `rest` (a full deny filter), or alone with an
 /// ALLOW after it.
 pub fn with(rest: Option<&Filter>) -> Filter {
-    let mut program = block();
-    let mut denied = vec![DENIED];
-    match rest {
-        Some(f) => {
-            program.extend_from_slice(&f.program);
-            denied.extend(f.denied.iter().copied());
-        }
-        None => program.push(op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW)),
-    }
-    Filter { program, denied }
+    in_front(block(), DENIED, rest)
 }
 
 /// Where the rule sits for one policy.
